@@ -1,0 +1,160 @@
+//! `sonde bench`: `tx` sweeps backends × batch sizes × threads and plots them; `floor` runs the
+//! bare AF_XDP descriptor loop that blast is measured against.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use sonde_craft::ProbeKind;
+use sonde_io::{BackendKind, FrameTx};
+use sonde_meter::{human_rate, parse_link, Counter, Stopwatch, TxSummary};
+
+use super::blast::{enter_lab, plan, write_json, LabTarget};
+use crate::tx::{self, Limit};
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Sweep backends × batch sizes × threads; write a CSV and two PNG plots.
+    Tx(TxArgs),
+    /// The bare AF_XDP loop: post descriptors of frames built once, no per-frame work.
+    Floor(FloorArgs),
+}
+
+#[derive(Args)]
+struct TxArgs {
+    #[command(flatten)]
+    target: LabTarget,
+    /// Backends to sweep.
+    #[arg(long, value_delimiter = ',', default_value = "xdp,ring,mmsg,sendto,pcap")]
+    backends: Vec<BackendKind>,
+    /// Batch sizes to sweep.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64,256,1024,4096")]
+    batches: Vec<usize>,
+    /// Thread counts to sweep.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    threads: Vec<usize>,
+    /// Frames per measurement.
+    #[arg(long, default_value_t = 300_000)]
+    count: u64,
+    /// Folder for bench-tx.csv, bench-tx-pps.png and bench-tx-cpu.png.
+    #[arg(long, default_value = "out")]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+struct FloorArgs {
+    #[command(flatten)]
+    target: LabTarget,
+    /// Frames to post.
+    #[arg(long, default_value_t = 1_000_000)]
+    count: u64,
+    /// Descriptors posted per batch.
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    /// Link speed for the line-rate share.
+    #[arg(long, default_value = "10g", value_parser = parse_link)]
+    link: f64,
+    /// Write the summary as one JSON object to this file.
+    #[arg(long)]
+    summary_json: Option<PathBuf>,
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    match args.command {
+        BenchCommand::Tx(a) => bench_tx(a),
+        BenchCommand::Floor(a) => bench_floor(a),
+    }
+}
+
+/// One row of the sweep.
+#[derive(Serialize, Clone)]
+pub struct SweepRow {
+    pub backend: String,
+    pub batch: usize,
+    pub threads: usize,
+    pub packets: u64,
+    pub wall_s: f64,
+    pub pps: f64,
+    pub cpu_ns_per_packet: f64,
+    pub cpu_user_s: f64,
+    pub cpu_sys_s: f64,
+}
+
+fn bench_tx(args: TxArgs) -> anyhow::Result<()> {
+    let lab = enter_lab(&args.target)?;
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let mut rows = Vec::new();
+    for &backend in &args.backends {
+        for &threads in &args.threads {
+            for &batch in &args.batches {
+                let p = plan(&args.target, &lab, backend, batch, threads, Limit::Count(args.count), 0.0, ProbeKind::TcpSyn)?;
+                let o = tx::run(&p, &AtomicBool::new(false), &Counter::default())?;
+                let s = TxSummary::new(o.packets, o.wall, o.cpu, p.template.frame_len(), 10.0, backend.name(), batch, threads, &o.how);
+                eprintln!("{:<7} batch {:>5}  threads {}  {:>10}pps  {:>7.1} ns/pkt CPU", backend, batch, threads, human_rate(s.pps), s.cpu_ns_per_packet);
+                rows.push(SweepRow {
+                    backend: backend.name().into(),
+                    batch,
+                    threads,
+                    packets: s.packets,
+                    wall_s: s.wall_s,
+                    pps: s.pps,
+                    cpu_ns_per_packet: s.cpu_ns_per_packet,
+                    cpu_user_s: s.cpu_user_s,
+                    cpu_sys_s: s.cpu_sys_s,
+                });
+            }
+        }
+    }
+    let csv_path = args.out.join("bench-tx.csv");
+    let mut w = csv::Writer::from_path(&csv_path).with_context(|| format!("writing {}", csv_path.display()))?;
+    for r in &rows {
+        w.serialize(r)?;
+    }
+    w.flush()?;
+    crate::plot::sweep(&rows, &args.out.join("bench-tx-pps.png"), "packets per second", |r| r.pps)?;
+    crate::plot::sweep(&rows, &args.out.join("bench-tx-cpu.png"), "CPU ns per packet", |r| r.cpu_ns_per_packet)?;
+    print_ratio(&rows, "xdp", "sendto", 64);
+    println!("wrote {}, bench-tx-pps.png and bench-tx-cpu.png in {}", csv_path.display(), args.out.display());
+    Ok(())
+}
+
+/// Prints how much faster backend `a` is than `b` at one batch size (one thread).
+fn print_ratio(rows: &[SweepRow], a: &str, b: &str, batch: usize) {
+    let find = |name: &str| rows.iter().find(|r| r.backend == name && r.batch == batch && r.threads == 1);
+    if let (Some(ra), Some(rb)) = (find(a), find(b)) {
+        println!(
+            "{a} vs {b} at batch {batch}: {:.2}x the packet rate, {:.2}x less CPU per packet ({} vs {} pps)",
+            ra.pps / rb.pps,
+            rb.cpu_ns_per_packet / ra.cpu_ns_per_packet,
+            human_rate(ra.pps),
+            human_rate(rb.pps)
+        );
+    }
+}
+
+fn bench_floor(args: FloorArgs) -> anyhow::Result<()> {
+    let lab = enter_lab(&args.target)?;
+    let p = plan(&args.target, &lab, BackendKind::Xdp, args.batch, 1, Limit::Count(args.count), 0.0, ProbeKind::TcpSyn)?;
+    let mut frame = vec![0u8; sonde_io::MAX_FRAME];
+    let (addr, port) = p.targets.clone().next_target();
+    let len = p.template.write(&mut frame, addr, port);
+    let mut tx = sonde_io::xdp::XdpTx::open(&p.io)?;
+    let how = format!("{} (bare descriptor loop)", tx.describe());
+    let watch = Stopwatch::start();
+    let sent = tx.post_prebuilt(&frame[..len], args.count, args.batch)?;
+    tx.flush()?;
+    let s = TxSummary::new(sent, watch.wall(), watch.cpu(), len, args.link, "xdp-floor", args.batch, 1, &how);
+    println!("{}", s.to_text());
+    if let Some(path) = &args.summary_json {
+        write_json(path, &s)?;
+    }
+    Ok(())
+}

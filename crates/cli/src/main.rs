@@ -1,0 +1,46 @@
+//! `sonde`: a line-rate packet engine for Internet-wide measurement on one Linux host.
+
+mod cmd;
+mod netenv;
+mod plot;
+mod progress;
+mod tx;
+
+use clap::{Parser, Subcommand};
+
+/// A line-rate packet engine for Internet-wide measurement on one Linux host.
+///
+/// sonde hands the kernel batches of ready frames through shared rings (AF_XDP, AF_PACKET
+/// rings), keeps per-packet work to a template patch and an incremental checksum, and measures
+/// where the time goes. Everything it sends in tests and demos stays inside a lab of network
+/// namespaces (`sonde lab up`), addressed to 198.18.0.0/15.
+#[derive(Parser)]
+#[command(name = "sonde", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create, inspect and remove a lab: network namespaces with a known population.
+    Lab(cmd::lab::LabArgs),
+    /// Transmit frames as fast as a backend allows (or at --rate), and report pps and CPU.
+    Blast(cmd::blast::BlastArgs),
+    /// Sweeps and floors: `bench tx` (backends × batch sizes), `bench floor` (bare AF_XDP).
+    Bench(cmd::bench::BenchArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Lab(args) => cmd::lab::run(args),
+        Command::Blast(args) => cmd::blast::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
+    };
+    if let Err(err) = result {
+        // One line: the context chain joined, no backtrace.
+        eprintln!("sonde: error: {err:#}");
+        std::process::exit(1);
+    }
+}

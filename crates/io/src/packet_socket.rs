@@ -1,0 +1,101 @@
+//! What the AF_PACKET backends (`ring`, `mmsg`, `sendto`) share: opening a raw packet socket
+//! bound to one interface, socket options, and readable-polls.
+
+use std::ffi::CString;
+use std::io;
+use std::mem::size_of;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail};
+
+/// Index of interface `name` in this network namespace, or a one-line error saying where to look.
+pub fn ifindex(name: &str) -> anyhow::Result<u32> {
+    let c = CString::new(name).map_err(|_| anyhow!("interface name {name:?} contains a NUL byte"))?;
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
+    let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if index == 0 {
+        bail!("no interface named \"{name}\" in this network namespace (list them with: ip link)");
+    }
+    Ok(index)
+}
+
+/// Turns a socket-creation error into one line naming the missing capability.
+pub fn open_error(what: &str, err: io::Error) -> anyhow::Error {
+    match err.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => anyhow!(
+            "{what}: permission denied: needs CAP_NET_RAW (run as root, or: setcap cap_net_raw,cap_net_admin+ep $(which sonde))"
+        ),
+        _ => anyhow!("{what}: {err}"),
+    }
+}
+
+/// A raw AF_PACKET socket bound to one interface.
+///
+/// `protocol` 0 makes a transmit-only socket: the kernel queues no received frames on it, so a
+/// sender never pays for traffic it does not read. `ETH_P_ALL` receives every frame.
+pub fn open_bound(iface: &str, protocol: u16) -> anyhow::Result<OwnedFd> {
+    let index = ifindex(iface)?;
+    let proto_be = protocol.to_be();
+    // SAFETY: plain socket(2) call; the result is checked before use.
+    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(proto_be)) };
+    if raw < 0 {
+        return Err(open_error("opening an AF_PACKET socket", io::Error::last_os_error()));
+    }
+    // SAFETY: `raw` is a fresh descriptor owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: sockaddr_ll is plain old data; all-zero is a valid starting value.
+    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    addr.sll_family = libc::AF_PACKET as u16;
+    addr.sll_protocol = proto_be;
+    addr.sll_ifindex = index as i32;
+    // SAFETY: `addr` is a valid sockaddr_ll and the length passed matches its size.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            &addr as *const libc::sockaddr_ll as *const libc::sockaddr,
+            size_of::<libc::sockaddr_ll>() as u32,
+        )
+    };
+    if rc < 0 {
+        return Err(open_error(&format!("binding a packet socket to {iface}"), io::Error::last_os_error()));
+    }
+    Ok(fd)
+}
+
+/// setsockopt(2) with a plain-data value.
+pub fn set_option<T: Copy>(fd: RawFd, level: i32, name: i32, value: &T) -> io::Result<()> {
+    // SAFETY: `value` points to a live `T` whose size is passed alongside it.
+    let rc = unsafe {
+        libc::setsockopt(fd, level, name, value as *const T as *const libc::c_void, size_of::<T>() as u32)
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Waits until `fd` is readable or `timeout` passes; true if readable.
+pub fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: `pfd` is one valid pollfd and the count passed is 1.
+    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+    match rc {
+        n if n > 0 => Ok(true),
+        0 => Ok(false),
+        _ => {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(err)
+            }
+        }
+    }
+}
+
+/// Whether a send error only means "the queue is full right now": back off and retry.
+pub fn is_transient(err: &io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR))
+}

@@ -1,0 +1,241 @@
+//! What a lab is made of (`LabConfig`), what a running lab looks like
+//! (`LabStatus`), and the checks on both before anything is created.
+
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::str::FromStr;
+
+use anyhow::{anyhow, bail, Result};
+use ipnet::Ipv4Net;
+use serde::{Deserialize, Serialize};
+
+/// The only IPv4 space the lab may use (RFC 2544, benchmarking).
+pub(crate) const LAB_SPACE: Ipv4Net = net(198, 18, 0, 0, 15);
+/// The link between the namespaces (inside `LAB_SPACE`, as the rule asks).
+pub(crate) const LINK_NET: Ipv4Net = net(198, 19, 255, 0, 24);
+pub(crate) const SCAN_IP: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 1);
+pub(crate) const GATEWAY_IP: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 254);
+pub(crate) const SCAN_IF: &str = "sx0";
+pub(crate) const NET_IF: &str = "nx0";
+/// Veth queue limit: far more than these hosts have cores, and the kernel's
+/// own limit for veth is in the thousands.
+const MAX_QUEUES: u32 = 1024;
+/// Longest lab name: short enough for every name derived from it.
+const MAX_NAME: usize = 20;
+
+const fn net(a: u8, b: u8, c: u8, d: u8, len: u8) -> Ipv4Net {
+    Ipv4Net::new_assert(Ipv4Addr::new(a, b, c, d), len)
+}
+
+/// What to bring up.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LabConfig {
+    pub name: String,
+    /// The target population; must lie inside 198.18.0.0/15.
+    pub population: Ipv4Net,
+    /// Share of the population that answers at all (0.0..=1.0).
+    pub responsive: f64,
+    /// Ports with a listening server on every responsive address.
+    pub tcp_open: Vec<u16>,
+    /// Key of the responsiveness hash.
+    pub seed: u64,
+    /// TX and RX queues of each veth end.
+    pub queues: u32,
+    pub sink: Sink,
+    /// Share of packets to the population dropped at random (0.0..1.0).
+    pub loss: f64,
+}
+
+impl Default for LabConfig {
+    fn default() -> Self {
+        LabConfig {
+            name: "lab".to_string(),
+            population: net(198, 18, 0, 0, 16),
+            responsive: 0.1,
+            tcp_open: vec![80, 443],
+            seed: 1,
+            queues: 2,
+            sink: Sink::Kernel,
+            loss: 0.0,
+        }
+    }
+}
+
+/// What receives the scanner's frames on the lab side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sink {
+    /// The lab-side kernel stack answers (SYN-ACK, RST, echo reply).
+    Kernel,
+    /// An XDP program on nx0 drops every frame: pure transmit measurements.
+    Drop,
+}
+
+impl FromStr for Sink {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "kernel" => Ok(Sink::Kernel),
+            "drop" => Ok(Sink::Drop),
+            _ => Err(anyhow!("unknown sink {s:?} (use kernel or drop)")),
+        }
+    }
+}
+
+impl fmt::Display for Sink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Sink::Kernel => "kernel",
+            Sink::Drop => "drop",
+        })
+    }
+}
+
+/// A lab that is up: everything a tool needs to use it, as stored in
+/// `/run/sonde/lab/<name>.json`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct LabStatus {
+    pub name: String,
+    pub scan_ns: String,
+    pub net_ns: String,
+    pub scan_if: String,
+    pub net_if: String,
+    pub scan_ip: Ipv4Addr,
+    pub scan_mac: String,
+    pub gateway_ip: Ipv4Addr,
+    pub gateway_mac: String,
+    pub population: String,
+    pub responsive: f64,
+    pub responsive_count: u64,
+    pub tcp_open: Vec<u16>,
+    pub seed: u64,
+    pub queues: u32,
+    pub sink: String,
+    pub loss: f64,
+    pub server_pid: Option<u32>,
+    /// With `Sink::Drop`: how the XDP program attached ("xdpdrv" or
+    /// "xdpgeneric").
+    #[serde(default)]
+    pub xdp_mode: Option<String>,
+}
+
+/// Checks a lab name: 1 to 20 of `a-z`, `0-9` and `-`, not starting with `-`.
+pub fn validate_name(name: &str) -> Result<()> {
+    let ok_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if name.is_empty() || name.len() > MAX_NAME || !ok_chars || name.starts_with('-') {
+        bail!(
+            "bad lab name {name:?}: use 1 to {MAX_NAME} characters of a-z, 0-9 and '-', not starting with '-'"
+        );
+    }
+    Ok(())
+}
+
+/// Checks everything in a config before anything is created.
+pub(crate) fn validate(cfg: &LabConfig) -> Result<()> {
+    validate_name(&cfg.name)?;
+    if !LAB_SPACE.contains(&cfg.population) {
+        bail!(
+            "population {} is outside {LAB_SPACE}: the lab only uses benchmarking addresses (e.g. 198.18.0.0/16)",
+            cfg.population
+        );
+    }
+    if !(0.0..=1.0).contains(&cfg.responsive) {
+        bail!("responsive share {} is not between 0 and 1", cfg.responsive);
+    }
+    if !(0.0..1.0).contains(&cfg.loss) {
+        bail!("loss {} is not in [0, 1)", cfg.loss);
+    }
+    if cfg.queues == 0 || cfg.queues > MAX_QUEUES {
+        bail!("queues {} is not between 1 and {MAX_QUEUES}", cfg.queues);
+    }
+    if cfg.tcp_open.contains(&0) {
+        bail!("TCP port 0 cannot be opened; use ports 1 to 65535");
+    }
+    if let Some(p) = cfg
+        .tcp_open
+        .iter()
+        .enumerate()
+        .find_map(|(i, p)| cfg.tcp_open[..i].contains(p).then_some(p))
+    {
+        bail!("TCP port {p} is given twice in the open ports");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        for good in ["lab", "a", "x-1", "0", "abcdefghij0123456789"] {
+            validate_name(good).unwrap();
+        }
+        for bad in [
+            "",
+            "Lab",
+            "a_b",
+            "a.b",
+            "-x",
+            "a b",
+            "abcdefghij0123456789x",
+            "é",
+        ] {
+            let e = validate_name(bad).unwrap_err().to_string();
+            assert!(e.contains("bad lab name"), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn population_must_be_lab_space() {
+        let mut cfg = LabConfig::default();
+        validate(&cfg).unwrap();
+        cfg.population = "198.18.0.0/15".parse().unwrap();
+        validate(&cfg).unwrap();
+        for bad in ["10.0.0.0/8", "198.16.0.0/14", "198.20.0.0/16", "0.0.0.0/0"] {
+            cfg.population = bad.parse().unwrap();
+            let e = validate(&cfg).unwrap_err().to_string();
+            assert!(e.contains("outside 198.18.0.0/15"), "{e}");
+        }
+    }
+
+    #[test]
+    fn ranges() {
+        let base = LabConfig::default();
+        assert!(validate(&LabConfig {
+            responsive: 1.5,
+            ..base.clone()
+        })
+        .is_err());
+        assert!(validate(&LabConfig {
+            loss: 1.0,
+            ..base.clone()
+        })
+        .is_err());
+        assert!(validate(&LabConfig {
+            queues: 0,
+            ..base.clone()
+        })
+        .is_err());
+        assert!(validate(&LabConfig {
+            tcp_open: vec![0],
+            ..base.clone()
+        })
+        .is_err());
+        assert!(validate(&LabConfig {
+            responsive: f64::NAN,
+            ..base
+        })
+        .is_err());
+    }
+
+    #[test]
+    fn sink_parse() {
+        assert_eq!("kernel".parse::<Sink>().unwrap(), Sink::Kernel);
+        assert_eq!("drop".parse::<Sink>().unwrap(), Sink::Drop);
+        assert!("xdp".parse::<Sink>().is_err());
+        assert_eq!(Sink::Drop.to_string(), "drop");
+    }
+}

@@ -1,0 +1,29 @@
+//! The lab: a scanner namespace and a lab network namespace joined by a veth
+//! pair, with a known population of addresses that the lab-side Linux kernel
+//! answers for, and the exact ground truth of what it answers.
+//!
+//! THE SAFETY RULE (see LAB.md): every packet stays inside the namespaces made
+//! here, addressed to 198.18.0.0/15. Nothing is created in the root namespace
+//! except the namespaces themselves, and no lab namespace gets a route out.
+//!
+//! Everything is done by shelling out to `ip` and `nft`, so what the lab does
+//! can be read (and repeated by hand) from the commands in this crate.
+#![deny(unsafe_code)]
+
+mod cmd;
+mod config;
+mod counters;
+mod netns;
+mod nft;
+mod server;
+mod setup;
+mod state;
+mod truth;
+mod xdp;
+
+pub use config::{validate_name, LabConfig, LabStatus, Sink};
+pub use counters::{net_counters, received, scan_counters, IfCounters};
+pub use netns::{current_lab, enter_scan_ns, exec, list};
+pub use server::serve;
+pub use setup::{down, status, up};
+pub use truth::{is_responsive, truth};

@@ -1,0 +1,120 @@
+//! The lab's two namespaces: names, finding them, and entering them.
+
+use std::collections::BTreeSet;
+use std::fs::{self, File};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+
+use anyhow::{anyhow, Result};
+use nix::sched::{setns, CloneFlags};
+
+use crate::cmd::spawn_error;
+use crate::config::validate_name;
+use crate::state;
+
+/// Where `ip netns` keeps its named namespaces.
+const NETNS_DIR: &str = "/run/netns";
+
+pub(crate) fn scan_ns(name: &str) -> String {
+    format!("sonde-{name}-scan")
+}
+
+pub(crate) fn net_ns(name: &str) -> String {
+    format!("sonde-{name}-net")
+}
+
+pub(crate) fn ns_path(ns: &str) -> PathBuf {
+    Path::new(NETNS_DIR).join(ns)
+}
+
+pub(crate) fn ns_exists(ns: &str) -> bool {
+    ns_path(ns).exists()
+}
+
+/// The lab a namespace name belongs to, if it is one of ours.
+fn lab_of(ns: &str) -> Option<&str> {
+    let rest = ns.strip_prefix("sonde-")?;
+    let name = rest
+        .strip_suffix("-scan")
+        .or_else(|| rest.strip_suffix("-net"))?;
+    validate_name(name).ok().map(|_| name)
+}
+
+/// Names of all labs, up or half-made (a namespace or a state file left).
+pub fn list() -> Vec<String> {
+    let mut names = BTreeSet::new();
+    if let Ok(dir) = fs::read_dir(NETNS_DIR) {
+        for entry in dir.flatten() {
+            if let Some(name) = entry.file_name().to_str().and_then(lab_of) {
+                names.insert(name.to_string());
+            }
+        }
+    }
+    names.extend(state::names());
+    names.into_iter().collect()
+}
+
+fn open_scan_ns(name: &str) -> Result<File> {
+    validate_name(name)?;
+    let path = ns_path(&scan_ns(name));
+    File::open(&path).map_err(|e| {
+        anyhow!(
+            "lab {name:?} is not up ({}: {e}); start it with: sonde lab up --name {name}",
+            path.display()
+        )
+    })
+}
+
+/// Moves the calling thread into the scanner namespace of lab `name`.
+/// Threads spawned afterwards inherit it, so call this before spawning.
+pub fn enter_scan_ns(name: &str) -> Result<()> {
+    let ns = open_scan_ns(name)?;
+    setns(&ns, CloneFlags::CLONE_NEWNET).map_err(|e| {
+        anyhow!("cannot enter the scanner namespace of lab {name:?}: {e} (this needs root)")
+    })
+}
+
+/// The lab whose scanner namespace the calling thread is in, if any.
+pub fn current_lab() -> Option<String> {
+    // thread-self: enter_scan_ns moves one thread, and that is what counts.
+    let me = fs::metadata("/proc/thread-self/ns/net").ok()?;
+    let dir = fs::read_dir(NETNS_DIR).ok()?;
+    dir.flatten().find_map(|entry| {
+        let file = entry.file_name();
+        let ns = file.to_str()?;
+        let name = lab_of(ns).filter(|n| ns == scan_ns(n))?;
+        let meta = fs::metadata(entry.path()).ok()?;
+        (meta.ino() == me.ino() && meta.dev() == me.dev()).then(|| name.to_string())
+    })
+}
+
+/// Runs `argv` in the scanner namespace of lab `name`, with this process's
+/// stdio, and waits for it.
+pub fn exec(name: &str, argv: &[String]) -> Result<ExitStatus> {
+    open_scan_ns(name)?;
+    let (program, args) = argv
+        .split_first()
+        .ok_or_else(|| anyhow!("nothing to run in lab {name:?}: give a command"))?;
+    Command::new("ip")
+        .args(["netns", "exec", &scan_ns(name), program])
+        .args(args)
+        .status()
+        .map_err(|e| spawn_error("ip", &e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespace_names_round_trip() {
+        for name in ["lab", "a-net", "x-scan", "9"] {
+            assert_eq!(lab_of(&scan_ns(name)), Some(name));
+            assert_eq!(lab_of(&net_ns(name)), Some(name));
+        }
+        assert_eq!(lab_of("sonde-"), None);
+        assert_eq!(lab_of("other-lab-net"), None);
+        assert_eq!(lab_of("sonde-Bad-net"), None);
+    }
+}

@@ -1,0 +1,241 @@
+//! Bringing a lab up and taking it down.
+
+use anyhow::{anyhow, bail, Result};
+use ipnet::Ipv4Net;
+use serde_json::Value;
+
+use crate::cmd::{in_ns, ip_line};
+use crate::config::{
+    validate, validate_name, LabConfig, LabStatus, Sink, GATEWAY_IP, LINK_NET, NET_IF, SCAN_IF,
+    SCAN_IP,
+};
+use crate::netns::{net_ns, ns_exists, scan_ns};
+use crate::truth::Population;
+use crate::{nft, server, state, xdp};
+
+/// Fixed, locally administered MACs (02:00 + the IPv4 address), so frames in
+/// captures are recognisable; each lab has its own link, so labs never clash.
+const SCAN_MAC: &str = "02:00:c6:13:ff:01";
+const GATEWAY_MAC: &str = "02:00:c6:13:ff:fe";
+
+/// Sysctls of both namespaces. No forwarding, ever (the safety rule), and no
+/// IPv6 link-local address on new interfaces: with none there is no DAD,
+/// router solicitation or MLD report, so the veth carries only scan traffic.
+const COMMON_SYSCTLS: &[&str] = &[
+    "net.ipv4.ip_forward=0",
+    "net.ipv6.conf.all.forwarding=0",
+    "net.ipv6.conf.default.addr_gen_mode=1",
+    "net.ipv6.conf.default.accept_dad=0",
+    "net.ipv6.conf.default.router_solicitations=0",
+];
+
+/// Sysctls of the net namespace, whose kernel answers the scans: no ICMP rate
+/// limits, deep accept and SYN queues. (msgs_per_sec stays at 1e6: the kernel
+/// multiplies it by up to HZ in 32 bits.)
+const NET_SYSCTLS: &[&str] = &[
+    "net.ipv4.icmp_ratelimit=0",
+    "net.ipv4.icmp_msgs_per_sec=1000000",
+    "net.ipv4.icmp_msgs_burst=1000000",
+    "net.core.somaxconn=65535",
+    "net.ipv4.tcp_max_syn_backlog=65535",
+    "net.ipv4.tcp_syncookies=1",
+];
+
+/// Creates lab `cfg.name` and starts `server_cmd` in it if `cfg.tcp_open` is
+/// not empty. On any failure everything made so far is removed again.
+pub fn up(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
+    validate(cfg)?;
+    let name = &cfg.name;
+    if ns_exists(&scan_ns(name)) || ns_exists(&net_ns(name)) || state::exists(name) {
+        bail!("lab {name:?} already exists (remove it with: sonde lab down --name {name})");
+    }
+    if !cfg.tcp_open.is_empty() && server_cmd.is_empty() {
+        bail!(
+            "lab {name:?} has open ports {:?} but no server command to serve them",
+            cfg.tcp_open
+        );
+    }
+    if !nix::unistd::geteuid().is_root() {
+        bail!("bringing up a lab needs root (network namespaces); run as root");
+    }
+    build(cfg, server_cmd).map_err(|e| {
+        let cleanup = match teardown(name) {
+            Ok(()) => "everything made so far was removed".to_string(),
+            Err(t) => format!("cleaning up failed too: {t}"),
+        };
+        anyhow!("cannot bring up lab {name:?}: {e} ({cleanup})")
+    })
+}
+
+/// Removes lab `name`: its processes, namespaces (which takes the veth pair,
+/// routes, nftables and XDP with them) and state files. Works on a lab that a
+/// crash left half-made.
+pub fn down(name: &str) -> Result<()> {
+    validate_name(name)?;
+    if !ns_exists(&scan_ns(name)) && !ns_exists(&net_ns(name)) && !state::exists(name) {
+        bail!("lab {name:?} does not exist (see: sonde lab list)");
+    }
+    teardown(name).map_err(|e| anyhow!("cannot remove lab {name:?}: {e}"))
+}
+
+/// The status of lab `name` as `up` recorded it, after checking it is whole.
+pub fn status(name: &str) -> Result<LabStatus> {
+    let st = state::load_opt(name)?;
+    let whole = ns_exists(&scan_ns(name)) && ns_exists(&net_ns(name));
+    match st {
+        Some(st) if whole => Ok(st),
+        None if !ns_exists(&scan_ns(name)) && !ns_exists(&net_ns(name)) => {
+            bail!("lab {name:?} is not up (start it with: sonde lab up --name {name})")
+        }
+        _ => bail!("lab {name:?} is half-made; remove it with: sonde lab down --name {name}"),
+    }
+}
+
+/// Best-effort removal of everything a lab may have; keeps going past
+/// failures and reports the first.
+fn teardown(name: &str) -> Result<()> {
+    let (scan, net) = (scan_ns(name), net_ns(name));
+    let mut first_error = None;
+    let mut note = |r: Result<()>| {
+        if let Err(e) = r {
+            first_error.get_or_insert(e);
+        }
+    };
+    // The recorded server first: it may have outlived its namespace's name.
+    if let Ok(Some(saved)) = state::load_saved(name) {
+        if let Some(pid) = saved.status.server_pid {
+            server::stop_if_running(pid, &saved.server_cmd);
+        }
+    }
+    if ns_exists(&net) {
+        note(server::stop_all(&net));
+    }
+    for ns in [&net, &scan] {
+        if ns_exists(ns) {
+            note(ip_line(&format!("netns del {ns}")).map(drop));
+        }
+    }
+    note(state::remove(name));
+    first_error.map_or(Ok(()), Err)
+}
+
+fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
+    let (scan, net) = (scan_ns(&cfg.name), net_ns(&cfg.name));
+    for ns in [&scan, &net] {
+        ip_line(&format!("netns add {ns}"))?;
+        // Before the veth exists, so its ends get these defaults.
+        sysctl(ns, COMMON_SYSCTLS)?;
+        ip_line(&format!("-n {ns} link set dev lo up"))?;
+    }
+    sysctl(&net, NET_SYSCTLS)?;
+    make_link(cfg.queues, &scan, &net)?;
+    route(cfg.population, &scan, &net)?;
+    let pop = Population {
+        net: cfg.population.trunc(),
+        seed: cfg.seed,
+        share: cfg.responsive,
+    };
+    nft::load(&net, &pop, cfg.loss, &state::scratch(&cfg.name, ".nft")?)?;
+    let xdp_mode = match cfg.sink {
+        Sink::Drop => Some(xdp::attach_drop(&cfg.name, &net)?.to_string()),
+        Sink::Kernel => None,
+    };
+    let server_pid = if cfg.tcp_open.is_empty() {
+        None
+    } else {
+        Some(server::start(&net, server_cmd, &cfg.tcp_open)?)
+    };
+    let st = LabStatus {
+        name: cfg.name.clone(),
+        scan_ns: scan.clone(),
+        net_ns: net.clone(),
+        scan_if: SCAN_IF.into(),
+        net_if: NET_IF.into(),
+        scan_ip: SCAN_IP,
+        scan_mac: mac_of(&scan, SCAN_IF)?,
+        gateway_ip: GATEWAY_IP,
+        gateway_mac: mac_of(&net, NET_IF)?,
+        population: pop.net.to_string(),
+        responsive: cfg.responsive,
+        responsive_count: pop.responsive().count() as u64,
+        tcp_open: cfg.tcp_open.clone(),
+        seed: cfg.seed,
+        queues: cfg.queues,
+        sink: cfg.sink.to_string(),
+        loss: cfg.loss,
+        server_pid,
+        xdp_mode,
+    };
+    let server_cmd = if server_pid.is_some() {
+        server_cmd.to_vec()
+    } else {
+        Vec::new()
+    };
+    state::save(&state::Saved {
+        status: st.clone(),
+        server_cmd,
+    })?;
+    Ok(st)
+}
+
+/// `ip netns exec NS sysctl -q -w k=v …`
+fn sysctl(ns: &str, settings: &[&str]) -> Result<()> {
+    let mut args = vec!["-q", "-w"];
+    args.extend_from_slice(settings);
+    in_ns(ns, "sysctl", &args).map(drop)
+}
+
+/// The veth pair, created directly inside the two namespaces (nothing ever
+/// exists in the root namespace), addressed and up.
+fn make_link(queues: u32, scan: &str, net: &str) -> Result<()> {
+    let q = format!("numtxqueues {queues} numrxqueues {queues}");
+    ip_line(&format!(
+        "link add {SCAN_IF} netns {scan} address {SCAN_MAC} {q} type veth \
+         peer name {NET_IF} netns {net} address {GATEWAY_MAC} {q}"
+    ))?;
+    let len = LINK_NET.prefix_len();
+    ip_line(&format!("-n {scan} addr add {SCAN_IP}/{len} dev {SCAN_IF}"))?;
+    ip_line(&format!(
+        "-n {net} addr add {GATEWAY_IP}/{len} dev {NET_IF}"
+    ))?;
+    ip_line(&format!("-n {scan} link set dev {SCAN_IF} up"))?;
+    ip_line(&format!("-n {net} link set dev {NET_IF} up"))?;
+    Ok(())
+}
+
+/// Routes and neighbours. The scanner's default route points at nx0, which
+/// is in the lab: nothing leads out of the pair. The net namespace owns the
+/// whole population (a `local` route on lo), so its kernel answers for every
+/// address. Permanent neighbours both ways: no ARP on the link.
+fn route(population: Ipv4Net, scan: &str, net: &str) -> Result<()> {
+    let pop = population.trunc();
+    ip_line(&format!(
+        "-n {scan} route add default via {GATEWAY_IP} dev {SCAN_IF}"
+    ))?;
+    ip_line(&format!("-n {net} route add local {pop} dev lo"))?;
+    // A population covering the link subnet (e.g. all of 198.18.0.0/15)
+    // would make the scanner's own address local to the lab too; this more
+    // specific route in the same (local) table keeps the link on the link.
+    ip_line(&format!(
+        "-n {net} route add table local unicast {LINK_NET} dev {NET_IF} src {GATEWAY_IP}"
+    ))?;
+    let permanent = "nud permanent";
+    ip_line(&format!(
+        "-n {scan} neigh replace {GATEWAY_IP} lladdr {GATEWAY_MAC} dev {SCAN_IF} {permanent}"
+    ))?;
+    ip_line(&format!(
+        "-n {net} neigh replace {SCAN_IP} lladdr {SCAN_MAC} dev {NET_IF} {permanent}"
+    ))?;
+    Ok(())
+}
+
+/// The MAC address of `ifname` as the kernel reports it.
+fn mac_of(ns: &str, ifname: &str) -> Result<String> {
+    let text = ip_line(&format!("-n {ns} -j link show dev {ifname}"))?;
+    let json: Value = serde_json::from_str(&text)
+        .map_err(|e| anyhow!("cannot parse `ip -j link show dev {ifname}` in {ns}: {e}"))?;
+    json[0]["address"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| anyhow!("`ip -j link show dev {ifname}` in {ns} has no address"))
+}

@@ -1,0 +1,115 @@
+//! `/run/sonde/lab/<name>.json`: the status of each lab that is up, so later
+//! commands (status, truth, down, exec) know what `up` made. /run is a tmpfs,
+//! like /run/netns, so state and namespaces vanish together at reboot.
+
+use std::fs;
+use std::io;
+use std::path::PathBuf;
+
+use anyhow::{anyhow, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{validate_name, LabStatus};
+
+const STATE_DIR: &str = "/run/sonde/lab";
+/// Suffixes of everything this module lets a lab keep in STATE_DIR.
+const SUFFIXES: [&str; 4] = [".json", ".json.tmp", ".nft", "-drop.o"];
+
+/// A file of lab `name` in the state directory (`suffix` from SUFFIXES).
+pub(crate) fn file(name: &str, suffix: &str) -> PathBuf {
+    debug_assert!(SUFFIXES.contains(&suffix));
+    PathBuf::from(STATE_DIR).join(format!("{name}{suffix}"))
+}
+
+/// Creates the state directory and returns the path of `name`'s `suffix` file.
+pub(crate) fn scratch(name: &str, suffix: &str) -> Result<PathBuf> {
+    fs::create_dir_all(STATE_DIR).map_err(|e| anyhow!("cannot create {STATE_DIR}: {e}"))?;
+    Ok(file(name, suffix))
+}
+
+pub(crate) fn exists(name: &str) -> bool {
+    file(name, ".json").exists()
+}
+
+/// The state file: the status, and what `down` needs besides.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Saved {
+    #[serde(flatten)]
+    pub status: LabStatus,
+    /// The server's command line, so `down` can tell the server from another
+    /// process that got its pid later.
+    #[serde(default)]
+    pub server_cmd: Vec<String>,
+}
+
+/// Writes the state atomically (temporary file, then rename), so a reader
+/// never sees half a file.
+pub(crate) fn save(saved: &Saved) -> Result<()> {
+    let name = &saved.status.name;
+    let path = scratch(name, ".json")?;
+    let tmp = file(name, ".json.tmp");
+    let text = serde_json::to_string_pretty(saved)?;
+    fs::write(&tmp, text + "\n")
+        .and_then(|()| fs::rename(&tmp, &path))
+        .map_err(|e| anyhow!("cannot write {}: {e}", path.display()))
+}
+
+/// The status of lab `name`, or None if it has no state file.
+pub(crate) fn load_opt(name: &str) -> Result<Option<LabStatus>> {
+    Ok(load_saved(name)?.map(|s| s.status))
+}
+
+/// The state of lab `name`, or None if it has no state file.
+pub(crate) fn load_saved(name: &str) -> Result<Option<Saved>> {
+    validate_name(name)?;
+    let path = file(name, ".json");
+    let text = match fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(anyhow!("cannot read {}: {e}", path.display())),
+    };
+    let st = serde_json::from_str(&text).map_err(|e| {
+        anyhow!(
+            "{} is damaged ({e}); remove the lab with: sonde lab down --name {name}",
+            path.display()
+        )
+    })?;
+    Ok(Some(st))
+}
+
+/// The status of lab `name`; an error if it is not up.
+pub(crate) fn load(name: &str) -> Result<LabStatus> {
+    load_opt(name)?.ok_or_else(|| {
+        anyhow!("lab {name:?} is not up (start it with: sonde lab up --name {name})")
+    })
+}
+
+/// Removes every file lab `name` has in the state directory.
+pub(crate) fn remove(name: &str) -> Result<()> {
+    for suffix in SUFFIXES {
+        let path = file(name, suffix);
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                return Err(anyhow!("cannot remove {}: {e}", path.display()));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Names of labs with a state file.
+pub(crate) fn names() -> Vec<String> {
+    let Ok(dir) = fs::read_dir(STATE_DIR) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_suffix(".json")
+                .map(str::to_string)
+        })
+        .filter(|n| validate_name(n).is_ok())
+        .collect()
+}

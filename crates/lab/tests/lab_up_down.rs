@@ -1,0 +1,349 @@
+//! Brings real labs up and down (needs root, `ip` and `nft`; otherwise each
+//! test prints a skip line and passes). Every packet here goes from a lab's
+//! scanner namespace to its own population in 198.18.0.0/15; every lab gets a
+//! unique name and is removed by a guard, also when a test panics.
+
+use std::io::ErrorKind;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sys::socket::{
+    recv, sendto, setsockopt, socket, sockopt, AddressFamily, MsgFlags, SockFlag, SockProtocol,
+    SockType, SockaddrIn,
+};
+use nix::sys::time::TimeVal;
+use sonde_lab::{LabConfig, LabStatus, Sink};
+
+const SERVER: &str = env!("CARGO_BIN_EXE_sonde-lab-serve");
+
+fn can_run() -> bool {
+    let tool_ok = |tool: &str, arg: &str| {
+        let s = Command::new(tool)
+            .arg(arg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        s.map(|s| s.success()).unwrap_or(false)
+    };
+    let ok = nix::unistd::geteuid().is_root() && tool_ok("ip", "-V") && tool_ok("nft", "-v");
+    if !ok {
+        eprintln!("skipped: needs root, ip (iproute2) and nft (nftables)");
+    }
+    ok
+}
+
+/// A lab name unique to this process and call, within the 20-character limit.
+fn unique_name(tag: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "t{}-{}{tag}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Takes the lab down when dropped, so a failing test leaves nothing behind.
+struct Guard(String);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if sonde_lab::list().contains(&self.0) {
+            if let Err(e) = sonde_lab::down(&self.0) {
+                eprintln!("cleanup of lab {} failed: {e}", self.0);
+            }
+        }
+    }
+}
+
+fn assert_gone(name: &str) {
+    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !text.contains(&format!("sonde-{name}-")),
+        "namespaces left: {text}"
+    );
+    assert!(!sonde_lab::list().contains(&name.to_string()));
+}
+
+/// Runs `f` on a thread that has entered the lab's scanner namespace.
+fn in_scan<T: Send>(name: &str, f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            sonde_lab::enter_scan_ns(name).unwrap();
+            assert_eq!(sonde_lab::current_lab().as_deref(), Some(name));
+            f()
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+/// One ICMP echo over a raw socket (the `ping` program may not be installed):
+/// true if the reply comes within a second.
+fn ping(addr: Ipv4Addr) -> bool {
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::Icmp,
+    )
+    .unwrap();
+    setsockopt(&fd, sockopt::ReceiveTimeout, &TimeVal::new(0, 200_000)).unwrap();
+    let id = (std::process::id() as u16).to_be_bytes();
+    let mut pkt = [
+        8, 0, 0, 0, id[0], id[1], 0, 1, b's', b'o', b'n', b'd', b'e', 0, 0, 0,
+    ];
+    let sum = checksum(&pkt).to_be_bytes();
+    pkt[2..4].copy_from_slice(&sum);
+    let to = SockaddrIn::from(SocketAddrV4::new(addr, 0));
+    sendto(fd.as_raw_fd(), &pkt, &to, MsgFlags::empty()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let mut buf = [0u8; 1500];
+    while Instant::now() < deadline {
+        let Ok(n) = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty()) else {
+            continue;
+        };
+        let ihl = usize::from(buf[0] & 0x0f) * 4;
+        let src = Ipv4Addr::new(buf[12], buf[13], buf[14], buf[15]);
+        let icmp = &buf[ihl..n];
+        if src == addr && icmp.len() >= 8 && icmp[0] == 0 && icmp[4..6] == id {
+            return true;
+        }
+    }
+    false
+}
+
+fn checksum(bytes: &[u8]) -> u16 {
+    let mut sum: u32 = bytes
+        .chunks(2)
+        .map(|c| u32::from(c[0]) << 8 | u32::from(c[1]))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// "synack", "rst" or "none": what a TCP connect to addr:port meets.
+fn connect(addr: Ipv4Addr, port: u16) -> &'static str {
+    let to = SocketAddr::V4(SocketAddrV4::new(addr, port));
+    match TcpStream::connect_timeout(&to, Duration::from_millis(700)) {
+        Ok(_) => "synack",
+        Err(e) if e.kind() == ErrorKind::ConnectionRefused => "rst",
+        Err(_) => "none",
+    }
+}
+
+/// The lab's truth as (addr, port, answer) rows.
+fn truth_rows(name: &str, ports: Option<&[u16]>) -> Vec<(Ipv4Addr, u16, String)> {
+    let mut out = Vec::new();
+    let n = sonde_lab::truth(name, ports, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("addr,port,answer"));
+    let rows: Vec<_> = lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(rows.len() as u64, n);
+    rows
+}
+
+fn check_status(st: &LabStatus, name: &str) {
+    assert_eq!(st.name, name);
+    assert_eq!(st.scan_ns, format!("sonde-{name}-scan"));
+    assert_eq!(st.net_ns, format!("sonde-{name}-net"));
+    assert_eq!((st.scan_if.as_str(), st.net_if.as_str()), ("sx0", "nx0"));
+    assert_eq!(st.scan_ip, Ipv4Addr::new(198, 19, 255, 1));
+    assert_eq!(st.gateway_ip, Ipv4Addr::new(198, 19, 255, 254));
+    for mac in [&st.scan_mac, &st.gateway_mac] {
+        assert_eq!(mac.len(), 17, "{mac}");
+        assert_eq!(mac.matches(':').count(), 5, "{mac}");
+    }
+    assert_eq!(sonde_lab::status(name).unwrap(), *st);
+}
+
+#[test]
+fn kernel_sink_answers_as_the_truth_says() {
+    if !can_run() {
+        return;
+    }
+    let name = unique_name("k");
+    let guard = Guard(name.clone());
+    let cfg = LabConfig {
+        name: name.clone(),
+        population: "198.18.7.0/26".parse().unwrap(),
+        responsive: 0.5,
+        tcp_open: vec![80],
+        seed: 42,
+        ..LabConfig::default()
+    };
+    let server = [SERVER.to_string(), "--ports".into(), "80".into()];
+    let st = sonde_lab::up(&cfg, &server).unwrap();
+    check_status(&st, &name);
+    assert!(st.server_pid.is_some());
+    assert_eq!(st.population, "198.18.7.0/26");
+    assert!(sonde_lab::list().contains(&name));
+
+    let again = sonde_lab::up(&cfg, &server).unwrap_err().to_string();
+    assert!(again.contains("already exists"), "{again}");
+    assert_eq!(
+        sonde_lab::status(&name).unwrap(),
+        st,
+        "a failed second up changed the lab"
+    );
+
+    let rows = truth_rows(&name, Some(&[80, 22]));
+    let echo: Vec<Ipv4Addr> = rows.iter().filter(|r| r.2 == "echo").map(|r| r.0).collect();
+    assert_eq!(echo.len() as u64, st.responsive_count);
+    let silent = rows
+        .iter()
+        .find(|r| r.1 == 0 && r.2 == "none")
+        .expect("a silent address")
+        .0;
+    let (on, off) = (echo[0], silent);
+
+    assert_eq!(sonde_lab::current_lab(), None);
+    let run = |argv: &[&str]| {
+        let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
+        sonde_lab::exec(&name, &argv).unwrap().code()
+    };
+    assert_eq!(run(&["sh", "-c", "exit 3"]), Some(3));
+    assert_eq!(
+        run(&["sh", "-c", "ip -o link show sx0 >/dev/null"]),
+        Some(0)
+    );
+
+    let before = sonde_lab::received(&name).unwrap();
+    let sent_before = sonde_lab::scan_counters(&name).unwrap().tx_packets;
+    let seen = in_scan(&name, || {
+        [
+            (on, 0, if ping(on) { "echo" } else { "none" }),
+            (off, 0, if ping(off) { "echo" } else { "none" }),
+            (on, 80, connect(on, 80)),
+            (on, 22, connect(on, 22)),
+            (off, 80, connect(off, 80)),
+        ]
+    });
+    for (addr, port, got) in seen {
+        let want = rows.iter().find(|r| r.0 == addr && r.1 == port).unwrap();
+        assert_eq!(got, want.2, "{addr} port {port}");
+    }
+    assert!(sonde_lab::received(&name).unwrap() > before);
+    assert!(sonde_lab::scan_counters(&name).unwrap().tx_packets > sent_before);
+    assert!(sonde_lab::net_counters(&name).unwrap().tx_packets > 0);
+
+    sonde_lab::down(&name).unwrap();
+    assert_gone(&name);
+    let missing = sonde_lab::down(&name).unwrap_err().to_string();
+    assert!(missing.contains("does not exist"), "{missing}");
+    drop(guard);
+}
+
+#[test]
+fn drop_sink_counts_what_it_drops() {
+    if !can_run() {
+        return;
+    }
+    let name = unique_name("d");
+    let _guard = Guard(name.clone());
+    let cfg = LabConfig {
+        name: name.clone(),
+        population: "198.18.9.0/28".parse().unwrap(),
+        responsive: 1.0,
+        tcp_open: vec![],
+        sink: Sink::Drop,
+        ..LabConfig::default()
+    };
+    let st = sonde_lab::up(&cfg, &[]).unwrap();
+    check_status(&st, &name);
+    assert_eq!(st.server_pid, None);
+    let mode = st.xdp_mode.clone().expect("xdp mode recorded");
+    assert!(mode == "xdpdrv" || mode == "xdpgeneric", "{mode}");
+
+    const N: u64 = 1000;
+    let before = sonde_lab::net_counters(&name).unwrap();
+    let answered = in_scan(&name, || {
+        let udp = UdpSocket::bind("198.19.255.1:0").unwrap();
+        for i in 0..N {
+            udp.send_to(b"sonde", (Ipv4Addr::new(198, 18, 9, (i % 16) as u8), 9))
+                .unwrap();
+        }
+        ping(Ipv4Addr::new(198, 18, 9, 1))
+    });
+    assert!(!answered, "the drop sink let an echo request through");
+    let after = sonde_lab::net_counters(&name).unwrap();
+    let received = sonde_lab::received(&name).unwrap();
+    assert_eq!(received, after.rx_packets);
+    // N datagrams and the echo request, all counted though all dropped.
+    assert!(received - before.rx_packets > N, "{before:?} -> {after:?}");
+    if mode == "xdpdrv" {
+        assert!(
+            after.xdp_drops - before.xdp_drops > N,
+            "{before:?} -> {after:?}"
+        );
+    }
+}
+
+#[test]
+fn failed_up_leaves_nothing() {
+    if !can_run() {
+        return;
+    }
+    let name = unique_name("f");
+    let _guard = Guard(name.clone());
+    let cfg = LabConfig {
+        name: name.clone(),
+        tcp_open: vec![80],
+        ..LabConfig::default()
+    };
+    // A server that exits at once: up gets far, then must undo it all.
+    let e = sonde_lab::up(&cfg, &["false".to_string()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("exited") && e.contains("removed"), "{e}");
+    assert_gone(&name);
+
+    let outside = LabConfig {
+        population: "10.0.0.0/24".parse().unwrap(),
+        ..cfg
+    };
+    let e = sonde_lab::up(&outside, &[]).unwrap_err().to_string();
+    assert!(e.contains("outside 198.18.0.0/15"), "{e}");
+    assert_gone(&name);
+
+    let e = sonde_lab::down(&unique_name("m")).unwrap_err().to_string();
+    assert!(e.contains("does not exist"), "{e}");
+    assert!(sonde_lab::status(&unique_name("m")).is_err());
+}
+
+#[test]
+fn down_cleans_up_after_a_crash_half_way() {
+    if !can_run() {
+        return;
+    }
+    let name = unique_name("c");
+    let _guard = Guard(name.clone());
+    // What a crash after the first steps of `up` leaves: namespaces, no state.
+    for ns in [format!("sonde-{name}-scan"), format!("sonde-{name}-net")] {
+        assert!(Command::new("ip")
+            .args(["netns", "add", &ns])
+            .status()
+            .unwrap()
+            .success());
+    }
+    assert!(sonde_lab::list().contains(&name));
+    let e = sonde_lab::status(&name).unwrap_err().to_string();
+    assert!(e.contains("half-made"), "{e}");
+    sonde_lab::down(&name).unwrap();
+    assert_gone(&name);
+}
