@@ -31,6 +31,13 @@ enum Command {
     Bench(cmd::bench::BenchArgs),
 }
 
+/// Prints a line on stdout; a closed pipe (`sonde ... | head`) ends output quietly instead of
+/// panicking.
+pub fn say(text: impl std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+}
+
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {

@@ -7,13 +7,29 @@ use plotters::prelude::*;
 
 use crate::cmd::bench::SweepRow;
 
-const COLORS: [RGBColor; 6] = [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(44, 160, 44), RGBColor(214, 39, 40), RGBColor(148, 103, 189), RGBColor(140, 86, 75)];
+const COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
 
 /// Plots `metric` against batch size, one series per (backend, threads).
-pub fn sweep(rows: &[SweepRow], path: &Path, y_label: &str, metric: impl Fn(&SweepRow) -> f64) -> anyhow::Result<()> {
+pub fn sweep(
+    rows: &[SweepRow],
+    path: &Path,
+    y_label: &str,
+    metric: impl Fn(&SweepRow) -> f64,
+) -> anyhow::Result<()> {
     let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
     for r in rows {
-        let name = if rows.iter().any(|o| o.threads != 1) { format!("{} ×{}", r.backend, r.threads) } else { r.backend.clone() };
+        let name = if rows.iter().any(|o| o.threads != 1) {
+            format!("{} ×{}", r.backend, r.threads)
+        } else {
+            r.backend.clone()
+        };
         match series.iter_mut().find(|(n, _)| *n == name) {
             Some((_, pts)) => pts.push((r.batch as f64, metric(r))),
             None => series.push((name, vec![(r.batch as f64, metric(r))])),
@@ -22,9 +38,13 @@ pub fn sweep(rows: &[SweepRow], path: &Path, y_label: &str, metric: impl Fn(&Swe
     let x_max = rows.iter().map(|r| r.batch as f64).fold(1.0, f64::max) * 1.5;
     let y_max = rows.iter().map(&metric).fold(0.0, f64::max) * 1.1 + 1e-9;
     let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow!("plotting {}: {e}", path.display()))?;
+    root.fill(&WHITE)
+        .map_err(|e| anyhow!("plotting {}: {e}", path.display()))?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(format!("sonde bench tx: {y_label} by batch size"), ("sans-serif", 22))
+        .caption(
+            format!("sonde bench tx: {y_label} by batch size"),
+            ("sans-serif", 22),
+        )
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(80)
@@ -34,7 +54,15 @@ pub fn sweep(rows: &[SweepRow], path: &Path, y_label: &str, metric: impl Fn(&Swe
         .configure_mesh()
         .x_desc("frames per batch (log scale)")
         .y_desc(y_label)
-        .y_label_formatter(&|v| if *v >= 1e6 { format!("{:.1}M", v / 1e6) } else if *v >= 1e3 { format!("{:.0}k", v / 1e3) } else { format!("{v:.0}") })
+        .y_label_formatter(&|v| {
+            if *v >= 1e6 {
+                format!("{:.1}M", v / 1e6)
+            } else if *v >= 1e3 {
+                format!("{:.0}k", v / 1e3)
+            } else {
+                format!("{v:.0}")
+            }
+        })
         .draw()
         .map_err(|e| anyhow!("plotting {}: {e}", path.display()))?;
     for (i, (name, pts)) in series.into_iter().enumerate() {
@@ -43,8 +71,12 @@ pub fn sweep(rows: &[SweepRow], path: &Path, y_label: &str, metric: impl Fn(&Swe
             .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
             .map_err(|e| anyhow!("plotting {}: {e}", path.display()))?
             .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-        chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled()))).map_err(|e| anyhow!("plotting: {e}"))?;
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
+            .map_err(|e| anyhow!("plotting: {e}"))?;
     }
     chart
         .configure_series_labels()
@@ -52,6 +84,7 @@ pub fn sweep(rows: &[SweepRow], path: &Path, y_label: &str, metric: impl Fn(&Swe
         .border_style(BLACK)
         .draw()
         .map_err(|e| anyhow!("plotting {}: {e}", path.display()))?;
-    root.present().map_err(|e| anyhow!("writing {}: {e}", path.display()))?;
+    root.present()
+        .map_err(|e| anyhow!("writing {}: {e}", path.display()))?;
     Ok(())
 }

@@ -14,15 +14,26 @@ pub struct Status {
 impl Status {
     /// A status line for `total` frames (or an open-ended run when `None`).
     pub fn new(total: Option<u64>, quiet: bool) -> Status {
-        let target = if quiet { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr_with_hz(2) };
+        let target = if quiet {
+            ProgressDrawTarget::hidden()
+        } else {
+            ProgressDrawTarget::stderr_with_hz(2)
+        };
         let bar = ProgressBar::with_draw_target(total, target);
         let template = if total.is_some() {
             "{elapsed_precise} [{bar:30}] {percent:>3}% {human_pos}/{human_len} frames  {msg}  eta {eta}"
         } else {
             "{elapsed_precise} {human_pos} frames  {msg}"
         };
-        bar.set_style(ProgressStyle::with_template(template).expect("valid template").progress_chars("=> "));
-        Status { bar, last: (Instant::now(), 0) }
+        bar.set_style(
+            ProgressStyle::with_template(template)
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        Status {
+            bar,
+            last: (Instant::now(), 0),
+        }
     }
 
     /// Redraws with the counter's current value and the rate since the last call.

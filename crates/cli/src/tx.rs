@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use sonde_craft::{Targets, Template};
 use sonde_io::{AnyTx, BackendKind, FrameTx, IoConfig};
-use sonde_meter::{CpuTimes, Counter, Stopwatch};
+use sonde_meter::{Counter, CpuTimes, Stopwatch};
 
 /// When a run ends.
 #[derive(Clone, Copy, Debug)]
@@ -58,9 +58,17 @@ pub fn run(plan: &TxPlan, stop: &AtomicBool, progress: &Counter) -> anyhow::Resu
                 scope.spawn(move || worker.run(tx, t % cpus, stop, progress))
             })
             .collect();
-        workers.into_iter().map(|w| w.join().expect("sender thread panicked")).sum()
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("sender thread panicked"))
+            .sum()
     });
-    Ok(TxOutcome { packets: sent?, wall: watch.wall(), cpu: watch.cpu(), how })
+    Ok(TxOutcome {
+        packets: sent?,
+        wall: watch.wall(),
+        cpu: watch.cpu(),
+        how,
+    })
 }
 
 fn open_queues(plan: &TxPlan) -> anyhow::Result<Vec<AnyTx>> {
@@ -68,7 +76,12 @@ fn open_queues(plan: &TxPlan) -> anyhow::Result<Vec<AnyTx>> {
         .map(|t| {
             let mut io = plan.io.clone();
             io.queue = t as u32 % plan.queues.max(1);
-            AnyTx::open(plan.backend, &io).with_context(|| format!("opening {} on {} queue {}", plan.backend, io.iface, io.queue))
+            AnyTx::open(plan.backend, &io).with_context(|| {
+                format!(
+                    "opening {} on {} queue {}",
+                    plan.backend, io.iface, io.queue
+                )
+            })
         })
         .collect()
 }
@@ -100,7 +113,13 @@ impl Worker {
         }
     }
 
-    fn run(mut self, mut tx: AnyTx, cpu: usize, stop: &AtomicBool, progress: &Counter) -> anyhow::Result<u64> {
+    fn run(
+        mut self,
+        mut tx: AnyTx,
+        cpu: usize,
+        stop: &AtomicBool,
+        progress: &Counter,
+    ) -> anyhow::Result<u64> {
         pin_to_cpu(cpu);
         let mut sent = 0u64;
         while !stop.load(Ordering::Relaxed) {
@@ -144,7 +163,10 @@ struct Pacer {
 impl Pacer {
     fn new(rate: f64) -> Pacer {
         let seconds_per_packet = if rate > 0.0 { 1.0 / rate } else { 0.0 };
-        Pacer { seconds_per_packet, next: Instant::now() }
+        Pacer {
+            seconds_per_packet,
+            next: Instant::now(),
+        }
     }
 
     fn wait(&mut self, packets: usize) {

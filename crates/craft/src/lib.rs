@@ -82,7 +82,10 @@ pub struct Template {
 impl Template {
     pub fn new(spec: &TemplateSpec) -> Result<Template, String> {
         if !(MIN_FRAME..=MAX_FRAME).contains(&spec.frame_size) {
-            return Err(format!("frame size {} is outside {MIN_FRAME}..={MAX_FRAME}", spec.frame_size));
+            return Err(format!(
+                "frame size {} is outside {MIN_FRAME}..={MAX_FRAME}",
+                spec.frame_size
+            ));
         }
         let mut frame = vec![0u8; spec.frame_size];
         let (protocol, l4_checksum_at) = match spec.kind {
@@ -95,8 +98,19 @@ impl Template {
         frame[IP_CHECKSUM].fill(0);
         frame[l4_checksum_at..l4_checksum_at + 2].fill(0);
         let ip_sum = sum(&frame[IP_AT..L4_AT]);
-        let l4_sum = pseudo_header_v4(spec.src_ip, Ipv4Addr::UNSPECIFIED, protocol.0, l4_len as u16) + sum(&frame[L4_AT..]);
-        Ok(Template { frame, ip_sum, l4_sum, l4_checksum_at, zero_as_ones: spec.kind == ProbeKind::Udp })
+        let l4_sum = pseudo_header_v4(
+            spec.src_ip,
+            Ipv4Addr::UNSPECIFIED,
+            protocol.0,
+            l4_len as u16,
+        ) + sum(&frame[L4_AT..]);
+        Ok(Template {
+            frame,
+            ip_sum,
+            l4_sum,
+            l4_checksum_at,
+            zero_as_ones: spec.kind == ProbeKind::Udp,
+        })
     }
 
     /// Length of every frame this template writes.
@@ -117,7 +131,8 @@ impl Template {
         let ip = dst.octets();
         out[IP_DST].copy_from_slice(&ip);
         out[L4_DST_PORT].copy_from_slice(&port.to_be_bytes());
-        let words = u32::from(u16::from_be_bytes([ip[0], ip[1]])) + u32::from(u16::from_be_bytes([ip[2], ip[3]]));
+        let words = u32::from(u16::from_be_bytes([ip[0], ip[1]]))
+            + u32::from(u16::from_be_bytes([ip[2], ip[3]]));
         out[IP_CHECKSUM].copy_from_slice(&(!fold(self.ip_sum + words)).to_be_bytes());
         let mut l4 = !fold(self.l4_sum + words + u32::from(port));
         if l4 == 0 && self.zero_as_ones {
@@ -130,7 +145,11 @@ impl Template {
 
 /// Builds Ethernet + IPv4 + TCP SYN/UDP headers (destination 0.0.0.0 port 0) with the wire reprs.
 fn emit_headers(frame: &mut [u8], spec: &TemplateSpec, protocol: IpProtocol, l4_len: usize) {
-    let eth = ethernet::Repr { src_addr: spec.src_mac, dst_addr: spec.dst_mac, ethertype: EtherType::Ipv4 };
+    let eth = ethernet::Repr {
+        src_addr: spec.src_mac,
+        dst_addr: spec.dst_mac,
+        ethertype: EtherType::Ipv4,
+    };
     eth.emit(&mut ethernet::Frame::new_unchecked(&mut frame[..]));
     let ip = ipv4::Repr {
         src_addr: spec.src_ip,
@@ -142,7 +161,10 @@ fn emit_headers(frame: &mut [u8], spec: &TemplateSpec, protocol: IpProtocol, l4_
         dont_frag: false,
     };
     ip.emit(&mut ipv4::Packet::new_unchecked(&mut frame[IP_AT..]));
-    let ips = IpPair::V4 { src: spec.src_ip, dst: Ipv4Addr::UNSPECIFIED };
+    let ips = IpPair::V4 {
+        src: spec.src_ip,
+        dst: Ipv4Addr::UNSPECIFIED,
+    };
     match spec.kind {
         ProbeKind::TcpSyn => {
             let syn = tcp::Repr {
@@ -162,7 +184,11 @@ fn emit_headers(frame: &mut [u8], spec: &TemplateSpec, protocol: IpProtocol, l4_
             syn.emit(&mut tcp::Packet::new_unchecked(&mut frame[L4_AT..]), &ips);
         }
         ProbeKind::Udp => {
-            let dgram = udp::Repr { src_port: spec.src_port, dst_port: 0, payload_len: l4_len - udp::HEADER_LEN };
+            let dgram = udp::Repr {
+                src_port: spec.src_port,
+                dst_port: 0,
+                payload_len: l4_len - udp::HEADER_LEN,
+            };
             dgram.emit(&mut udp::Packet::new_unchecked(&mut frame[L4_AT..]), &ips);
         }
     }
@@ -189,7 +215,13 @@ impl Targets {
         }
         let addresses = 1u64 << (32 - prefix_len);
         let base = u32::from(network) & (u64::from(u32::MAX) << (32 - prefix_len)) as u32;
-        Ok(Targets { base, addresses, ports: ports.to_vec(), next_addr: 0, next_port: 0 })
+        Ok(Targets {
+            base,
+            addresses,
+            ports: ports.to_vec(),
+            next_addr: 0,
+            next_port: 0,
+        })
     }
 
     /// Thread `t` of `n` starts its walk at its own slice of the address space.
@@ -233,7 +265,10 @@ mod tests {
         let ip = ipv4::Packet::new_checked(eth.payload()).unwrap();
         assert!(ip.verify_checksum(), "IPv4 checksum for {dst}");
         assert_eq!(ip.dst_addr(), dst);
-        let ips = IpPair::V4 { src: ip.src_addr(), dst };
+        let ips = IpPair::V4 {
+            src: ip.src_addr(),
+            dst,
+        };
         match kind {
             ProbeKind::TcpSyn => {
                 let seg = tcp::Packet::new_checked(ip.payload()).unwrap();
@@ -255,10 +290,14 @@ mod tests {
             for size in [60, 61, 128, 1514] {
                 let t = Template::new(&spec(kind, size)).unwrap();
                 let mut buf = [0u8; MAX_FRAME];
-                let mut targets = Targets::new(Ipv4Addr::new(198, 18, 0, 0), 15, &[0, 80, 443, 65535]).unwrap();
+                let mut targets =
+                    Targets::new(Ipv4Addr::new(198, 18, 0, 0), 15, &[0, 80, 443, 65535]).unwrap();
                 for i in 0..5000u32 {
                     let (dst, port) = if i % 7 == 0 {
-                        (Ipv4Addr::from(0xC612_0000 | i.wrapping_mul(2_654_435_761) & 0x1ffff), (i * 40503) as u16)
+                        (
+                            Ipv4Addr::from(0xC612_0000 | i.wrapping_mul(2_654_435_761) & 0x1ffff),
+                            (i * 40503) as u16,
+                        )
                     } else {
                         targets.next_target()
                     };
@@ -271,7 +310,9 @@ mod tests {
 
     #[test]
     fn bad_sizes_are_refused() {
-        assert!(Template::new(&spec(ProbeKind::TcpSyn, 59)).unwrap_err().contains("59"));
+        assert!(Template::new(&spec(ProbeKind::TcpSyn, 59))
+            .unwrap_err()
+            .contains("59"));
         assert!(Template::new(&spec(ProbeKind::Udp, 1515)).is_err());
     }
 
@@ -280,7 +321,10 @@ mod tests {
         let mut t = Targets::new(Ipv4Addr::new(198, 18, 0, 7), 30, &[80, 443]).unwrap();
         let seen: Vec<_> = (0..9).map(|_| t.next_target()).collect();
         let a = |d| Ipv4Addr::new(198, 18, 0, d);
-        assert_eq!(&seen[..5], &[(a(4), 80), (a(5), 80), (a(6), 80), (a(7), 80), (a(4), 443)]);
+        assert_eq!(
+            &seen[..5],
+            &[(a(4), 80), (a(5), 80), (a(6), 80), (a(7), 80), (a(4), 443)]
+        );
         assert_eq!(seen[8], (a(4), 80));
         assert_eq!(t.split(1, 2).next_target(), (a(6), 80));
         assert!(Targets::new(Ipv4Addr::new(198, 18, 0, 0), 16, &[]).is_err());

@@ -118,7 +118,9 @@ impl FromStr for BackendKind {
         Self::ALL
             .into_iter()
             .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown backend \"{s}\": choose one of xdp, ring, mmsg, sendto, pcap, mem"))
+            .ok_or_else(|| {
+                format!("unknown backend \"{s}\": choose one of xdp, ring, mmsg, sendto, pcap, mem")
+            })
     }
 }
 
@@ -151,7 +153,7 @@ impl IoConfig {
 
 /// A transmit queue of any backend; static dispatch per batch.
 pub enum AnyTx {
-    Xdp(xdp::XdpTx),
+    Xdp(Box<xdp::XdpTx>),
     Ring(ring::RingTx),
     Mmsg(mmsg::MmsgTx),
     Sendto(sendto::SendtoTx),
@@ -163,7 +165,7 @@ impl AnyTx {
     /// Opens a transmit queue of backend `kind` (`mem` opens a loop-back pair's sending end).
     pub fn open(kind: BackendKind, cfg: &IoConfig) -> anyhow::Result<AnyTx> {
         Ok(match kind {
-            BackendKind::Xdp => AnyTx::Xdp(xdp::XdpTx::open(cfg)?),
+            BackendKind::Xdp => AnyTx::Xdp(Box::new(xdp::XdpTx::open(cfg)?)),
             BackendKind::Ring => AnyTx::Ring(ring::RingTx::open(cfg)?),
             BackendKind::Mmsg => AnyTx::Mmsg(mmsg::MmsgTx::open(cfg)?),
             BackendKind::Sendto => AnyTx::Sendto(sendto::SendtoTx::open(cfg)?),

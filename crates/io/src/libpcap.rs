@@ -13,7 +13,9 @@ fn pcap_error(iface: &str, err: pcap::Error) -> anyhow::Error {
     if text.contains("ermission") || text.contains("EPERM") {
         anyhow!("libpcap on {iface}: permission denied: needs CAP_NET_RAW (run as root)")
     } else if text.contains("No such device") {
-        anyhow!("no interface named \"{iface}\" in this network namespace (list them with: ip link)")
+        anyhow!(
+            "no interface named \"{iface}\" in this network namespace (list them with: ip link)"
+        )
     } else {
         anyhow!("libpcap on {iface}: {text}")
     }
@@ -22,7 +24,12 @@ fn pcap_error(iface: &str, err: pcap::Error) -> anyhow::Error {
 fn open_capture(cfg: &IoConfig, timeout_ms: i32) -> anyhow::Result<pcap::Capture<pcap::Active>> {
     crate::packet_socket::ifindex(&cfg.iface)?;
     pcap::Capture::from_device(cfg.iface.as_str())
-        .and_then(|c| c.snaplen(MAX_FRAME as i32 + 4).immediate_mode(true).timeout(timeout_ms).open())
+        .and_then(|c| {
+            c.snaplen(MAX_FRAME as i32 + 4)
+                .immediate_mode(true)
+                .timeout(timeout_ms)
+                .open()
+        })
         .map_err(|e| pcap_error(&cfg.iface, e))
 }
 
@@ -35,14 +42,22 @@ impl PcapTx {
     pub fn open(cfg: &IoConfig) -> anyhow::Result<Self> {
         let mut cap = open_capture(cfg, 1)?;
         // A sender has no use for what arrives: capture nothing so the ring costs nothing.
-        cap.filter("less 1", true).map_err(|e| pcap_error(&cfg.iface, e))?;
+        cap.filter("less 1", true)
+            .map_err(|e| pcap_error(&cfg.iface, e))?;
         cap.direction(pcap::Direction::In).ok();
-        Ok(PcapTx { cap, buf: Box::new([0; MAX_FRAME]) })
+        Ok(PcapTx {
+            cap,
+            buf: Box::new([0; MAX_FRAME]),
+        })
     }
 }
 
 impl FrameTx for PcapTx {
-    fn tx_batch<F: FnMut(usize, &mut [u8]) -> usize>(&mut self, count: usize, mut fill: F) -> io::Result<usize> {
+    fn tx_batch<F: FnMut(usize, &mut [u8]) -> usize>(
+        &mut self,
+        count: usize,
+        mut fill: F,
+    ) -> io::Result<usize> {
         for i in 0..count {
             let len = fill(i, &mut self.buf[..]);
             loop {
@@ -68,13 +83,19 @@ pub struct PcapRx {
 impl PcapRx {
     pub fn open(cfg: &IoConfig) -> anyhow::Result<Self> {
         let cap = open_capture(cfg, 10)?;
-        cap.direction(pcap::Direction::In).map_err(|e| pcap_error(&cfg.iface, e))?;
+        cap.direction(pcap::Direction::In)
+            .map_err(|e| pcap_error(&cfg.iface, e))?;
         Ok(PcapRx { cap })
     }
 }
 
 impl FrameRx for PcapRx {
-    fn rx_batch<F: FnMut(&[u8])>(&mut self, max: usize, timeout: Duration, mut on_frame: F) -> io::Result<usize> {
+    fn rx_batch<F: FnMut(&[u8])>(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+        mut on_frame: F,
+    ) -> io::Result<usize> {
         let deadline = std::time::Instant::now() + timeout;
         let mut got = 0;
         while got < max {

@@ -32,9 +32,16 @@ pub fn pair(capacity: usize) -> (MemPort, MemPort) {
 }
 
 impl FrameTx for MemPort {
-    fn tx_batch<F: FnMut(usize, &mut [u8]) -> usize>(&mut self, count: usize, mut fill: F) -> io::Result<usize> {
+    fn tx_batch<F: FnMut(usize, &mut [u8]) -> usize>(
+        &mut self,
+        count: usize,
+        mut fill: F,
+    ) -> io::Result<usize> {
         // One lock per batch, never per frame.
-        let mut out = self.outbox.lock().map_err(|_| io::Error::other("mem queue poisoned"))?;
+        let mut out = self
+            .outbox
+            .lock()
+            .map_err(|_| io::Error::other("mem queue poisoned"))?;
         let n = count.min(self.capacity - out.len().min(self.capacity));
         for i in 0..n {
             let len = fill(i, &mut self.scratch[..]).min(MAX_FRAME);
@@ -49,11 +56,19 @@ impl FrameTx for MemPort {
 }
 
 impl FrameRx for MemPort {
-    fn rx_batch<F: FnMut(&[u8])>(&mut self, max: usize, timeout: Duration, mut on_frame: F) -> io::Result<usize> {
+    fn rx_batch<F: FnMut(&[u8])>(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+        mut on_frame: F,
+    ) -> io::Result<usize> {
         let deadline = Instant::now() + timeout;
         loop {
             {
-                let mut inbox = self.inbox.lock().map_err(|_| io::Error::other("mem queue poisoned"))?;
+                let mut inbox = self
+                    .inbox
+                    .lock()
+                    .map_err(|_| io::Error::other("mem queue poisoned"))?;
                 let n = max.min(inbox.len());
                 if n > 0 || Instant::now() >= deadline {
                     for frame in inbox.drain(..n) {
@@ -80,7 +95,9 @@ mod tests {
         });
         assert_eq!(sent.unwrap(), 3, "a queue of 3 takes 3 frames");
         let mut seen = Vec::new();
-        let got = b.rx_batch(10, Duration::ZERO, |f| seen.push((f[0], f.len()))).unwrap();
+        let got = b
+            .rx_batch(10, Duration::ZERO, |f| seen.push((f[0], f.len())))
+            .unwrap();
         assert_eq!(got, 3);
         assert_eq!(seen, vec![(0, 60), (1, 60), (2, 60)]);
         assert_eq!(b.rx_batch(10, Duration::from_millis(1), |_| ()).unwrap(), 0);

@@ -26,7 +26,11 @@ impl Slab {
         let zero_iov: libc::iovec = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
         let zero_msg: libc::mmsghdr = unsafe { std::mem::zeroed() };
-        Slab { bufs: vec![0; n * MAX_FRAME], iov: vec![zero_iov; n], msgs: vec![zero_msg; n] }
+        Slab {
+            bufs: vec![0; n * MAX_FRAME],
+            iov: vec![zero_iov; n],
+            msgs: vec![zero_msg; n],
+        }
     }
 
     fn capacity(&self) -> usize {
@@ -61,7 +65,10 @@ pub struct MmsgTx {
 
 impl MmsgTx {
     pub fn open(cfg: &IoConfig) -> anyhow::Result<Self> {
-        Ok(MmsgTx { fd: open_bound(&cfg.iface, 0)?, slab: Slab::new(cfg.batch.min(4096)) })
+        Ok(MmsgTx {
+            fd: open_bound(&cfg.iface, 0)?,
+            slab: Slab::new(cfg.batch.min(4096)),
+        })
     }
 
     /// Sends messages `from..to`; returns how many the kernel took (0 when its queue is full).
@@ -81,7 +88,11 @@ impl MmsgTx {
 }
 
 impl FrameTx for MmsgTx {
-    fn tx_batch<F: FnMut(usize, &mut [u8]) -> usize>(&mut self, count: usize, mut fill: F) -> io::Result<usize> {
+    fn tx_batch<F: FnMut(usize, &mut [u8]) -> usize>(
+        &mut self,
+        count: usize,
+        mut fill: F,
+    ) -> io::Result<usize> {
         let n = count.min(self.slab.capacity());
         for i in 0..n {
             let len = fill(i, self.slab.frame_mut(i));
@@ -111,14 +122,27 @@ impl MmsgRx {
     pub fn open(cfg: &IoConfig) -> anyhow::Result<Self> {
         let fd = open_bound(&cfg.iface, libc::ETH_P_ALL as u16)?;
         // Our own transmissions would otherwise be looped back to this socket.
-        crate::packet_socket::set_option(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32)
-            .map_err(|e| anyhow::anyhow!("PACKET_IGNORE_OUTGOING on {}: {e}", cfg.iface))?;
-        Ok(MmsgRx { fd, slab: Slab::new(cfg.batch.min(4096)) })
+        crate::packet_socket::set_option(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_IGNORE_OUTGOING,
+            &1i32,
+        )
+        .map_err(|e| anyhow::anyhow!("PACKET_IGNORE_OUTGOING on {}: {e}", cfg.iface))?;
+        Ok(MmsgRx {
+            fd,
+            slab: Slab::new(cfg.batch.min(4096)),
+        })
     }
 }
 
 impl FrameRx for MmsgRx {
-    fn rx_batch<F: FnMut(&[u8])>(&mut self, max: usize, timeout: Duration, mut on_frame: F) -> io::Result<usize> {
+    fn rx_batch<F: FnMut(&[u8])>(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+        mut on_frame: F,
+    ) -> io::Result<usize> {
         if !poll_readable(self.fd.as_raw_fd(), timeout)? {
             return Ok(0);
         }
@@ -128,7 +152,13 @@ impl FrameRx for MmsgRx {
         }
         // SAFETY: the first n messages point at n live MAX_FRAME-sized buffers.
         let rc = unsafe {
-            libc::recvmmsg(self.fd.as_raw_fd(), self.slab.msgs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT, std::ptr::null_mut())
+            libc::recvmmsg(
+                self.fd.as_raw_fd(),
+                self.slab.msgs.as_mut_ptr(),
+                n as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
         };
         if rc < 0 {
             let err = io::Error::last_os_error();

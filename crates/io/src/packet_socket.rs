@@ -11,7 +11,8 @@ use anyhow::{anyhow, bail};
 
 /// Index of interface `name` in this network namespace, or a one-line error saying where to look.
 pub fn ifindex(name: &str) -> anyhow::Result<u32> {
-    let c = CString::new(name).map_err(|_| anyhow!("interface name {name:?} contains a NUL byte"))?;
+    let c =
+        CString::new(name).map_err(|_| anyhow!("interface name {name:?} contains a NUL byte"))?;
     // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
     let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
     if index == 0 {
@@ -40,7 +41,10 @@ pub fn open_bound(iface: &str, protocol: u16) -> anyhow::Result<OwnedFd> {
     // SAFETY: plain socket(2) call; the result is checked before use.
     let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(proto_be)) };
     if raw < 0 {
-        return Err(open_error("opening an AF_PACKET socket", io::Error::last_os_error()));
+        return Err(open_error(
+            "opening an AF_PACKET socket",
+            io::Error::last_os_error(),
+        ));
     }
     // SAFETY: `raw` is a fresh descriptor owned by nobody else.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
@@ -58,7 +62,10 @@ pub fn open_bound(iface: &str, protocol: u16) -> anyhow::Result<OwnedFd> {
         )
     };
     if rc < 0 {
-        return Err(open_error(&format!("binding a packet socket to {iface}"), io::Error::last_os_error()));
+        return Err(open_error(
+            &format!("binding a packet socket to {iface}"),
+            io::Error::last_os_error(),
+        ));
     }
     Ok(fd)
 }
@@ -67,7 +74,13 @@ pub fn open_bound(iface: &str, protocol: u16) -> anyhow::Result<OwnedFd> {
 pub fn set_option<T: Copy>(fd: RawFd, level: i32, name: i32, value: &T) -> io::Result<()> {
     // SAFETY: `value` points to a live `T` whose size is passed alongside it.
     let rc = unsafe {
-        libc::setsockopt(fd, level, name, value as *const T as *const libc::c_void, size_of::<T>() as u32)
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            value as *const T as *const libc::c_void,
+            size_of::<T>() as u32,
+        )
     };
     if rc < 0 {
         return Err(io::Error::last_os_error());
@@ -77,7 +90,11 @@ pub fn set_option<T: Copy>(fd: RawFd, level: i32, name: i32, value: &T) -> io::R
 
 /// Waits until `fd` is readable or `timeout` passes; true if readable.
 pub fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
-    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
     // SAFETY: `pfd` is one valid pollfd and the count passed is 1.
     let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
@@ -97,5 +114,8 @@ pub fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
 
 /// Whether a send error only means "the queue is full right now": back off and retry.
 pub fn is_transient(err: &io::Error) -> bool {
-    matches!(err.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR))
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR)
+    )
 }

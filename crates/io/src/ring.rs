@@ -49,7 +49,10 @@ impl Mapping {
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(Mapping { base: NonNull::new(ptr.cast()).expect("mmap returned NULL"), len })
+        Ok(Mapping {
+            base: NonNull::new(ptr.cast()).expect("mmap returned NULL"),
+            len,
+        })
     }
 
     /// The status word at `offset` (the kernel and we hand slots back and forth through it).
@@ -69,8 +72,13 @@ impl Drop for Mapping {
 }
 
 fn set_version_v3(fd: &OwnedFd) -> anyhow::Result<()> {
-    set_option(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_VERSION, &(libc::tpacket_versions::TPACKET_V3 as i32))
-        .map_err(|e| anyhow!("the kernel refused TPACKET_V3 ({e}); try --backend mmsg"))
+    set_option(
+        fd.as_raw_fd(),
+        libc::SOL_PACKET,
+        libc::PACKET_VERSION,
+        &(libc::tpacket_versions::TPACKET_V3 as i32),
+    )
+    .map_err(|e| anyhow!("the kernel refused TPACKET_V3 ({e}); try --backend mmsg"))
 }
 
 pub struct RingTx {
@@ -84,8 +92,13 @@ impl RingTx {
     pub fn open(cfg: &IoConfig) -> anyhow::Result<Self> {
         let fd = open_bound(&cfg.iface, 0)?;
         set_version_v3(&fd)?;
-        set_option(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &1i32)
-            .map_err(|e| anyhow!("the kernel refused PACKET_QDISC_BYPASS ({e}); try --backend mmsg"))?;
+        set_option(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_QDISC_BYPASS,
+            &1i32,
+        )
+        .map_err(|e| anyhow!("the kernel refused PACKET_QDISC_BYPASS ({e}); try --backend mmsg"))?;
         let slots = cfg.ring_frames.max(64).next_power_of_two() as usize;
         let block_size = 1 << 16;
         let req = libc::tpacket_req3 {
@@ -97,10 +110,19 @@ impl RingTx {
             tp_sizeof_priv: 0,
             tp_feature_req_word: 0,
         };
-        set_option(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_TX_RING, &req)
-            .map_err(|e| anyhow!("the kernel refused a TPACKET_V3 tx ring on {} ({e}); try --backend mmsg", cfg.iface))?;
+        set_option(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_TX_RING, &req).map_err(|e| {
+            anyhow!(
+                "the kernel refused a TPACKET_V3 tx ring on {} ({e}); try --backend mmsg",
+                cfg.iface
+            )
+        })?;
         let map = Mapping::new(&fd, slots * TX_FRAME_SIZE).context("mapping the tx ring")?;
-        Ok(RingTx { fd, map, slots, head: 0 })
+        Ok(RingTx {
+            fd,
+            map,
+            slots,
+            head: 0,
+        })
     }
 
     fn slot_offset(&self, index: usize) -> usize {
@@ -108,14 +130,18 @@ impl RingTx {
     }
 
     fn slot_is_free(&self, index: usize) -> bool {
-        let status = self.map.status(self.slot_offset(index) + STATUS_FIELD).load(Ordering::Acquire);
+        let status = self
+            .map
+            .status(self.slot_offset(index) + STATUS_FIELD)
+            .load(Ordering::Acquire);
         status == libc::TP_STATUS_AVAILABLE || status & libc::TP_STATUS_WRONG_FORMAT != 0
     }
 
     /// Asks the kernel to transmit every slot marked SEND_REQUEST.
     fn kick(&self) -> io::Result<()> {
         // SAFETY: a zero-length send on a TX-ring socket only triggers ring processing.
-        let rc = unsafe { libc::send(self.fd.as_raw_fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT) };
+        let rc =
+            unsafe { libc::send(self.fd.as_raw_fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT) };
         if rc < 0 {
             let err = io::Error::last_os_error();
             if !is_transient(&err) {
@@ -131,7 +157,10 @@ impl RingTx {
         // SAFETY: the slot is free (checked by the caller), so the kernel does not touch its
         // data until we set SEND_REQUEST below; the range lies inside the mapping.
         let data = unsafe {
-            std::slice::from_raw_parts_mut(self.map.base.as_ptr().add(offset + TX_DATA_OFFSET), MAX_FRAME)
+            std::slice::from_raw_parts_mut(
+                self.map.base.as_ptr().add(offset + TX_DATA_OFFSET),
+                MAX_FRAME,
+            )
         };
         let len = fill(i, data).min(MAX_FRAME) as u32;
         // SAFETY: the slot header lies at the start of the slot inside the mapping.
@@ -139,7 +168,9 @@ impl RingTx {
         hdr.tp_len = len;
         hdr.tp_snaplen = len;
         hdr.tp_next_offset = 0;
-        self.map.status(offset + STATUS_FIELD).store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
+        self.map
+            .status(offset + STATUS_FIELD)
+            .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
     }
 }
 
@@ -147,7 +178,11 @@ impl RingTx {
 const STATUS_FIELD: usize = std::mem::offset_of!(libc::tpacket3_hdr, tp_status);
 
 impl FrameTx for RingTx {
-    fn tx_batch<F: FnMut(usize, &mut [u8]) -> usize>(&mut self, count: usize, mut fill: F) -> io::Result<usize> {
+    fn tx_batch<F: FnMut(usize, &mut [u8]) -> usize>(
+        &mut self,
+        count: usize,
+        mut fill: F,
+    ) -> io::Result<usize> {
         let mut posted = 0;
         while posted < count {
             let index = self.head;
@@ -190,8 +225,13 @@ impl RingRx {
     pub fn open(cfg: &IoConfig) -> anyhow::Result<Self> {
         let fd = open_bound(&cfg.iface, libc::ETH_P_ALL as u16)?;
         set_version_v3(&fd)?;
-        set_option(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32)
-            .map_err(|e| anyhow!("PACKET_IGNORE_OUTGOING on {}: {e}", cfg.iface))?;
+        set_option(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_IGNORE_OUTGOING,
+            &1i32,
+        )
+        .map_err(|e| anyhow!("PACKET_IGNORE_OUTGOING on {}: {e}", cfg.iface))?;
         let req = libc::tpacket_req3 {
             tp_block_size: RX_BLOCK_SIZE as u32,
             tp_block_nr: RX_BLOCKS as u32,
@@ -201,19 +241,33 @@ impl RingRx {
             tp_sizeof_priv: 0,
             tp_feature_req_word: 0,
         };
-        set_option(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_RX_RING, &req)
-            .map_err(|e| anyhow!("the kernel refused a TPACKET_V3 rx ring on {} ({e}); try --backend mmsg", cfg.iface))?;
+        set_option(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_RX_RING, &req).map_err(|e| {
+            anyhow!(
+                "the kernel refused a TPACKET_V3 rx ring on {} ({e}); try --backend mmsg",
+                cfg.iface
+            )
+        })?;
         let map = Mapping::new(&fd, RX_BLOCK_SIZE * RX_BLOCKS).context("mapping the rx ring")?;
-        Ok(RingRx { fd, map, block: 0, left_in_block: 0, next_offset: 0 })
+        Ok(RingRx {
+            fd,
+            map,
+            block: 0,
+            left_in_block: 0,
+            next_offset: 0,
+        })
     }
 
     fn block_desc(&self) -> &libc::tpacket_block_desc {
         // SAFETY: block descriptors sit at the start of each block inside the mapping.
-        unsafe { &*(self.map.base.as_ptr().add(self.block * RX_BLOCK_SIZE) as *const libc::tpacket_block_desc) }
+        unsafe {
+            &*(self.map.base.as_ptr().add(self.block * RX_BLOCK_SIZE)
+                as *const libc::tpacket_block_desc)
+        }
     }
 
     fn block_status(&self) -> &AtomicU32 {
-        self.map.status(self.block * RX_BLOCK_SIZE + BLOCK_STATUS_FIELD)
+        self.map
+            .status(self.block * RX_BLOCK_SIZE + BLOCK_STATUS_FIELD)
     }
 
     /// Opens the current block if the kernel has handed it to us; false if it has not.
@@ -233,7 +287,8 @@ impl RingRx {
     }
 
     fn release_block(&mut self) {
-        self.block_status().store(libc::TP_STATUS_KERNEL, Ordering::Release);
+        self.block_status()
+            .store(libc::TP_STATUS_KERNEL, Ordering::Release);
         self.block = (self.block + 1) % RX_BLOCKS;
     }
 
@@ -241,7 +296,9 @@ impl RingRx {
     fn next_packet<F: FnMut(&[u8])>(&mut self, on_frame: &mut F) {
         let block_end = (self.block + 1) * RX_BLOCK_SIZE;
         // SAFETY: the kernel wrote a tpacket3_hdr at next_offset inside this user-owned block.
-        let hdr = unsafe { &*(self.map.base.as_ptr().add(self.next_offset) as *const libc::tpacket3_hdr) };
+        let hdr = unsafe {
+            &*(self.map.base.as_ptr().add(self.next_offset) as *const libc::tpacket3_hdr)
+        };
         let start = self.next_offset + hdr.tp_mac as usize;
         let len = (hdr.tp_snaplen as usize).min(block_end.saturating_sub(start));
         // SAFETY: start..start+len is clamped to the current block, which we own.
@@ -260,13 +317,20 @@ impl RingRx {
 const BLOCK_STATUS_FIELD: usize = std::mem::offset_of!(libc::tpacket_block_desc, hdr);
 
 impl FrameRx for RingRx {
-    fn rx_batch<F: FnMut(&[u8])>(&mut self, max: usize, timeout: Duration, mut on_frame: F) -> io::Result<usize> {
+    fn rx_batch<F: FnMut(&[u8])>(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+        mut on_frame: F,
+    ) -> io::Result<usize> {
         let mut got = 0;
         while got < max {
-            if self.left_in_block == 0 && !self.open_block() {
-                if got > 0 || !poll_readable(self.fd.as_raw_fd(), timeout)? || !self.open_block() {
-                    break;
-                }
+            let ready = self.left_in_block > 0 || self.open_block();
+            // Wait for the kernel only while nothing has been read yet.
+            if !ready
+                && (got > 0 || !poll_readable(self.fd.as_raw_fd(), timeout)? || !self.open_block())
+            {
+                break;
             }
             self.next_packet(&mut on_frame);
             got += 1;

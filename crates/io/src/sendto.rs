@@ -14,7 +14,10 @@ pub struct SendtoTx {
 
 impl SendtoTx {
     pub fn open(cfg: &IoConfig) -> anyhow::Result<Self> {
-        Ok(SendtoTx { fd: open_bound(&cfg.iface, 0)?, buf: Box::new([0; MAX_FRAME]) })
+        Ok(SendtoTx {
+            fd: open_bound(&cfg.iface, 0)?,
+            buf: Box::new([0; MAX_FRAME]),
+        })
     }
 
     fn send_one(&mut self, len: usize) -> io::Result<bool> {
@@ -32,7 +35,11 @@ impl SendtoTx {
 }
 
 impl FrameTx for SendtoTx {
-    fn tx_batch<F: FnMut(usize, &mut [u8]) -> usize>(&mut self, count: usize, mut fill: F) -> io::Result<usize> {
+    fn tx_batch<F: FnMut(usize, &mut [u8]) -> usize>(
+        &mut self,
+        count: usize,
+        mut fill: F,
+    ) -> io::Result<usize> {
         for i in 0..count {
             let len = fill(i, &mut self.buf[..]);
             // A frame that was filled has been accepted: retry it until the kernel takes it.

@@ -15,7 +15,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail};
-use xsk_rs::config::{BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig, XdpFlags};
+use xsk_rs::config::{
+    BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig, XdpFlags,
+};
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
 
 use crate::{FrameRx, FrameTx, IoConfig, MAX_FRAME};
@@ -42,7 +44,9 @@ impl FromStr for XdpMode {
             "auto" => Ok(XdpMode::Auto),
             "native" | "drv" => Ok(XdpMode::Native),
             "generic" | "skb" => Ok(XdpMode::Generic),
-            _ => Err(format!("unknown XDP mode \"{s}\": choose auto, native or generic")),
+            _ => Err(format!(
+                "unknown XDP mode \"{s}\": choose auto, native or generic"
+            )),
         }
     }
 }
@@ -63,8 +67,20 @@ impl fmt::Display for Attempt {
 }
 
 fn attempts(mode: XdpMode) -> Vec<Attempt> {
-    let native = [Attempt { native: true, zero_copy: true }, Attempt { native: true, zero_copy: false }];
-    let generic = [Attempt { native: false, zero_copy: false }];
+    let native = [
+        Attempt {
+            native: true,
+            zero_copy: true,
+        },
+        Attempt {
+            native: true,
+            zero_copy: false,
+        },
+    ];
+    let generic = [Attempt {
+        native: false,
+        zero_copy: false,
+    }];
     match mode {
         XdpMode::Auto => native.into_iter().chain(generic).collect(),
         XdpMode::Native => native.to_vec(),
@@ -120,7 +136,12 @@ impl XskPort {
         ))
     }
 
-    fn try_open(cfg: &IoConfig, frames: u32, receive: bool, attempt: Attempt) -> io::Result<XskPort> {
+    fn try_open(
+        cfg: &IoConfig,
+        frames: u32,
+        receive: bool,
+        attempt: Attempt,
+    ) -> io::Result<XskPort> {
         let ring = queue_size(frames);
         let umem_cfg = UmemConfig::builder()
             .frame_size(FrameSize::new(FRAME_SIZE).map_err(|e| io::Error::other(e.to_string()))?)
@@ -129,10 +150,19 @@ impl XskPort {
             .build()
             .map_err(|e| io::Error::other(e.to_string()))?;
         let count = NonZeroU32::new(ring.get()).expect("queue sizes are non-zero");
-        let (umem, descs) = Umem::new(umem_cfg, count, false).map_err(|e| io::Error::other(e.to_string()))?;
+        let (umem, descs) =
+            Umem::new(umem_cfg, count, false).map_err(|e| io::Error::other(e.to_string()))?;
         let mut bind = BindFlags::XDP_USE_NEED_WAKEUP;
-        bind |= if attempt.zero_copy { BindFlags::XDP_ZEROCOPY } else { BindFlags::XDP_COPY };
-        let xdp_flags = if attempt.native { XdpFlags::XDP_FLAGS_DRV_MODE } else { XdpFlags::XDP_FLAGS_SKB_MODE };
+        bind |= if attempt.zero_copy {
+            BindFlags::XDP_ZEROCOPY
+        } else {
+            BindFlags::XDP_COPY
+        };
+        let xdp_flags = if attempt.native {
+            XdpFlags::XDP_FLAGS_DRV_MODE
+        } else {
+            XdpFlags::XDP_FLAGS_SKB_MODE
+        };
         let mut libxdp = LibxdpFlags::empty();
         if !receive {
             libxdp |= LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD;
@@ -147,11 +177,20 @@ impl XskPort {
         let name = Interface::new(CString::new(cfg.iface.as_str()).map_err(io::Error::other)?);
         // SAFETY: the UMEM is fresh and not shared, so the program-load/double-free caveat of
         // sharing does not apply.
-        let (tx, rx, rings) = unsafe { Socket::new(sock_cfg, &umem, &name, cfg.queue) }.map_err(socket_error)?;
+        let (tx, rx, rings) =
+            unsafe { Socket::new(sock_cfg, &umem, &name, cfg.queue) }.map_err(socket_error)?;
         let (fill, comp) = rings.ok_or_else(|| io::Error::other("UMEM rings missing"))?;
         let budget = set_tx_budget(&tx, ring.get());
         let how = format!("AF_XDP, {attempt}{budget}");
-        Ok(XskPort { umem, tx, rx, fill, comp, frames: descs, how })
+        Ok(XskPort {
+            umem,
+            tx,
+            rx,
+            fill,
+            comp,
+            frames: descs,
+            how,
+        })
     }
 }
 
@@ -159,7 +198,9 @@ impl XskPort {
 fn socket_error(e: xsk_rs::socket::SocketCreateError) -> io::Error {
     let text = e.to_string();
     match std::error::Error::source(&e).and_then(|s| s.downcast_ref::<io::Error>()) {
-        Some(os) if os.raw_os_error().is_some() => io::Error::from_raw_os_error(os.raw_os_error().unwrap_or(0)),
+        Some(os) if os.raw_os_error().is_some() => {
+            io::Error::from_raw_os_error(os.raw_os_error().unwrap_or(0))
+        }
         _ => io::Error::other(text),
     }
 }
@@ -187,7 +228,13 @@ impl XdpTx {
         let mut port = XskPort::open(cfg, cfg.ring_frames, false)?;
         let free = std::mem::take(&mut port.frames);
         let ring = free.len() as u32;
-        Ok(XdpTx { port, posted: Vec::with_capacity(free.len()), completed: vec![FrameDesc::default(); free.len()], free, ring })
+        Ok(XdpTx {
+            port,
+            posted: Vec::with_capacity(free.len()),
+            completed: vec![FrameDesc::default(); free.len()],
+            free,
+            ring,
+        })
     }
 
     pub fn describe(&self) -> String {
@@ -202,14 +249,14 @@ impl XdpTx {
     }
 
     /// Wakes the kernel until it has taken every posted descriptor off the TX ring (copy mode
-    /// sends at most a budget of frames per wake-up), or until the bound is reached.
+    /// sends at most a budget of frames per wake-up), or until the bound is reached. The
+    /// completion ring is as large as the UMEM, so it cannot fill up in between.
     fn kick(&mut self) -> io::Result<()> {
         for _ in 0..MAX_KICKS_PER_BATCH {
             if !self.port.tx.needs_wakeup() || self.port.tx.nb_free_exact() >= self.ring {
                 break;
             }
             self.port.tx.wakeup()?;
-            self.reclaim();
         }
         Ok(())
     }
@@ -217,36 +264,51 @@ impl XdpTx {
     /// The bare floor: posts descriptors of frames written once up front, with no per-frame
     /// work at all, until `count` frames have been handed over. This is what the ring itself
     /// allows; `blast` is measured against it.
+    ///
+    /// Completions of one TX queue come back in posting order, so the pre-built descriptors
+    /// (lengths included: the completion ring does not carry them) are simply reused round-robin,
+    /// with never more in flight than there are frames.
     pub fn post_prebuilt(&mut self, frame: &[u8], count: u64, batch: usize) -> io::Result<u64> {
         let len = frame.len().min(MAX_FRAME);
-        for desc in self.free.iter_mut() {
+        let mut ring = std::mem::take(&mut self.free);
+        for desc in ring.iter_mut() {
             // SAFETY: every free descriptor belongs to this UMEM and is not in any ring.
             let mut data = unsafe { self.port.umem.data_mut(desc) };
             let mut cursor = data.cursor();
             cursor.set_pos(0);
             io::Write::write_all(&mut cursor, &frame[..len])?;
         }
-        let mut sent = 0u64;
+        let (frames, mut head, mut in_flight, mut sent) = (ring.len(), 0usize, 0usize, 0u64);
         while sent < count {
-            self.reclaim();
-            let n = (batch as u64).min(count - sent).min(self.free.len() as u64) as usize;
-            if n == 0 {
-                self.kick()?;
-                continue;
-            }
-            let at = self.free.len() - n;
-            // SAFETY: these frames are free and still hold the pre-built frame and its length.
-            let produced = unsafe { self.port.tx.produce(&self.free[at..]) };
-            self.free.truncate(self.free.len() - produced);
+            // SAFETY: `completed` holds descriptors of this socket's own UMEM.
+            in_flight -= unsafe { self.port.comp.consume(&mut self.completed) };
+            let n = (batch as u64)
+                .min(count - sent)
+                .min((frames - in_flight) as u64) as usize;
+            let n = n.min(frames - head);
+            // SAFETY: these frames are not in flight and still hold the pre-built frame.
+            let produced = unsafe { self.port.tx.produce(&ring[head..head + n]) };
+            head = (head + produced) % frames;
+            in_flight += produced;
             sent += produced as u64;
             self.kick()?;
         }
+        while in_flight > 0 {
+            self.port.tx.wakeup()?;
+            // SAFETY: as above.
+            in_flight -= unsafe { self.port.comp.consume(&mut self.completed) };
+        }
+        self.free = ring;
         Ok(sent)
     }
 }
 
 impl FrameTx for XdpTx {
-    fn tx_batch<F: FnMut(usize, &mut [u8]) -> usize>(&mut self, count: usize, mut fill: F) -> io::Result<usize> {
+    fn tx_batch<F: FnMut(usize, &mut [u8]) -> usize>(
+        &mut self,
+        count: usize,
+        mut fill: F,
+    ) -> io::Result<usize> {
         self.reclaim();
         let room = self.port.tx.nb_free(count as u32) as usize;
         let n = count.min(self.free.len()).min(room);
@@ -297,7 +359,11 @@ impl XdpRx {
         // SAFETY: all frames are fresh and owned by no ring; the fill ring is as large as the UMEM.
         let filled = unsafe { port.fill.produce(&frames) };
         if filled != frames.len() {
-            bail!("AF_XDP fill ring on {} took {filled} of {} frames", cfg.iface, frames.len());
+            bail!(
+                "AF_XDP fill ring on {} took {filled} of {} frames",
+                cfg.iface,
+                frames.len()
+            );
         }
         let received = vec![FrameDesc::default(); frames.len()];
         Ok(XdpRx { port, received })
@@ -305,11 +371,20 @@ impl XdpRx {
 }
 
 impl FrameRx for XdpRx {
-    fn rx_batch<F: FnMut(&[u8])>(&mut self, max: usize, timeout: Duration, mut on_frame: F) -> io::Result<usize> {
+    fn rx_batch<F: FnMut(&[u8])>(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+        mut on_frame: F,
+    ) -> io::Result<usize> {
         let max = max.min(self.received.len());
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: `received` only ever holds descriptors of this socket's UMEM.
-        let n = unsafe { self.port.rx.poll_and_consume(&mut self.received[..max], ms)? };
+        let n = unsafe {
+            self.port
+                .rx
+                .poll_and_consume(&mut self.received[..max], ms)?
+        };
         for desc in &self.received[..n] {
             // SAFETY: the kernel handed these frames to us; nothing else accesses them now.
             let data = unsafe { self.port.umem.data(desc) };

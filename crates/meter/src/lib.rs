@@ -21,11 +21,17 @@ pub struct CpuTimes {
 impl CpuTimes {
     pub fn now() -> CpuTimes {
         let usage = rusage();
-        CpuTimes { user: timeval(usage.ru_utime), system: timeval(usage.ru_stime) }
+        CpuTimes {
+            user: timeval(usage.ru_utime),
+            system: timeval(usage.ru_stime),
+        }
     }
 
     pub fn since(&self, earlier: &CpuTimes) -> CpuTimes {
-        CpuTimes { user: self.user.saturating_sub(earlier.user), system: self.system.saturating_sub(earlier.system) }
+        CpuTimes {
+            user: self.user.saturating_sub(earlier.user),
+            system: self.system.saturating_sub(earlier.system),
+        }
     }
 
     pub fn total(&self) -> Duration {
@@ -60,7 +66,10 @@ pub struct Stopwatch {
 
 impl Stopwatch {
     pub fn start() -> Stopwatch {
-        Stopwatch { wall: Instant::now(), cpu: CpuTimes::now() }
+        Stopwatch {
+            wall: Instant::now(),
+            cpu: CpuTimes::now(),
+        }
     }
 
     pub fn wall(&self) -> Duration {
@@ -101,7 +110,9 @@ pub fn parse_link(text: &str) -> Result<f64, String> {
     };
     match number.parse::<f64>() {
         Ok(v) if v > 0.0 && v.is_finite() => Ok(v * scale),
-        _ => Err(format!("invalid link speed \"{text}\": use a number with m or g, like 1g, 10g or 100m")),
+        _ => Err(format!(
+            "invalid link speed \"{text}\": use a number with m or g, like 1g, 10g or 100m"
+        )),
     }
 }
 
@@ -127,11 +138,25 @@ pub struct TxSummary {
 
 impl TxSummary {
     #[allow(clippy::too_many_arguments)]
-    pub fn new(packets: u64, wall: Duration, cpu: CpuTimes, frame_size: usize, link_gbps: f64, backend: &str, batch: usize, threads: usize, how: &str) -> TxSummary {
+    pub fn new(
+        packets: u64,
+        wall: Duration,
+        cpu: CpuTimes,
+        frame_size: usize,
+        link_gbps: f64,
+        backend: &str,
+        batch: usize,
+        threads: usize,
+        how: &str,
+    ) -> TxSummary {
         let wall_s = wall.as_secs_f64().max(1e-9);
         let pps = packets as f64 / wall_s;
         let gbps = pps * ((frame_size as u64 + WIRE_OVERHEAD) * 8) as f64 / 1e9;
-        let cpu_ns_per_packet = if packets == 0 { 0.0 } else { cpu.total().as_nanos() as f64 / packets as f64 };
+        let cpu_ns_per_packet = if packets == 0 {
+            0.0
+        } else {
+            cpu.total().as_nanos() as f64 / packets as f64
+        };
         TxSummary {
             packets,
             wall_s,
@@ -202,7 +227,17 @@ mod tests {
     #[test]
     fn line_rate_counts_preamble_and_gap() {
         // 10 GbE carries 14.88 Mpps of minimum frames: 60 bytes + FCS + preamble + gap = 84.
-        let s = TxSummary::new(14_880_952, Duration::from_secs(1), CpuTimes::default(), 60, 10.0, "x", 64, 1, "");
+        let s = TxSummary::new(
+            14_880_952,
+            Duration::from_secs(1),
+            CpuTimes::default(),
+            60,
+            10.0,
+            "x",
+            64,
+            1,
+            "",
+        );
         assert!((s.link_percent - 100.0).abs() < 0.01, "{}", s.link_percent);
     }
 

@@ -1,19 +1,15 @@
-//! Packet formats for sonde as checked, zero-copy views plus small parse/emit
+//! Packet formats for sonde: checked zero-copy views plus small parse/emit
 //! representations.
 //!
-//! Every format has two layers. A *view* (`Packet<T>`, or `Frame<T>` for
-//! Ethernet) wraps any `T: AsRef<[u8]>` without copying; `new_checked`
-//! validates every length the header claims against the buffer once, so that
-//! afterwards no getter, and no `payload()`, can panic whatever the bytes are.
-//! Setters exist when the buffer is also `AsMut<[u8]>`. A *`Repr`* is a small
-//! `Copy` struct holding the fields a caller actually reasons about:
-//! `Repr::parse` turns a view into one (verifying checksums on request) and
-//! `Repr::emit` writes one into a buffer of `buffer_len()` bytes. Emitting
-//! computes checksums over the payload already present in the buffer, so write
-//! the payload first (or call `fill_checksum` again afterwards).
-//!
-//! Errors are one small `Copy` enum, [`Error`], so the per-packet path never
-//! allocates.
+//! A *view* (`Packet<T>`, `Frame<T>` for Ethernet) wraps any `T: AsRef<[u8]>`
+//! without copying. `new_checked` validates every length the header claims
+//! against the buffer once, so no getter or `payload()` can panic afterwards;
+//! setters exist when `T` is also `AsMut<[u8]>`. A *`Repr`* is a small `Copy`
+//! value with the fields callers reason about: `Repr::parse` reads one from a
+//! view (verifying checksums per [`ChecksumMode`]) and `Repr::emit` writes one
+//! into a buffer of `buffer_len()` bytes, computing checksums over the payload
+//! already there, so write the payload first. Errors are one `Copy` enum,
+//! [`Error`], so the per-packet path never allocates.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

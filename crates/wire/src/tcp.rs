@@ -175,7 +175,7 @@ pub enum TcpOption<'a> {
     WindowScale(u8),
     /// SACK permitted (SYN only).
     SackPermitted,
-    /// Selective acknowledgment blocks.
+    /// Selective acknowledgment blocks; emit at least one.
     SackRange(SackBlocks),
     /// Timestamps.
     Timestamps {

@@ -33,7 +33,11 @@ struct TxArgs {
     #[command(flatten)]
     target: LabTarget,
     /// Backends to sweep.
-    #[arg(long, value_delimiter = ',', default_value = "xdp,ring,mmsg,sendto,pcap")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "xdp,ring,mmsg,sendto,pcap"
+    )]
     backends: Vec<BackendKind>,
     /// Batch sizes to sweep.
     #[arg(long, value_delimiter = ',', default_value = "1,4,16,64,256,1024,4096")]
@@ -90,15 +94,42 @@ pub struct SweepRow {
 
 fn bench_tx(args: TxArgs) -> anyhow::Result<()> {
     let lab = enter_lab(&args.target)?;
-    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
     let mut rows = Vec::new();
     for &backend in &args.backends {
         for &threads in &args.threads {
             for &batch in &args.batches {
-                let p = plan(&args.target, &lab, backend, batch, threads, Limit::Count(args.count), 0.0, ProbeKind::TcpSyn)?;
+                let p = plan(
+                    &args.target,
+                    &lab,
+                    backend,
+                    batch,
+                    threads,
+                    Limit::Count(args.count),
+                    0.0,
+                    ProbeKind::TcpSyn,
+                )?;
                 let o = tx::run(&p, &AtomicBool::new(false), &Counter::default())?;
-                let s = TxSummary::new(o.packets, o.wall, o.cpu, p.template.frame_len(), 10.0, backend.name(), batch, threads, &o.how);
-                eprintln!("{:<7} batch {:>5}  threads {}  {:>10}pps  {:>7.1} ns/pkt CPU", backend, batch, threads, human_rate(s.pps), s.cpu_ns_per_packet);
+                let s = TxSummary::new(
+                    o.packets,
+                    o.wall,
+                    o.cpu,
+                    p.template.frame_len(),
+                    10.0,
+                    backend.name(),
+                    batch,
+                    threads,
+                    &o.how,
+                );
+                eprintln!(
+                    "{:<7} batch {:>5}  threads {}  {:>10}pps  {:>7.1} ns/pkt CPU",
+                    backend,
+                    batch,
+                    threads,
+                    human_rate(s.pps),
+                    s.cpu_ns_per_packet
+                );
                 rows.push(SweepRow {
                     backend: backend.name().into(),
                     batch,
@@ -114,35 +145,62 @@ fn bench_tx(args: TxArgs) -> anyhow::Result<()> {
         }
     }
     let csv_path = args.out.join("bench-tx.csv");
-    let mut w = csv::Writer::from_path(&csv_path).with_context(|| format!("writing {}", csv_path.display()))?;
+    let mut w = csv::Writer::from_path(&csv_path)
+        .with_context(|| format!("writing {}", csv_path.display()))?;
     for r in &rows {
         w.serialize(r)?;
     }
     w.flush()?;
-    crate::plot::sweep(&rows, &args.out.join("bench-tx-pps.png"), "packets per second", |r| r.pps)?;
-    crate::plot::sweep(&rows, &args.out.join("bench-tx-cpu.png"), "CPU ns per packet", |r| r.cpu_ns_per_packet)?;
+    crate::plot::sweep(
+        &rows,
+        &args.out.join("bench-tx-pps.png"),
+        "packets per second",
+        |r| r.pps,
+    )?;
+    crate::plot::sweep(
+        &rows,
+        &args.out.join("bench-tx-cpu.png"),
+        "CPU ns per packet",
+        |r| r.cpu_ns_per_packet,
+    )?;
     print_ratio(&rows, "xdp", "sendto", 64);
-    println!("wrote {}, bench-tx-pps.png and bench-tx-cpu.png in {}", csv_path.display(), args.out.display());
+    crate::say(format!(
+        "wrote {}, bench-tx-pps.png and bench-tx-cpu.png in {}",
+        csv_path.display(),
+        args.out.display()
+    ));
     Ok(())
 }
 
 /// Prints how much faster backend `a` is than `b` at one batch size (one thread).
 fn print_ratio(rows: &[SweepRow], a: &str, b: &str, batch: usize) {
-    let find = |name: &str| rows.iter().find(|r| r.backend == name && r.batch == batch && r.threads == 1);
+    let find = |name: &str| {
+        rows.iter()
+            .find(|r| r.backend == name && r.batch == batch && r.threads == 1)
+    };
     if let (Some(ra), Some(rb)) = (find(a), find(b)) {
-        println!(
+        crate::say(format!(
             "{a} vs {b} at batch {batch}: {:.2}x the packet rate, {:.2}x less CPU per packet ({} vs {} pps)",
             ra.pps / rb.pps,
             rb.cpu_ns_per_packet / ra.cpu_ns_per_packet,
             human_rate(ra.pps),
             human_rate(rb.pps)
-        );
+        ));
     }
 }
 
 fn bench_floor(args: FloorArgs) -> anyhow::Result<()> {
     let lab = enter_lab(&args.target)?;
-    let p = plan(&args.target, &lab, BackendKind::Xdp, args.batch, 1, Limit::Count(args.count), 0.0, ProbeKind::TcpSyn)?;
+    let p = plan(
+        &args.target,
+        &lab,
+        BackendKind::Xdp,
+        args.batch,
+        1,
+        Limit::Count(args.count),
+        0.0,
+        ProbeKind::TcpSyn,
+    )?;
     let mut frame = vec![0u8; sonde_io::MAX_FRAME];
     let (addr, port) = p.targets.clone().next_target();
     let len = p.template.write(&mut frame, addr, port);
@@ -151,8 +209,18 @@ fn bench_floor(args: FloorArgs) -> anyhow::Result<()> {
     let watch = Stopwatch::start();
     let sent = tx.post_prebuilt(&frame[..len], args.count, args.batch)?;
     tx.flush()?;
-    let s = TxSummary::new(sent, watch.wall(), watch.cpu(), len, args.link, "xdp-floor", args.batch, 1, &how);
-    println!("{}", s.to_text());
+    let s = TxSummary::new(
+        sent,
+        watch.wall(),
+        watch.cpu(),
+        len,
+        args.link,
+        "xdp-floor",
+        args.batch,
+        1,
+        &how,
+    );
+    crate::say(s.to_text());
     if let Some(path) = &args.summary_json {
         write_json(path, &s)?;
     }

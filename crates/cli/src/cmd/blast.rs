@@ -88,9 +88,18 @@ pub fn run(args: BlastArgs) -> anyhow::Result<()> {
         bail!("--rate must be 0 (unlimited) or a positive number of packets per second");
     }
     let lab = enter_lab(&args.target)?;
-    let plan = plan(&args.target, &lab, args.backend, args.batch as usize, args.threads as usize, limit, args.rate, args.probe)?;
+    let plan = plan(
+        &args.target,
+        &lab,
+        args.backend,
+        args.batch as usize,
+        args.threads as usize,
+        limit,
+        args.rate,
+        args.probe,
+    )?;
     let summary = run_with_status(&plan, args.link, args.quiet)?;
-    println!("{}", summary.to_text());
+    crate::say(summary.to_text());
     if let Some(path) = &args.summary_json {
         write_json(path, &summary)?;
     }
@@ -116,7 +125,16 @@ pub fn enter_lab(target: &LabTarget) -> anyhow::Result<LabStatus> {
 
 /// Builds a transmit plan for the lab's population.
 #[allow(clippy::too_many_arguments)]
-pub fn plan(target: &LabTarget, lab: &LabStatus, backend: BackendKind, batch: usize, threads: usize, limit: Limit, rate: f64, probe: ProbeKind) -> anyhow::Result<TxPlan> {
+pub fn plan(
+    target: &LabTarget,
+    lab: &LabStatus,
+    backend: BackendKind,
+    batch: usize,
+    threads: usize,
+    limit: Limit,
+    rate: f64,
+    probe: ProbeKind,
+) -> anyhow::Result<TxPlan> {
     let iface = target.iface.clone().unwrap_or_else(|| lab.scan_if.clone());
     let src_mac = crate::netenv::iface_mac(&iface)?;
     let dst_mac = match target.dst_mac {
@@ -125,21 +143,45 @@ pub fn plan(target: &LabTarget, lab: &LabStatus, backend: BackendKind, batch: us
     };
     let src_ip: Ipv4Addr = lab.scan_ip;
     let population: ipnet::Ipv4Net = lab.population.parse().context("lab status: population")?;
-    let ports = target.ports.clone().unwrap_or_else(|| if lab.tcp_open.is_empty() { vec![80] } else { lab.tcp_open.clone() });
-    let spec = TemplateSpec { src_mac, dst_mac, src_ip, src_port: 40000, kind: probe, frame_size: target.size as usize };
+    let ports = target.ports.clone().unwrap_or_else(|| {
+        if lab.tcp_open.is_empty() {
+            vec![80]
+        } else {
+            lab.tcp_open.clone()
+        }
+    });
+    let spec = TemplateSpec {
+        src_mac,
+        dst_mac,
+        src_ip,
+        src_port: 40000,
+        kind: probe,
+        frame_size: target.size as usize,
+    };
     let template = Template::new(&spec).map_err(anyhow::Error::msg)?;
-    let targets = Targets::new(population.network(), population.prefix_len(), &ports).map_err(anyhow::Error::msg)?;
+    let targets = Targets::new(population.network(), population.prefix_len(), &ports)
+        .map_err(anyhow::Error::msg)?;
     let mut io = IoConfig::new(&iface);
     io.batch = batch;
     io.xdp_mode = target.xdp_mode;
-    Ok(TxPlan { backend, io, threads, queues: lab.queues, limit, rate, template, targets })
+    Ok(TxPlan {
+        backend,
+        io,
+        threads,
+        queues: lab.queues,
+        limit,
+        rate,
+        template,
+        targets,
+    })
 }
 
 /// Runs a plan with the live status line and Ctrl-C handling; returns its summary.
 pub fn run_with_status(plan: &TxPlan, link_gbps: f64, quiet: bool) -> anyhow::Result<TxSummary> {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, stop.clone()).context("installing the Ctrl-C handler")?;
+        signal_hook::flag::register(signal, stop.clone())
+            .context("installing the Ctrl-C handler")?;
     }
     let total = match plan.limit {
         Limit::Count(n) => Some(n),
@@ -159,7 +201,17 @@ pub fn run_with_status(plan: &TxPlan, link_gbps: f64, quiet: bool) -> anyhow::Re
     });
     status.finish();
     let o = outcome?;
-    Ok(TxSummary::new(o.packets, o.wall, o.cpu, plan.template.frame_len(), link_gbps, plan.backend.name(), plan.io.batch, plan.threads, &o.how))
+    Ok(TxSummary::new(
+        o.packets,
+        o.wall,
+        o.cpu,
+        plan.template.frame_len(),
+        link_gbps,
+        plan.backend.name(),
+        plan.io.batch,
+        plan.threads,
+        &o.how,
+    ))
 }
 
 pub fn write_json(path: &PathBuf, value: &impl serde::Serialize) -> anyhow::Result<()> {

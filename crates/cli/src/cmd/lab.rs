@@ -110,7 +110,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         }
         LabCommand::List => {
             for name in sonde_lab::list() {
-                println!("{name}");
+                crate::say(name);
             }
             Ok(())
         }
@@ -134,7 +134,13 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
     };
     let exe = std::env::current_exe().context("finding the sonde binary")?;
     let ports: Vec<String> = cfg.tcp_open.iter().map(u16::to_string).collect();
-    let server = vec![exe.display().to_string(), "lab".into(), "__serve".into(), "--ports".into(), ports.join(",")];
+    let server = vec![
+        exe.display().to_string(),
+        "lab".into(),
+        "__serve".into(),
+        "--ports".into(),
+        ports.join(","),
+    ];
     let status = sonde_lab::up(&cfg, &server)?;
     eprintln!(
         "lab \"{}\" is up: population {} ({} addresses answer), scanner {} on {} in {}",
@@ -151,12 +157,12 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
 fn lab_status(name: &str, json: bool) -> anyhow::Result<()> {
     let status = sonde_lab::status(name)?;
     if json {
-        println!("{}", serde_json::to_string(&status)?);
+        crate::say(serde_json::to_string(&status)?);
         return Ok(());
     }
     let value = serde_json::to_value(&status)?;
     for (key, v) in value.as_object().into_iter().flatten() {
-        println!("{key:<16} {}", v.to_string().trim_matches('"'));
+        crate::say(format!("{key:<16} {}", v.to_string().trim_matches('"')));
     }
     Ok(())
 }
