@@ -21,6 +21,7 @@ pub fn sweep(
     rows: &[SweepRow],
     path: &Path,
     y_label: &str,
+    note: &str,
     metric: impl Fn(&SweepRow) -> f64,
 ) -> anyhow::Result<()> {
     let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
@@ -42,7 +43,7 @@ pub fn sweep(
         .map_err(|e| anyhow!("plotting {}: {e}", path.display()))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            format!("sonde bench tx: {y_label} by batch size"),
+            format!("sonde bench tx: {y_label} by batch size ({note})"),
             ("sans-serif", 22),
         )
         .margin(15)
@@ -58,7 +59,7 @@ pub fn sweep(
             if *v >= 1e6 {
                 format!("{:.1}M", v / 1e6)
             } else if *v >= 1e3 {
-                format!("{:.0}k", v / 1e3)
+                format!("{:.1}k", v / 1e3)
             } else {
                 format!("{v:.0}")
             }

@@ -48,6 +48,10 @@ struct TxArgs {
     /// Frames per measurement.
     #[arg(long, default_value_t = 300_000)]
     count: u64,
+    /// Passes over the whole sweep; each point reports its median (passes are interleaved so
+    /// drift on a noisy machine hits every point alike).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
+    runs: u32,
     /// Folder for bench-tx.csv, bench-tx-pps.png and bench-tx-cpu.png.
     #[arg(long, default_value = "out")]
     out: PathBuf,
@@ -96,54 +100,31 @@ fn bench_tx(args: TxArgs) -> anyhow::Result<()> {
     let lab = enter_lab(&args.target)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
-    let mut rows = Vec::new();
+    let mut points = Vec::new();
     for &backend in &args.backends {
         for &threads in &args.threads {
             for &batch in &args.batches {
-                let p = plan(
-                    &args.target,
-                    &lab,
-                    backend,
-                    batch,
-                    threads,
-                    Limit::Count(args.count),
-                    0.0,
-                    ProbeKind::TcpSyn,
-                )?;
-                let o = tx::run(&p, &AtomicBool::new(false), &Counter::default())?;
-                let s = TxSummary::new(
-                    o.packets,
-                    o.wall,
-                    o.cpu,
-                    p.template.frame_len(),
-                    10.0,
-                    backend.name(),
-                    batch,
-                    threads,
-                    &o.how,
-                );
-                eprintln!(
-                    "{:<7} batch {:>5}  threads {}  {:>10}pps  {:>7.1} ns/pkt CPU",
-                    backend,
-                    batch,
-                    threads,
-                    human_rate(s.pps),
-                    s.cpu_ns_per_packet
-                );
-                rows.push(SweepRow {
-                    backend: backend.name().into(),
-                    batch,
-                    threads,
-                    packets: s.packets,
-                    wall_s: s.wall_s,
-                    pps: s.pps,
-                    cpu_ns_per_packet: s.cpu_ns_per_packet,
-                    cpu_user_s: s.cpu_user_s,
-                    cpu_sys_s: s.cpu_sys_s,
-                });
+                points.push((backend, threads, batch));
             }
         }
     }
+    let mut samples: Vec<Vec<SweepRow>> = vec![Vec::new(); points.len()];
+    for pass in 1..=args.runs {
+        eprintln!("pass {pass} of {}", args.runs);
+        for (i, &(backend, threads, batch)) in points.iter().enumerate() {
+            let row = measure(&args, &lab, backend, threads, batch)?;
+            eprintln!(
+                "  {:<7} batch {:>5}  threads {}  {:>10}pps  {:>7.1} ns/pkt CPU",
+                backend,
+                batch,
+                threads,
+                human_rate(row.pps),
+                row.cpu_ns_per_packet
+            );
+            samples[i].push(row);
+        }
+    }
+    let rows: Vec<SweepRow> = samples.into_iter().map(median_row).collect();
     let csv_path = args.out.join("bench-tx.csv");
     let mut w = csv::Writer::from_path(&csv_path)
         .with_context(|| format!("writing {}", csv_path.display()))?;
@@ -151,18 +132,32 @@ fn bench_tx(args: TxArgs) -> anyhow::Result<()> {
         w.serialize(r)?;
     }
     w.flush()?;
+    let title = format!("median of {}", args.runs);
     crate::plot::sweep(
         &rows,
         &args.out.join("bench-tx-pps.png"),
         "packets per second",
+        &title,
         |r| r.pps,
     )?;
     crate::plot::sweep(
         &rows,
         &args.out.join("bench-tx-cpu.png"),
         "CPU ns per packet",
+        &title,
         |r| r.cpu_ns_per_packet,
     )?;
+    for r in &rows {
+        crate::say(format!(
+            "{:<7} batch {:>5}  threads {}  {:>10}pps  {:>7.1} ns/pkt CPU  (median of {})",
+            r.backend,
+            r.batch,
+            r.threads,
+            human_rate(r.pps),
+            r.cpu_ns_per_packet,
+            args.runs
+        ));
+    }
     print_ratio(&rows, "xdp", "sendto", 64);
     crate::say(format!(
         "wrote {}, bench-tx-pps.png and bench-tx-cpu.png in {}",
@@ -170,6 +165,55 @@ fn bench_tx(args: TxArgs) -> anyhow::Result<()> {
         args.out.display()
     ));
     Ok(())
+}
+
+/// One measurement of one sweep point.
+fn measure(
+    args: &TxArgs,
+    lab: &sonde_lab::LabStatus,
+    backend: BackendKind,
+    threads: usize,
+    batch: usize,
+) -> anyhow::Result<SweepRow> {
+    let p = plan(
+        &args.target,
+        lab,
+        backend,
+        batch,
+        threads,
+        Limit::Count(args.count),
+        0.0,
+        ProbeKind::TcpSyn,
+    )?;
+    let o = tx::run(&p, &AtomicBool::new(false), &Counter::default())?;
+    let s = TxSummary::new(
+        o.packets,
+        o.wall,
+        o.cpu,
+        p.template.frame_len(),
+        10.0,
+        backend.name(),
+        batch,
+        threads,
+        &o.how,
+    );
+    Ok(SweepRow {
+        backend: backend.name().into(),
+        batch,
+        threads,
+        packets: s.packets,
+        wall_s: s.wall_s,
+        pps: s.pps,
+        cpu_ns_per_packet: s.cpu_ns_per_packet,
+        cpu_user_s: s.cpu_user_s,
+        cpu_sys_s: s.cpu_sys_s,
+    })
+}
+
+/// The sample with the median packet rate (its CPU figures come with it).
+fn median_row(mut samples: Vec<SweepRow>) -> SweepRow {
+    samples.sort_by(|a, b| a.pps.total_cmp(&b.pps));
+    samples.swap_remove(samples.len() / 2)
 }
 
 /// Prints how much faster backend `a` is than `b` at one batch size (one thread).
