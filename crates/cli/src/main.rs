@@ -4,6 +4,7 @@ mod cmd;
 mod netenv;
 mod plot;
 mod progress;
+mod scan;
 mod tx;
 
 use clap::{Parser, Subcommand};
@@ -27,6 +28,8 @@ enum Command {
     Lab(cmd::lab::LabArgs),
     /// Transmit frames as fast as a backend allows (or at --rate), and report pps and CPU.
     Blast(cmd::blast::BlastArgs),
+    /// Scan a lab's population: stateless, ZMap-style, validated, checked against ground truth.
+    Scan(Box<scan::ScanArgs>),
     /// Sweeps and floors: `bench tx` (backends × batch sizes), `bench floor` (bare AF_XDP).
     Bench(cmd::bench::BenchArgs),
 }
@@ -44,6 +47,7 @@ fn main() {
         Command::Lab(args) => cmd::lab::run(args),
         Command::Blast(args) => cmd::blast::run(args),
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Scan(args) => scan::run(*args),
     };
     if let Err(err) = result {
         // One line: the context chain joined, no backtrace.

@@ -145,7 +145,7 @@ impl Worker {
 }
 
 /// Pins the calling thread to one CPU, so a sender keeps its caches and never migrates.
-fn pin_to_cpu(cpu: usize) {
+pub fn pin_to_cpu(cpu: usize) {
     let mut set = nix::sched::CpuSet::new();
     if set.set(cpu).is_ok() {
         // Pinning is an optimisation: a refusal (e.g. a restricted cpuset) is not an error.
@@ -155,13 +155,13 @@ fn pin_to_cpu(cpu: usize) {
 
 /// Paces batches to a packet rate: each batch is due `batch / rate` seconds after the last, so
 /// the rate is smooth at batch granularity; a sender that fell far behind does not burst.
-struct Pacer {
+pub struct Pacer {
     seconds_per_packet: f64,
     next: Instant,
 }
 
 impl Pacer {
-    fn new(rate: f64) -> Pacer {
+    pub fn new(rate: f64) -> Pacer {
         let seconds_per_packet = if rate > 0.0 { 1.0 / rate } else { 0.0 };
         Pacer {
             seconds_per_packet,
@@ -169,7 +169,7 @@ impl Pacer {
         }
     }
 
-    fn wait(&mut self, packets: usize) {
+    pub fn wait(&mut self, packets: usize) {
         if self.seconds_per_packet == 0.0 {
             return;
         }

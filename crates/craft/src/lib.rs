@@ -3,8 +3,9 @@
 //! finished from partial sums computed up front (the idea of RFC 1624's incremental update:
 //! only the changed 16-bit words are added).
 //!
-//! Per frame that is one short copy, three stores and a handful of adds — no parsing, no
-//! allocation, no branch on the frame's contents.
+//! Per frame that is one short copy, a few stores and a handful of adds — no parsing, no
+//! allocation, no branch on the frame's contents. [`Patcher`] is the general form (any set of
+//! changing words); [`Template`] is blast's use of it.
 #![forbid(unsafe_code)]
 
 use std::fmt;
@@ -26,6 +27,108 @@ const IP_DST: Range<usize> = IP_AT + 16..IP_AT + 20;
 const L4_DST_PORT: Range<usize> = L4_AT + 2..L4_AT + 4;
 const TCP_CHECKSUM_AT: usize = L4_AT + 16;
 const UDP_CHECKSUM_AT: usize = L4_AT + 6;
+
+/// One 16-bit word that changes per frame, and which checksums cover it.
+#[derive(Clone, Copy, Debug)]
+pub struct Word {
+    /// Offset of the word in the frame.
+    pub at: usize,
+    pub value: u16,
+    /// Covered by the IPv4 header checksum.
+    pub in_ip: bool,
+    /// Covered by the transport (or ICMP) checksum.
+    pub in_l4: bool,
+}
+
+impl Word {
+    /// A word of the IPv4 destination address: in both checksums (TCP/UDP via the pseudo-header).
+    pub const fn addr(at: usize, value: u16) -> Word {
+        Word {
+            at,
+            value,
+            in_ip: true,
+            in_l4: true,
+        }
+    }
+    /// A word of the transport header or payload.
+    pub const fn l4(at: usize, value: u16) -> Word {
+        Word {
+            at,
+            value,
+            in_ip: false,
+            in_l4: true,
+        }
+    }
+}
+
+/// A frame built once with its varying words and checksums zeroed, and the partial sums of the
+/// rest: per frame, copy it, store the words and add them to the sums — the incremental
+/// update of RFC 1624 applied to every changing word at once.
+#[derive(Clone, Debug)]
+pub struct Patcher {
+    frame: Vec<u8>,
+    ip_checksum_at: Option<usize>,
+    ip_sum: u32,
+    l4_checksum_at: usize,
+    l4_sum: u32,
+    zero_as_ones: bool,
+}
+
+impl Patcher {
+    /// `frame` must hold zeros in every varying word and in both checksum fields. `ip_header` is
+    /// the IPv4 header's range (None for IPv6), `l4` the range the transport checksum covers and
+    /// `pseudo` the pseudo-header's sum (0 for ICMPv4). `zero_as_ones` for UDP.
+    pub fn new(
+        frame: Vec<u8>,
+        ip_header: Option<Range<usize>>,
+        l4: Range<usize>,
+        l4_checksum_at: usize,
+        pseudo: u32,
+        zero_as_ones: bool,
+    ) -> Patcher {
+        let ip_sum = ip_header.as_ref().map_or(0, |r| sum(&frame[r.clone()]));
+        let l4_sum = pseudo + sum(&frame[l4]);
+        let ip_checksum_at = ip_header.map(|r| r.start + 10);
+        Patcher {
+            frame,
+            ip_checksum_at,
+            ip_sum,
+            l4_checksum_at,
+            l4_sum,
+            zero_as_ones,
+        }
+    }
+
+    pub fn frame_len(&self) -> usize {
+        self.frame.len()
+    }
+
+    /// Writes the frame with `words` patched in and both checksums finished; returns its length.
+    ///
+    /// # Panics
+    /// If `buf` is shorter than the frame (backend buffers hold [`MAX_FRAME`] bytes).
+    #[inline]
+    pub fn write(&self, buf: &mut [u8], words: &[Word]) -> usize {
+        let len = self.frame.len();
+        let out = &mut buf[..len];
+        out.copy_from_slice(&self.frame);
+        let (mut ip, mut l4) = (self.ip_sum, self.l4_sum);
+        for w in words {
+            out[w.at..w.at + 2].copy_from_slice(&w.value.to_be_bytes());
+            ip += u32::from(w.value) * u32::from(w.in_ip);
+            l4 += u32::from(w.value) * u32::from(w.in_l4);
+        }
+        if let Some(at) = self.ip_checksum_at {
+            out[at..at + 2].copy_from_slice(&(!fold(ip)).to_be_bytes());
+        }
+        let mut l4 = !fold(l4);
+        if l4 == 0 && self.zero_as_ones {
+            l4 = 0xffff;
+        }
+        out[self.l4_checksum_at..self.l4_checksum_at + 2].copy_from_slice(&l4.to_be_bytes());
+        len
+    }
+}
 
 /// What the template carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,17 +169,11 @@ pub struct TemplateSpec {
     pub frame_size: usize,
 }
 
-/// A built frame plus the partial checksums that make patching it cheap.
+/// The blast frame: a TCP SYN or UDP datagram whose destination address and port change per
+/// frame.
 #[derive(Clone, Debug)]
 pub struct Template {
-    frame: Vec<u8>,
-    /// Sum of the IPv4 header with destination and checksum zeroed.
-    ip_sum: u32,
-    /// Sum of pseudo-header and segment with destination address, port and checksum zeroed.
-    l4_sum: u32,
-    l4_checksum_at: usize,
-    /// UDP sends a computed zero as 0xFFFF (zero means "no checksum").
-    zero_as_ones: bool,
+    patcher: Patcher,
 }
 
 impl Template {
@@ -94,52 +191,42 @@ impl Template {
         };
         let l4_len = spec.frame_size - L4_AT;
         emit_headers(&mut frame, spec, protocol, l4_len);
-        // Zero the fields that vary, then take the sums the per-frame patch completes.
         frame[IP_CHECKSUM].fill(0);
         frame[l4_checksum_at..l4_checksum_at + 2].fill(0);
-        let ip_sum = sum(&frame[IP_AT..L4_AT]);
-        let l4_sum = pseudo_header_v4(
+        let pseudo = pseudo_header_v4(
             spec.src_ip,
             Ipv4Addr::UNSPECIFIED,
             protocol.0,
             l4_len as u16,
-        ) + sum(&frame[L4_AT..]);
-        Ok(Template {
+        );
+        let patcher = Patcher::new(
             frame,
-            ip_sum,
-            l4_sum,
+            Some(IP_AT..L4_AT),
+            L4_AT..spec.frame_size,
             l4_checksum_at,
-            zero_as_ones: spec.kind == ProbeKind::Udp,
-        })
+            pseudo,
+            spec.kind == ProbeKind::Udp,
+        );
+        Ok(Template { patcher })
     }
 
     /// Length of every frame this template writes.
     pub fn frame_len(&self) -> usize {
-        self.frame.len()
+        self.patcher.frame_len()
     }
 
     /// Writes the frame for (`dst`, `port`) into `buf` and returns its length.
-    ///
-    /// # Panics
-    /// If `buf` is shorter than [`Template::frame_len`] (every backend buffer holds
-    /// [`MAX_FRAME`] bytes).
     #[inline]
     pub fn write(&self, buf: &mut [u8], dst: Ipv4Addr, port: u16) -> usize {
-        let len = self.frame.len();
-        let out = &mut buf[..len];
-        out.copy_from_slice(&self.frame);
-        let ip = dst.octets();
-        out[IP_DST].copy_from_slice(&ip);
-        out[L4_DST_PORT].copy_from_slice(&port.to_be_bytes());
-        let words = u32::from(u16::from_be_bytes([ip[0], ip[1]]))
-            + u32::from(u16::from_be_bytes([ip[2], ip[3]]));
-        out[IP_CHECKSUM].copy_from_slice(&(!fold(self.ip_sum + words)).to_be_bytes());
-        let mut l4 = !fold(self.l4_sum + words + u32::from(port));
-        if l4 == 0 && self.zero_as_ones {
-            l4 = 0xffff;
-        }
-        out[self.l4_checksum_at..self.l4_checksum_at + 2].copy_from_slice(&l4.to_be_bytes());
-        len
+        let [a, b, c, d] = dst.octets();
+        self.patcher.write(
+            buf,
+            &[
+                Word::addr(IP_DST.start, u16::from_be_bytes([a, b])),
+                Word::addr(IP_DST.start + 2, u16::from_be_bytes([c, d])),
+                Word::l4(L4_DST_PORT.start, port),
+            ],
+        )
     }
 }
 

@@ -16,6 +16,7 @@
 //!
 //! All `unsafe` code of sonde lives in this crate; each block carries a `// SAFETY:` line.
 
+pub mod filter;
 mod libpcap;
 pub mod mem;
 mod mmsg;
@@ -236,6 +237,31 @@ impl AnyRx {
             BackendKind::Pcap => AnyRx::Pcap(libpcap::PcapRx::open(cfg)?),
             BackendKind::Mem => AnyRx::Mem(mem::pair(cfg.ring_frames as usize).1),
         })
+    }
+}
+
+impl AnyRx {
+    /// Frames the kernel dropped for this receiver since the last call (ring full, socket
+    /// buffer full); 0 where the backend cannot tell.
+    pub fn take_drops(&mut self) -> u64 {
+        match self {
+            AnyRx::Ring(r) => packet_socket::take_drops(r.raw_fd()),
+            AnyRx::Mmsg(r) => packet_socket::take_drops(r.raw_fd()),
+            _ => 0,
+        }
+    }
+
+    /// Lets only frames matching the tcpdump expression `expr` through, filtered in the kernel.
+    pub fn set_filter(&mut self, expr: &str) -> anyhow::Result<()> {
+        match self {
+            AnyRx::Ring(r) => filter::attach(r.raw_fd(), &filter::compile(expr)?),
+            AnyRx::Mmsg(r) => filter::attach(r.raw_fd(), &filter::compile(expr)?),
+            AnyRx::Pcap(r) => r.set_filter(expr),
+            AnyRx::Xdp(_) => anyhow::bail!(
+                "receive filtering on AF_XDP needs sonde's own XDP program, which is not written yet: receive with --rx-backend ring"
+            ),
+            AnyRx::Mem(_) => Ok(()),
+        }
     }
 }
 

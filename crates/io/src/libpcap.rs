@@ -81,6 +81,12 @@ pub struct PcapRx {
 }
 
 impl PcapRx {
+    pub fn set_filter(&mut self, expr: &str) -> anyhow::Result<()> {
+        self.cap
+            .filter(expr, true)
+            .map_err(|e| anyhow!("invalid filter expression \"{expr}\": {e}"))
+    }
+
     pub fn open(cfg: &IoConfig) -> anyhow::Result<Self> {
         let cap = open_capture(cfg, 10)?;
         cap.direction(pcap::Direction::In)

@@ -119,6 +119,10 @@ pub struct MmsgRx {
 }
 
 impl MmsgRx {
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+
     pub fn open(cfg: &IoConfig) -> anyhow::Result<Self> {
         let fd = open_bound(&cfg.iface, libc::ETH_P_ALL as u16)?;
         // Our own transmissions would otherwise be looped back to this socket.

@@ -119,3 +119,28 @@ pub fn is_transient(err: &io::Error) -> bool {
         Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR)
     )
 }
+
+/// Drops the kernel counted on a packet socket since the last call (`PACKET_STATISTICS` resets
+/// on read). The V3 statistics start with the same two counters as the older layout.
+pub fn take_drops(fd: RawFd) -> u64 {
+    let mut stats = libc::tpacket_stats_v3 {
+        tp_packets: 0,
+        tp_drops: 0,
+        tp_freeze_q_cnt: 0,
+    };
+    let mut len = size_of::<libc::tpacket_stats_v3>() as u32;
+    // SAFETY: `stats` is a valid buffer of `len` bytes for the kernel to fill.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            &mut stats as *mut _ as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return 0;
+    }
+    u64::from(stats.tp_drops)
+}

@@ -222,6 +222,10 @@ pub struct RingRx {
 }
 
 impl RingRx {
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+
     pub fn open(cfg: &IoConfig) -> anyhow::Result<Self> {
         let fd = open_bound(&cfg.iface, libc::ETH_P_ALL as u16)?;
         set_version_v3(&fd)?;

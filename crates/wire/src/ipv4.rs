@@ -272,7 +272,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 
     /// Sets the header length in bytes; must be a multiple of 4 up to 60.
     pub fn set_header_len(&mut self, len: usize) {
-        debug_assert!(len % 4 == 0 && (HEADER_LEN..=60).contains(&len));
+        debug_assert!(len.is_multiple_of(4) && (HEADER_LEN..=60).contains(&len));
         let byte = &mut self.buffer.as_mut()[field::VER_IHL];
         *byte = (*byte & 0xf0) | ((len / 4) as u8 & 0x0f);
     }

@@ -17,6 +17,7 @@ use std::fmt;
 
 pub mod arp;
 pub mod checksum;
+pub mod dns;
 pub mod ethernet;
 pub mod icmpv4;
 pub mod icmpv6;

@@ -501,7 +501,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Sets the header length in bytes, a multiple of 4 from 20 to 60. The
     /// reserved bits sharing the byte are cleared.
     pub fn set_header_len(&mut self, len: usize) {
-        debug_assert!(len % 4 == 0 && (HEADER_LEN..=MAX_HEADER_LEN).contains(&len));
+        debug_assert!(len.is_multiple_of(4) && (HEADER_LEN..=MAX_HEADER_LEN).contains(&len));
         self.buffer.as_mut()[field::DATA_OFFSET] = ((len / 4) as u8) << 4;
     }
 

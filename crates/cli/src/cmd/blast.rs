@@ -109,7 +109,12 @@ pub fn run(args: BlastArgs) -> anyhow::Result<()> {
 /// Enters the lab's scanner namespace (or checks that we are in one) and returns its status.
 /// This is where the safety rule is enforced: sonde transmits only inside a lab.
 pub fn enter_lab(target: &LabTarget) -> anyhow::Result<LabStatus> {
-    let name = match (&target.lab, sonde_lab::current_lab()) {
+    enter_named_lab(target.lab.as_deref())
+}
+
+/// [`enter_lab`] by name (`None`: the lab this process already runs in, if any).
+pub fn enter_named_lab(lab: Option<&str>) -> anyhow::Result<LabStatus> {
+    let name = match (lab, sonde_lab::current_lab()) {
         (Some(name), _) => {
             let status = sonde_lab::status(name)?;
             sonde_lab::enter_scan_ns(name)?;

@@ -43,6 +43,20 @@ enum LabCommand {
         #[arg(long, value_delimiter = ',')]
         ports: Option<Vec<u16>>,
     },
+    /// Score scan results (CSV with saddr, sport, success) against the lab's ground truth:
+    /// found % of the expected answers, and false positives.
+    Score {
+        #[command(flatten)]
+        name: NameArg,
+        /// The port that was scanned.
+        #[arg(long, default_value_t = 80)]
+        port: u16,
+        /// The answer that counts as found: synack, rst or echo (port 0).
+        #[arg(long, default_value = "synack")]
+        answer: String,
+        /// The scan's CSV output.
+        results: std::path::PathBuf,
+    },
     /// List the labs on this machine.
     List,
     /// The lab's TCP server (started by `lab up` inside the lab namespace).
@@ -108,6 +122,16 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
             out.flush().context("writing the truth")?;
             Ok(())
         }
+        LabCommand::Score {
+            name,
+            port,
+            answer,
+            results,
+        } => {
+            let score = score(&name.name, port, &answer, &results)?;
+            crate::say(score.to_string());
+            Ok(())
+        }
         LabCommand::List => {
             for name in sonde_lab::list() {
                 crate::say(name);
@@ -165,4 +189,58 @@ fn lab_status(name: &str, json: bool) -> anyhow::Result<()> {
         crate::say(format!("{key:<16} {}", v.to_string().trim_matches('"')));
     }
     Ok(())
+}
+
+/// Found and false-positive counts of a scan against the truth.
+pub struct Score {
+    pub expected: usize,
+    pub found: usize,
+    pub false_positives: usize,
+}
+
+impl std::fmt::Display for Score {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pct = if self.expected == 0 {
+            100.0
+        } else {
+            100.0 * self.found as f64 / self.expected as f64
+        };
+        write!(
+            f,
+            "found {} of {} ({pct:.3} %), false positives {}",
+            self.found, self.expected, self.false_positives
+        )
+    }
+}
+
+fn score(lab: &str, port: u16, answer: &str, results: &std::path::Path) -> anyhow::Result<Score> {
+    let mut truth_csv = Vec::new();
+    sonde_lab::truth(lab, Some(&[port]), &mut truth_csv)?;
+    let mut expected = std::collections::HashSet::new();
+    for row in csv::Reader::from_reader(truth_csv.as_slice()).records() {
+        let row = row?;
+        if row.get(1) == Some(&port.to_string()) && row.get(2) == Some(answer) {
+            expected.insert(row[0].to_string());
+        }
+    }
+    let mut reader = csv::Reader::from_path(results)
+        .with_context(|| format!("reading {}", results.display()))?;
+    let headers = reader.headers()?.clone();
+    let column = |name: &str| headers.iter().position(|h| h == name);
+    let saddr = column("saddr")
+        .ok_or_else(|| anyhow::anyhow!("{} has no saddr column", results.display()))?;
+    let (sport, success) = (column("sport"), column("success"));
+    let mut found = std::collections::HashSet::new();
+    for row in reader.records() {
+        let row = row?;
+        let port_ok = sport.is_none_or(|i| row.get(i) == Some(&port.to_string()) || port == 0);
+        if port_ok && success.is_none_or(|i| row.get(i) == Some("1")) {
+            found.insert(row[saddr].to_string());
+        }
+    }
+    Ok(Score {
+        expected: expected.len(),
+        found: found.intersection(&expected).count(),
+        false_positives: found.difference(&expected).count(),
+    })
 }

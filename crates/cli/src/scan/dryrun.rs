@@ -1,0 +1,100 @@
+//! `--dryrun`: the frames the scan would send, decoded one per line on stdout; nothing is sent.
+//! It walks the same permutation and shard as the real scan, so it also shows the order.
+
+use std::io::Write;
+
+use sonde_scan::targets::{Part, Permutation};
+use sonde_wire::{ethernet, icmpv4, ipv4, tcp, udp, IpProtocol};
+
+use super::{ipv4, ScanPlan};
+
+pub fn run(plan: &ScanPlan) -> anyhow::Result<()> {
+    let permutation = Permutation::new(plan.space.len(), plan.seed);
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut buf = vec![0u8; sonde_io::MAX_FRAME];
+    let mut shown = 0u64;
+    for t in 0..plan.threads {
+        let limit = plan.max_targets.map(|n| {
+            n / u64::from(plan.threads) + u64::from(u64::from(t) < n % u64::from(plan.threads))
+        });
+        let cursor = permutation.cursor(Part::new(plan.shard.0, plan.shard.1, t, plan.threads)?);
+        for index in cursor.take(limit.unwrap_or(u64::MAX) as usize) {
+            let (addr, port) = plan.space.target_at(index);
+            let len = plan.module.write(&mut buf, ipv4(addr), port, 0);
+            if writeln!(out, "{}", describe(&buf[..len])).is_err() {
+                return Ok(()); // stdout closed (| head): done
+            }
+            shown += 1;
+        }
+    }
+    let _ = out.flush();
+    eprintln!(
+        "dry run: {shown} frames of {} bytes shown, none sent; peak RSS {} MiB",
+        plan.module.frame_len(),
+        sonde_meter::peak_rss_bytes() >> 20
+    );
+    Ok(())
+}
+
+/// One line per frame: addresses, ports, protocol details, length.
+fn describe(frame: &[u8]) -> String {
+    let Ok(eth) = ethernet::Frame::new_checked(frame) else {
+        return "truncated frame".into();
+    };
+    let Ok(ip) = ipv4::Packet::new_checked(eth.payload()) else {
+        return "not IPv4".into();
+    };
+    let head = format!(
+        "{} > {} ttl {} id {} len {}",
+        eth.src_addr(),
+        eth.dst_addr(),
+        ip.ttl(),
+        ip.ident(),
+        frame.len()
+    );
+    let body = match ip.protocol() {
+        IpProtocol::TCP => tcp::Packet::new_checked(ip.payload()).map(|t| {
+            format!(
+                "{}:{} > {}:{} tcp {:?} seq {} win {}",
+                ip.src_addr(),
+                t.src_port(),
+                ip.dst_addr(),
+                t.dst_port(),
+                t.flags(),
+                t.seq_number(),
+                t.window_len()
+            )
+        }),
+        IpProtocol::UDP => udp::Packet::new_checked(ip.payload()).map(|u| {
+            format!(
+                "{}:{} > {}:{} udp payload {}",
+                ip.src_addr(),
+                u.src_port(),
+                ip.dst_addr(),
+                u.dst_port(),
+                u.payload().len()
+            )
+        }),
+        IpProtocol::ICMP => icmpv4::Packet::new_checked(ip.payload()).map(|i| {
+            format!(
+                "{} > {} icmp type {} id {} seq {}",
+                ip.src_addr(),
+                ip.dst_addr(),
+                i.msg_type().0,
+                i.echo_ident(),
+                i.echo_seq_no()
+            )
+        }),
+        other => Ok(format!(
+            "{} > {} protocol {}",
+            ip.src_addr(),
+            ip.dst_addr(),
+            other.0
+        )),
+    };
+    match body {
+        Ok(b) => format!("{b}  [{head}]"),
+        Err(e) => format!("{e}  [{head}]"),
+    }
+}

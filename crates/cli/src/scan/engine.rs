@@ -1,0 +1,492 @@
+//! The scan run: one pinned sender thread per queue walking its part of the permutation, one
+//! receiver thread reading the kernel-filtered replies, and the main thread showing status.
+//! On SIGINT/SIGTERM the senders stop, the receiver keeps going for the cooldown, every output
+//! is flushed and a checkpoint is written.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use serde::Serialize;
+use sonde_io::{AnyRx, AnyTx, BackendKind, FrameRx, FrameTx, IoConfig};
+use sonde_meter::{peak_rss_bytes, Counter, Stopwatch};
+use sonde_scan::dedup::Dedup;
+use sonde_scan::output::{open_writer, RowWriter};
+use sonde_scan::probe::{RstTemplate, Verdict};
+use sonde_scan::targets::{Cursor, Part, Permutation};
+use sonde_wire::{ethernet, ipv4, EtherType};
+
+use super::checkpoint::{Checkpoint, ThreadCheckpoint};
+use super::status::StatusLine;
+use super::{ipv4, ScanPlan};
+use crate::tx::{pin_to_cpu, Pacer};
+
+/// Counters the threads share with the status line.
+#[derive(Default)]
+pub struct Counts {
+    pub sent: Counter,
+    pub received: Counter,
+    pub valid: Counter,
+    pub invalid: Counter,
+    pub hits: Counter,
+    pub repeats: Counter,
+    pub drops: Counter,
+}
+
+/// What a scan reports at the end (`--summary-json`).
+#[derive(Serialize)]
+struct Summary {
+    targets: u64,
+    sent: u64,
+    wall_s: f64,
+    send_wall_s: f64,
+    pps: f64,
+    received: u64,
+    valid: u64,
+    invalid: u64,
+    hits: u64,
+    repeats: u64,
+    drops: u64,
+    cpu_user_s: f64,
+    cpu_sys_s: f64,
+    peak_rss_bytes: u64,
+    dedup_reserved_bytes: u64,
+    interrupted: bool,
+    module: String,
+    backend: String,
+    rate_target_pps: f64,
+}
+
+pub fn run(plan: ScanPlan) -> anyhow::Result<()> {
+    let plan = Arc::new(plan);
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone())
+            .context("installing the Ctrl-C handler")?;
+    }
+    announce(&plan);
+    let writer = open_writer(plan.format, plan.output.as_deref(), plan.fields.clone())?;
+    let counts = Arc::new(Counts::default());
+    let clock = Instant::now();
+    let receiving = Arc::new(AtomicBool::new(true));
+    let receiver = Receiver::open(&plan, writer, counts.clone(), clock)?;
+    let senders = open_senders(&plan)?;
+    let watch = Stopwatch::start();
+    let states: Arc<Mutex<Vec<Option<ThreadCheckpoint>>>> =
+        Arc::new(Mutex::new(vec![None; senders.len()]));
+
+    let rx_thread = {
+        let receiving = receiving.clone();
+        std::thread::spawn(move || receiver.run(&receiving))
+    };
+    let mut status = StatusLine::new(&plan, counts.clone())?;
+    let send_result = std::thread::scope(|scope| {
+        let handles: Vec<_> = senders
+            .into_iter()
+            .enumerate()
+            .map(|(t, (tx, cursor, pending, taken))| {
+                let (plan, stop, counts, states) = (&plan, &stop, &counts, &states);
+                scope.spawn(move || {
+                    let mut s = Sender {
+                        plan,
+                        tx,
+                        cursor,
+                        pending,
+                        taken,
+                        clock,
+                        pacer: Pacer::new(plan.rate / plan.threads as f64),
+                    };
+                    let r = s.run(t, stop, &counts.sent);
+                    states.lock().expect("checkpoint lock")[t] = Some(s.checkpoint());
+                    r
+                })
+            })
+            .collect();
+        while handles.iter().any(|h| !h.is_finished()) {
+            std::thread::sleep(Duration::from_millis(50));
+            status.tick(false)?;
+        }
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("sender thread panicked"))
+            .collect::<anyhow::Result<Vec<()>>>()
+    });
+    let send_wall = watch.wall();
+    let interrupted = stop.load(Ordering::Relaxed);
+    cooldown(&plan, &stop, &mut status)?;
+    receiving.store(false, Ordering::Release);
+    let (writer, dedup) = rx_thread.join().expect("receiver thread panicked")?;
+    writer.finish().context("finishing the output")?;
+    status.tick(true)?;
+    send_result?;
+    if interrupted {
+        save_checkpoint(&plan, &states, counts.sent.get())?;
+    }
+    let cpu = watch.cpu();
+    let summary = Summary {
+        targets: plan.space.len(),
+        sent: counts.sent.get(),
+        wall_s: watch.wall().as_secs_f64(),
+        send_wall_s: send_wall.as_secs_f64(),
+        pps: counts.sent.get() as f64 / send_wall.as_secs_f64().max(1e-9),
+        received: counts.received.get(),
+        valid: counts.valid.get(),
+        invalid: counts.invalid.get(),
+        hits: counts.hits.get(),
+        repeats: counts.repeats.get(),
+        drops: counts.drops.get(),
+        cpu_user_s: cpu.user.as_secs_f64(),
+        cpu_sys_s: cpu.system.as_secs_f64(),
+        peak_rss_bytes: peak_rss_bytes(),
+        dedup_reserved_bytes: dedup.reserved_bytes(),
+        interrupted,
+        module: plan.module.name().into(),
+        backend: plan.backend.name().into(),
+        rate_target_pps: plan.rate,
+    };
+    report(&plan, &summary)?;
+    Ok(())
+}
+
+fn announce(plan: &ScanPlan) {
+    let probes = plan.space.len() / u64::from(plan.shard.1) * u64::from(plan.probes);
+    let how_long = if plan.rate > 0.0 {
+        format!("about {:.0} s", probes as f64 / plan.rate)
+    } else {
+        "as fast as possible".into()
+    };
+    let rate = if plan.rate > 0.0 {
+        format!("{:.0} pps", plan.rate)
+    } else {
+        "unlimited rate".into()
+    };
+    eprintln!(
+        "scan: {} (shard {} of {}): about {probes} probes with {} at {rate}, {how_long}, from {} on {}",
+        plan.space.describe(),
+        plan.shard.0,
+        plan.shard.1,
+        plan.module.name(),
+        plan.setup.src_ip,
+        plan.iface
+    );
+}
+
+type SenderParts = (AnyTx, Cursor, Vec<u64>, u64);
+
+/// Opens every sender's queue and cursor (fresh, or from the checkpoint) before any starts.
+fn open_senders(plan: &ScanPlan) -> anyhow::Result<Vec<SenderParts>> {
+    let permutation = Permutation::new(plan.space.len(), plan.seed);
+    (0..plan.threads)
+        .map(|t| {
+            let mut io = IoConfig::new(&plan.iface);
+            io.queue = t % plan.queues.max(1);
+            io.batch = plan.batch;
+            io.xdp_mode = plan.xdp_mode;
+            let tx = AnyTx::open(plan.backend, &io).with_context(|| {
+                format!(
+                    "opening {} on {} queue {}",
+                    plan.backend, plan.iface, io.queue
+                )
+            })?;
+            let (cursor, pending, taken) = match &plan.resume {
+                Some(c) => {
+                    let state = &c.threads[t as usize];
+                    (
+                        Cursor::from_state(&permutation, state.cursor)?,
+                        state.pending.clone(),
+                        state.taken,
+                    )
+                }
+                None => (
+                    permutation.cursor(Part::new(plan.shard.0, plan.shard.1, t, plan.threads)?),
+                    Vec::new(),
+                    0,
+                ),
+            };
+            Ok((tx, cursor, pending, taken))
+        })
+        .collect()
+}
+
+/// One sender thread.
+struct Sender<'a> {
+    plan: &'a ScanPlan,
+    tx: AnyTx,
+    cursor: Cursor,
+    /// Targets taken from the cursor and not yet accepted by the kernel, in order.
+    pending: Vec<u64>,
+    /// Targets taken from the cursor so far (each counted once, whatever --probes says).
+    taken: u64,
+    clock: Instant,
+    pacer: Pacer,
+}
+
+impl Sender<'_> {
+    fn run(&mut self, thread: usize, stop: &AtomicBool, sent: &Counter) -> anyhow::Result<()> {
+        pin_to_cpu(thread % std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let limit = self.plan.max_targets.map(|n| {
+            n / u64::from(self.plan.threads)
+                + u64::from((thread as u64) < n % u64::from(self.plan.threads))
+        });
+        while !stop.load(Ordering::Relaxed) {
+            self.top_up(limit);
+            if self.pending.is_empty() {
+                break;
+            }
+            self.pacer.wait(self.pending.len());
+            let now_us = self.clock.elapsed().as_micros() as u32;
+            let (plan, pending) = (self.plan, &self.pending);
+            let n = self.tx.tx_batch(pending.len(), |i, buf| {
+                let (addr, port) = plan.space.target_at(pending[i]);
+                plan.module.write(buf, ipv4(addr), port, now_us)
+            })?;
+            self.pending.drain(..n);
+            sent.add(n as u64);
+        }
+        self.tx.flush()?;
+        Ok(())
+    }
+
+    /// Fills the batch from the cursor (each target --probes times), within --max-targets.
+    fn top_up(&mut self, limit: Option<u64>) {
+        let probes = self.plan.probes as usize;
+        while self.pending.len() + probes <= self.plan.batch.max(probes)
+            && limit.is_none_or(|l| self.taken < l)
+        {
+            let Some(index) = self.cursor.next() else {
+                break;
+            };
+            self.taken += 1;
+            self.pending.extend(std::iter::repeat_n(index, probes));
+        }
+    }
+
+    fn checkpoint(&self) -> ThreadCheckpoint {
+        ThreadCheckpoint {
+            cursor: self.cursor.state(),
+            pending: self.pending.clone(),
+            taken: self.taken,
+        }
+    }
+}
+
+/// Keeps receiving for the cooldown; a second Ctrl-C ends it early.
+fn cooldown(plan: &ScanPlan, stop: &AtomicBool, status: &mut StatusLine) -> anyhow::Result<()> {
+    stop.store(false, Ordering::Relaxed);
+    let end = Instant::now() + Duration::from_secs_f64(plan.cooldown);
+    while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+        status.tick(false)?;
+    }
+    Ok(())
+}
+
+fn save_checkpoint(
+    plan: &ScanPlan,
+    states: &Mutex<Vec<Option<ThreadCheckpoint>>>,
+    sent: u64,
+) -> anyhow::Result<()> {
+    let threads: Vec<ThreadCheckpoint> = states
+        .lock()
+        .expect("checkpoint lock")
+        .iter()
+        .flatten()
+        .cloned()
+        .collect();
+    let before = plan.resume.as_ref().map_or(0, |c| c.sent);
+    let checkpoint = Checkpoint {
+        seed: plan.seed,
+        key: plan.setup.validator.key(),
+        module: plan.module_kind.name().into(),
+        targets: plan.space.len(),
+        shard: plan.shard,
+        probes: plan.probes,
+        sent: before + sent,
+        threads,
+    };
+    checkpoint.save(&plan.checkpoint)?;
+    eprintln!(
+        "scan interrupted: checkpoint written to {}; finish with the same command plus --resume {} (and another -o)",
+        plan.checkpoint.display(),
+        plan.checkpoint.display()
+    );
+    Ok(())
+}
+
+fn report(plan: &ScanPlan, s: &Summary) -> anyhow::Result<()> {
+    if !plan.quiet {
+        eprintln!(
+            "scan: sent {} probes in {:.2} s ({:.0} pps), {} replies: {} valid, {} invalid, {} hits, {} repeats; cpu {:.2} s user, {:.2} s system",
+            s.sent, s.send_wall_s, s.pps, s.received, s.valid, s.invalid, s.hits, s.repeats, s.cpu_user_s, s.cpu_sys_s
+        );
+    }
+    if let Some(path) = &plan.summary_json {
+        crate::cmd::blast::write_json(path, s)?;
+    }
+    Ok(())
+}
+
+/// The receiving side: kernel-filtered frames in, validated rows out.
+struct Receiver {
+    rx: AnyRx,
+    rst: Option<(AnyTx, RstTemplate)>,
+    plan_module: Arc<ScanPlan>,
+    writer: Box<dyn RowWriter + Send>,
+    dedup: Dedup,
+    counts: Arc<Counts>,
+    clock: Instant,
+    resets: Vec<(std::net::Ipv4Addr, u16, u16, u32)>,
+}
+
+impl Receiver {
+    fn open(
+        plan: &Arc<ScanPlan>,
+        writer: Box<dyn RowWriter + Send>,
+        counts: Arc<Counts>,
+        clock: Instant,
+    ) -> anyhow::Result<Receiver> {
+        let mut io = IoConfig::new(&plan.iface);
+        io.batch = 256;
+        let mut rx = AnyRx::open(plan.rx_backend, &io).with_context(|| {
+            format!("opening the {} receiver on {}", plan.rx_backend, plan.iface)
+        })?;
+        rx.set_filter(&plan.module.bpf_filter())?;
+        let rst = match plan.module_kind {
+            sonde_scan::probe::ModuleKind::TcpSyn => Some((
+                AnyTx::open(BackendKind::Mmsg, &io)?,
+                RstTemplate::new(&plan.setup),
+            )),
+            _ => None,
+        };
+        let v4_only = plan.space.ipv6_addresses() == 0;
+        Ok(Receiver {
+            rx,
+            rst,
+            plan_module: plan.clone(),
+            writer,
+            dedup: Dedup::for_scan(plan.space.ports().len(), v4_only, 1 << 20),
+            counts,
+            clock,
+            resets: Vec::with_capacity(256),
+        })
+    }
+
+    fn run(mut self, receiving: &AtomicBool) -> anyhow::Result<(Box<dyn RowWriter + Send>, Dedup)> {
+        let mut error = None;
+        while receiving.load(Ordering::Acquire) && error.is_none() {
+            // Clocks are read once per batch, when its first frame is handed over (not before
+            // the wait for it, which would make RTTs negative).
+            let mut stamp: Option<(u32, u64)> = None;
+            let clock = self.clock;
+            let Receiver {
+                rx,
+                plan_module,
+                writer,
+                dedup,
+                counts,
+                resets,
+                rst,
+                ..
+            } = &mut self;
+            let handled = rx.rx_batch(256, Duration::from_millis(50), |frame| {
+                let (now_us, epoch_us) = *stamp.get_or_insert_with(|| {
+                    let epoch = SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .map_or(0, |d| d.as_micros() as u64);
+                    (clock.elapsed().as_micros() as u32, epoch)
+                });
+                if let Err(e) = handle(
+                    frame,
+                    plan_module,
+                    writer.as_mut(),
+                    dedup,
+                    counts,
+                    resets,
+                    rst.is_some(),
+                    now_us,
+                    epoch_us,
+                ) {
+                    error.get_or_insert(e);
+                }
+            })?;
+            self.counts.received.add(handled as u64);
+            self.send_resets()?;
+            self.counts.drops.add(self.rx.take_drops());
+        }
+        if let Some(e) = error {
+            return Err(e);
+        }
+        self.writer.flush_rows()?;
+        Ok((self.writer, self.dedup))
+    }
+
+    fn send_resets(&mut self) -> anyhow::Result<()> {
+        let Some((tx, template)) = &mut self.rst else {
+            return Ok(());
+        };
+        let resets = &self.resets;
+        let mut done = 0;
+        while done < resets.len() {
+            done += tx.tx_batch(resets.len() - done, |i, buf| {
+                let (target, port, sport, seq) = resets[done + i];
+                template.write(buf, target, port, sport, seq)
+            })?;
+        }
+        self.resets.clear();
+        Ok(())
+    }
+}
+
+/// One received frame: parse, validate, count, deduplicate, write.
+#[allow(clippy::too_many_arguments)]
+fn handle(
+    frame: &[u8],
+    plan: &ScanPlan,
+    writer: &mut dyn RowWriter,
+    dedup: &mut Dedup,
+    counts: &Counts,
+    resets: &mut Vec<(std::net::Ipv4Addr, u16, u16, u32)>,
+    reset_synacks: bool,
+    now_us: u32,
+    epoch_us: u64,
+) -> anyhow::Result<()> {
+    let Ok(eth) = ethernet::Frame::new_checked(frame) else {
+        return Ok(());
+    };
+    if eth.ethertype() != EtherType::Ipv4 {
+        return Ok(());
+    }
+    let Ok(ip) = ipv4::Packet::new_checked(eth.payload()) else {
+        return Ok(());
+    };
+    let mut reply = match plan.module.classify(&ip, now_us) {
+        Verdict::NotOurs => return Ok(()),
+        Verdict::Invalid => {
+            counts.invalid.add(1);
+            return Ok(());
+        }
+        Verdict::Valid(r) => r,
+    };
+    counts.valid.add(1);
+    reply.timestamp_us = epoch_us;
+    reply.repeat = dedup.check_and_insert(reply.saddr, reply.sport);
+    if reply.repeat {
+        counts.repeats.add(1);
+    } else if reply.success {
+        counts.hits.add(1);
+    }
+    if reset_synacks && reply.classification == "synack" && !reply.repeat {
+        if let (IpAddr::V4(target), Ok(seg)) = (
+            reply.saddr,
+            sonde_wire::tcp::Packet::new_checked(ip.payload()),
+        ) {
+            resets.push((target, reply.sport, reply.dport, seg.ack_number()));
+        }
+    }
+    if plan.filter.matches(&reply) {
+        writer.write(&reply)?;
+    }
+    Ok(())
+}

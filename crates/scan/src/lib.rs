@@ -1,0 +1,12 @@
+//! Stateless scanning: the target space and its permutation (`targets`), probe modules that build
+//! and recognise probes (`probe`), keyed validation (`validate`), duplicate suppression (`dedup`)
+//! and output writers (`output`). The send/receive loop lives in the CLI's scan engine.
+
+pub mod dedup;
+pub mod output;
+pub mod probe;
+pub mod reply;
+pub mod targets;
+pub mod validate;
+
+pub use reply::{Field, Reply, Value, FIELDS};

@@ -1,0 +1,131 @@
+//! The output side of a scan: which fields each row carries ([`select_fields`]), which replies
+//! become rows ([`OutputFilter`]), and how rows reach a file or stdout ([`open_writer`]: csv,
+//! ndjson or parquet).
+//!
+//! Durability contract: a writer only ever hands whole rows to the OS, so a scan that is killed
+//! leaves a csv/ndjson file that ends at a row boundary; on Ctrl-C the scan calls
+//! [`RowWriter::flush_rows`] (or [`RowWriter::finish`]) so no buffered row is lost. A parquet
+//! file is only readable once [`RowWriter::finish`] has written its footer: the scan calls
+//! `finish` on SIGINT as on a normal end.
+
+mod columnar;
+mod fields;
+mod filter;
+mod text;
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+use std::str::FromStr;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use crate::reply::{Field, Reply};
+
+pub use fields::{select_fields, DEFAULT_FIELDS};
+pub use filter::OutputFilter;
+
+/// Rows per parquet row group; also the most rows a parquet writer holds in memory.
+pub const ROW_GROUP_ROWS: usize = 64 * 1024;
+
+/// Bytes buffered before a csv/ndjson writer hands them to the OS.
+const SINK_BUFFER: usize = 64 * 1024;
+
+/// Writes selected fields of replies as rows of one output format.
+pub trait RowWriter {
+    /// Appends one row. The row is buffered whole or not at all.
+    fn write(&mut self, r: &Reply) -> Result<()>;
+
+    /// Hands every buffered complete row to the OS (for parquet: writes them as a row group,
+    /// possibly a short one). Meant for shutdown paths such as Ctrl-C, not for every row.
+    fn flush_rows(&mut self) -> Result<()>;
+
+    /// Writes what is still buffered (for parquet: the last row group and the footer) and
+    /// flushes. Dropping a writer without calling this may lose rows and, for parquet, leaves
+    /// an unreadable file.
+    fn finish(self: Box<Self>) -> Result<()>;
+}
+
+/// An output file format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputFormat {
+    Csv,
+    Ndjson,
+    Parquet,
+}
+
+impl FromStr for OutputFormat {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "csv" => Ok(Self::Csv),
+            "ndjson" | "json" => Ok(Self::Ndjson),
+            "parquet" => Ok(Self::Parquet),
+            _ => {
+                bail!("unknown output format `{s}`; choose one of: csv, ndjson (or json), parquet")
+            }
+        }
+    }
+}
+
+impl fmt::Display for OutputFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Csv => "csv",
+            Self::Ndjson => "ndjson",
+            Self::Parquet => "parquet",
+        })
+    }
+}
+
+/// Opens a writer of `format` for `fields`, to the file at `path` (created or truncated), or to
+/// stdout when `path` is `None` or `-`. Parquet needs a real file: its footer points back at
+/// earlier bytes, so it cannot be streamed.
+pub fn open_writer(
+    format: OutputFormat,
+    path: Option<&Path>,
+    fields: Vec<&'static Field>,
+) -> Result<Box<dyn RowWriter + Send>> {
+    check_fields(&fields)?;
+    let path = path.filter(|p| *p != Path::new("-"));
+    Ok(match format {
+        OutputFormat::Csv => Box::new(text::CsvWriter::new(open_sink(path)?, fields)?),
+        OutputFormat::Ndjson => Box::new(text::NdjsonWriter::new(open_sink(path)?, fields)),
+        OutputFormat::Parquet => {
+            let path = path.ok_or_else(|| {
+                anyhow!("parquet output needs a file (-o FILE): it cannot be written to stdout")
+            })?;
+            Box::new(columnar::ParquetWriter::create(path, fields)?)
+        }
+    })
+}
+
+/// Rejects selections that would make a malformed file (no columns, or a column twice).
+fn check_fields(fields: &[&'static Field]) -> Result<()> {
+    if fields.is_empty() {
+        bail!("no output fields selected");
+    }
+    for (i, f) in fields.iter().enumerate() {
+        if fields[..i].iter().any(|g| g.name == f.name) {
+            bail!("output field `{}` is selected twice", f.name);
+        }
+    }
+    Ok(())
+}
+
+/// Buffered destination of the text formats.
+type Sink = BufWriter<Box<dyn Write + Send>>;
+
+fn open_sink(path: Option<&Path>) -> Result<Sink> {
+    let out: Box<dyn Write + Send> = match path {
+        Some(p) => Box::new(create_file(p)?),
+        None => Box::new(io::stdout()),
+    };
+    Ok(BufWriter::with_capacity(SINK_BUFFER, out))
+}
+
+fn create_file(path: &Path) -> Result<File> {
+    File::create(path).with_context(|| format!("cannot create output file {}", path.display()))
+}

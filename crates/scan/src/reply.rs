@@ -1,0 +1,189 @@
+//! One row of scan output: what a valid reply says, with the field names ZMap users expect.
+
+use std::net::IpAddr;
+
+/// A reply that passed validation, as the output writers see it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reply {
+    /// Who answered (the probed address) and from which port (0 for ICMP).
+    pub saddr: IpAddr,
+    pub sport: u16,
+    /// Our address and port the answer came to.
+    pub daddr: IpAddr,
+    pub dport: u16,
+    /// Probe-specific class: `synack`, `rst`, `echoreply`, `unreach`, `udp`, `dns`, …
+    pub classification: &'static str,
+    /// Whether the class counts as a hit (open port, live host, answering service).
+    pub success: bool,
+    /// A duplicate of a reply already reported.
+    pub repeat: bool,
+    pub ttl: u8,
+    pub ipid: u16,
+    pub window: u16,
+    pub tcp_mss: Option<u16>,
+    pub tcp_wscale: Option<u8>,
+    pub tcp_sack_ok: bool,
+    /// TCP timestamp option: the peer's TSval.
+    pub tcp_ts: Option<u32>,
+    /// Microseconds from the probe's transmission to this reply, when known.
+    pub rtt_us: Option<u64>,
+    /// Arrival time, microseconds since the Unix epoch.
+    pub timestamp_us: u64,
+    pub icmp_type: Option<u8>,
+    pub icmp_code: Option<u8>,
+    pub udp_len: Option<u16>,
+    pub dns_rcode: Option<u8>,
+    pub dns_answers: Option<u16>,
+}
+
+/// A field's value, typed, for writers and filters.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Int(u64),
+    Str(String),
+}
+
+/// The type a field always has (parquet needs it up front).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldType {
+    Bool,
+    Int,
+    Str,
+}
+
+/// A named output field.
+#[derive(Clone, Copy, Debug)]
+pub struct Field {
+    pub name: &'static str,
+    pub kind: FieldType,
+    pub help: &'static str,
+}
+
+const fn field(name: &'static str, kind: FieldType, help: &'static str) -> Field {
+    Field { name, kind, help }
+}
+
+/// Every field, in default output order.
+pub const FIELDS: &[Field] = &[
+    field("saddr", FieldType::Str, "address that answered"),
+    field(
+        "sport",
+        FieldType::Int,
+        "port it answered from (0 for ICMP)",
+    ),
+    field("daddr", FieldType::Str, "our address the answer came to"),
+    field("dport", FieldType::Int, "our port the answer came to"),
+    field(
+        "classification",
+        FieldType::Str,
+        "kind of answer: synack, rst, echoreply, unreach, udp, dns",
+    ),
+    field("success", FieldType::Bool, "whether the answer is a hit"),
+    field(
+        "repeat",
+        FieldType::Bool,
+        "a duplicate of an answer already seen",
+    ),
+    field("ttl", FieldType::Int, "IP TTL / hop limit of the answer"),
+    field("ipid", FieldType::Int, "IPv4 identification of the answer"),
+    field("window", FieldType::Int, "TCP window of the answer"),
+    field("tcp_mss", FieldType::Int, "TCP MSS option"),
+    field("tcp_wscale", FieldType::Int, "TCP window scale option"),
+    field("tcp_sack_ok", FieldType::Bool, "TCP SACK-permitted option"),
+    field("tcp_ts", FieldType::Int, "TCP timestamp option: TSval"),
+    field("rtt_us", FieldType::Int, "round-trip time in microseconds"),
+    field(
+        "timestamp",
+        FieldType::Int,
+        "arrival time, microseconds since the Unix epoch",
+    ),
+    field("icmp_type", FieldType::Int, "ICMP type (icmp_echo)"),
+    field("icmp_code", FieldType::Int, "ICMP code (icmp_echo)"),
+    field(
+        "udp_len",
+        FieldType::Int,
+        "UDP payload length of the answer (udp, dns)",
+    ),
+    field("dns_rcode", FieldType::Int, "DNS response code (dns)"),
+    field("dns_answers", FieldType::Int, "DNS answer count (dns)"),
+];
+
+impl Reply {
+    /// The value of field `name` (one of [`FIELDS`]); `Null` for an unknown name.
+    pub fn get(&self, name: &str) -> Value {
+        let int = |v: Option<u64>| v.map_or(Value::Null, Value::Int);
+        match name {
+            "saddr" => Value::Str(self.saddr.to_string()),
+            "sport" => Value::Int(self.sport.into()),
+            "daddr" => Value::Str(self.daddr.to_string()),
+            "dport" => Value::Int(self.dport.into()),
+            "classification" => Value::Str(self.classification.to_string()),
+            "success" => Value::Bool(self.success),
+            "repeat" => Value::Bool(self.repeat),
+            "ttl" => Value::Int(self.ttl.into()),
+            "ipid" => Value::Int(self.ipid.into()),
+            "window" => Value::Int(self.window.into()),
+            "tcp_mss" => int(self.tcp_mss.map(u64::from)),
+            "tcp_wscale" => int(self.tcp_wscale.map(u64::from)),
+            "tcp_sack_ok" => Value::Bool(self.tcp_sack_ok),
+            "tcp_ts" => int(self.tcp_ts.map(u64::from)),
+            "rtt_us" => int(self.rtt_us),
+            "timestamp" => Value::Int(self.timestamp_us),
+            "icmp_type" => int(self.icmp_type.map(u64::from)),
+            "icmp_code" => int(self.icmp_code.map(u64::from)),
+            "udp_len" => int(self.udp_len.map(u64::from)),
+            "dns_rcode" => int(self.dns_rcode.map(u64::from)),
+            "dns_answers" => int(self.dns_answers.map(u64::from)),
+            _ => Value::Null,
+        }
+    }
+
+    /// An example row for tests and docs.
+    pub fn example() -> Reply {
+        Reply {
+            saddr: "198.18.0.7".parse().unwrap(),
+            sport: 80,
+            daddr: "198.19.255.1".parse().unwrap(),
+            dport: 40123,
+            classification: "synack",
+            success: true,
+            repeat: false,
+            ttl: 64,
+            ipid: 0,
+            window: 64240,
+            tcp_mss: Some(1460),
+            tcp_wscale: Some(7),
+            tcp_sack_ok: true,
+            tcp_ts: None,
+            rtt_us: Some(35),
+            timestamp_us: 1_795_000_000_000_000,
+            icmp_type: None,
+            icmp_code: None,
+            udp_len: None,
+            dns_rcode: None,
+            dns_answers: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_field_has_a_value_of_its_type() {
+        let r = Reply::example();
+        for f in FIELDS {
+            match (r.get(f.name), f.kind) {
+                (Value::Null, _)
+                | (Value::Bool(_), FieldType::Bool)
+                | (Value::Int(_), FieldType::Int)
+                | (Value::Str(_), FieldType::Str) => {}
+                (v, k) => panic!("{} is {v:?}, declared {k:?}", f.name),
+            }
+        }
+        assert_eq!(r.get("nonsense"), Value::Null);
+    }
+}

@@ -1,0 +1,216 @@
+//! Text to addresses: target tokens, list files and port lists. Every error is one line that
+//! names the offending token (and the file and line when it came from a file).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::Path;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use super::intervals::Intervals;
+
+/// IPv6 is scanned from address lists, never by sweeping prefixes: a /112 (65,536 addresses) is
+/// the widest prefix still expanded into addresses.
+pub const WIDEST_IPV6_TARGET_PREFIX: u8 = 112;
+
+/// One token as a closed range of addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Block {
+    V4(u32, u32),
+    V6(u128, u128),
+}
+
+/// Parses a CIDR prefix, an IPv4 range or a single address. The error is the reason only; callers
+/// add the token and where it came from.
+pub(crate) fn parse_block(token: &str) -> Result<Block, String> {
+    if let Some((addr, len)) = token.split_once('/') {
+        parse_prefix(addr, len)
+    } else if let Some((first, last)) = token.split_once('-') {
+        parse_range(first, last)
+    } else {
+        match token.parse::<IpAddr>() {
+            Ok(IpAddr::V4(a)) => Ok(Block::V4(a.into(), a.into())),
+            Ok(IpAddr::V6(a)) => Ok(Block::V6(a.into(), a.into())),
+            Err(_) => Err("not an IP address, prefix or range".into()),
+        }
+    }
+}
+
+/// Like `parse_block`, plus the rule that IPv6 targets come as addresses, not wide prefixes.
+fn parse_target_block(token: &str) -> Result<Block, String> {
+    let block = parse_block(token)?;
+    if let Block::V6(start, end) = block {
+        if end - start >= 1 << (128 - WIDEST_IPV6_TARGET_PREFIX) {
+            return Err(format!(
+                "IPv6 prefixes wider than /{WIDEST_IPV6_TARGET_PREFIX} are not swept; \
+                 give the addresses to scan in a hit-list file"
+            ));
+        }
+    }
+    Ok(block)
+}
+
+/// Host bits set in the address are ignored (`198.18.7.1/16` is `198.18.0.0/16`), as in ZMap.
+fn parse_prefix(addr: &str, len: &str) -> Result<Block, String> {
+    let addr: IpAddr = addr
+        .parse()
+        .map_err(|_| format!("{addr:?} is not an IP address"))?;
+    let max_len: u8 = if addr.is_ipv4() { 32 } else { 128 };
+    let len = len
+        .parse::<u8>()
+        .ok()
+        .filter(|&len| len <= max_len)
+        .ok_or_else(|| format!("prefix length must be 0..={max_len}"))?;
+    Ok(match addr {
+        IpAddr::V4(a) => {
+            let host = u32::MAX.checked_shr(len.into()).unwrap_or(0);
+            let start = u32::from(a) & !host;
+            Block::V4(start, start | host)
+        }
+        IpAddr::V6(a) => {
+            let host = u128::MAX.checked_shr(len.into()).unwrap_or(0);
+            let start = u128::from(a) & !host;
+            Block::V6(start, start | host)
+        }
+    })
+}
+
+fn parse_range(first: &str, last: &str) -> Result<Block, String> {
+    let parse = |text: &str| {
+        text.parse::<Ipv4Addr>()
+            .map_err(|_| match text.parse::<Ipv6Addr>() {
+                Ok(_) => "ranges are IPv4 only; give IPv6 as a prefix or addresses".to_string(),
+                Err(_) => format!("{text:?} is not an IPv4 address"),
+            })
+    };
+    let (start, end) = (parse(first)?, parse(last)?);
+    if start > end {
+        return Err(format!("range start {start} is after its end {end}"));
+    }
+    Ok(Block::V4(start.into(), end.into()))
+}
+
+/// The scan's targets as given: IPv4 as merged intervals, IPv6 as a sorted list of addresses.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TargetSpec {
+    pub(crate) v4: Intervals<u32>,
+    pub(crate) v6: Vec<u128>,
+}
+
+impl TargetSpec {
+    /// Sorted, merged, non-overlapping `[start, end]` intervals.
+    pub fn ipv4_intervals(&self) -> &[(u32, u32)] {
+        self.v4.as_slice()
+    }
+
+    /// The IPv6 hit list, sorted, without duplicates.
+    pub fn ipv6_addrs(&self) -> impl Iterator<Item = Ipv6Addr> + '_ {
+        self.v6.iter().map(|&a| Ipv6Addr::from(a))
+    }
+
+    /// Distinct addresses given, IPv4 and IPv6.
+    pub fn address_count(&self) -> u128 {
+        self.v4.count() + self.v6.len() as u128
+    }
+}
+
+/// Parses target tokens: IPv4/IPv6 prefixes (`198.18.0.0/16`, `2001:2::/120`), IPv4 ranges
+/// (`198.18.0.1-198.18.0.50`) and single addresses. IPv6 prefixes wider than /112 are refused.
+pub fn parse_targets<S: AsRef<str>>(tokens: &[S]) -> Result<TargetSpec> {
+    if tokens.is_empty() {
+        bail!("no targets given");
+    }
+    let mut v4 = Vec::new();
+    let mut v6 = Vec::new();
+    for token in tokens {
+        let token = token.as_ref().trim();
+        match parse_target_block(token).map_err(|why| anyhow!("invalid target {token:?}: {why}"))? {
+            Block::V4(start, end) => v4.push((start, end)),
+            Block::V6(start, end) => v6.extend(start..=end),
+        }
+    }
+    v6.sort_unstable();
+    v6.dedup();
+    Ok(TargetSpec {
+        v4: Intervals::from_unsorted(v4),
+        v6,
+    })
+}
+
+/// Reads a target list (one token per line, `#` comments, blank lines ignored) and checks every
+/// token, so that a bad one is reported with its file and line rather than later without them.
+pub fn read_target_file(path: impl AsRef<Path>) -> Result<Vec<String>> {
+    let path = path.as_ref();
+    let mut tokens = Vec::new();
+    for_each_list_token(path, |line, token| {
+        parse_target_block(token)
+            .map_err(|why| anyhow!("{}:{line}: invalid target {token:?}: {why}", path.display()))?;
+        tokens.push(token.to_string());
+        Ok(())
+    })?;
+    Ok(tokens)
+}
+
+/// Calls `each(line_number, token)` for every token of a list file: one token per line, `#`
+/// starts a comment, blank lines are skipped. Streams, so hit lists of any size fit.
+pub(crate) fn for_each_list_token(
+    path: &Path,
+    mut each: impl FnMut(usize, &str) -> Result<()>,
+) -> Result<()> {
+    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    for (i, line) in BufReader::new(file).lines().enumerate() {
+        let line_number = i + 1;
+        let line =
+            line.with_context(|| format!("{}:{line_number}: cannot read", path.display()))?;
+        let text = line.split('#').next().unwrap_or("").trim();
+        if text.is_empty() {
+            continue;
+        }
+        if text.split_whitespace().count() > 1 {
+            bail!(
+                "{}:{line_number}: expected one entry per line, found {text:?}",
+                path.display()
+            );
+        }
+        each(line_number, text)?;
+    }
+    Ok(())
+}
+
+/// Parses `80,443,8000-8100` into sorted, distinct ports.
+pub fn parse_ports(text: &str) -> Result<Vec<u16>> {
+    if text.trim().is_empty() {
+        bail!("no ports given");
+    }
+    let mut ports = Vec::new();
+    for token in text.split(',').map(str::trim) {
+        match token.split_once('-') {
+            Some((low, high)) => {
+                let (low, high) = parse_port(low)
+                    .zip(parse_port(high))
+                    .filter(|(low, high)| low <= high)
+                    .ok_or_else(|| {
+                        anyhow!("invalid port range {token:?}: must be LOW-HIGH with 0 <= LOW <= HIGH <= 65535")
+                    })?;
+                ports.extend(low..=high);
+            }
+            None => ports
+                .push(parse_port(token).ok_or_else(|| {
+                    anyhow!("invalid port {token:?}: must be a number 0..=65535")
+                })?),
+        }
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    Ok(ports)
+}
+
+/// Digits only: `u16::from_str` would also take `+80`.
+fn parse_port(text: &str) -> Option<u16> {
+    let text = text.trim();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}

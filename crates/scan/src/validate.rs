@@ -1,0 +1,160 @@
+//! Stateless validation: a keyed hash of (our address, target address, target port) decides the
+//! fields a genuine reply must echo — TCP sequence number and source port, ICMP id/sequence, DNS
+//! id. A reply that does not carry them is invalid (spoofed, stale, or another scan's), and is
+//! never reported as a hit. The key is random per scan, or derived from `--seed`.
+
+use std::net::IpAddr;
+
+/// Source ports sonde's probes use (the ephemeral range Linux leaves alone by default is
+/// 32768–60999; probes stay inside it so replies are not mistaken for local connections').
+pub const SPORT_BASE: u16 = 32768;
+pub const SPORT_COUNT: u16 = 28232;
+
+/// The per-scan key and the hash built on it (SipHash-2-4 over a fixed-size message).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Validator {
+    k0: u64,
+    k1: u64,
+}
+
+impl Validator {
+    pub fn new(key: [u64; 2]) -> Validator {
+        Validator {
+            k0: key[0],
+            k1: key[1],
+        }
+    }
+
+    /// A key derived from a seed, so a scan can be repeated or resumed with the same key.
+    pub fn from_seed(seed: u64) -> Validator {
+        let mut s = seed;
+        Validator::new([splitmix64(&mut s), splitmix64(&mut s)])
+    }
+
+    /// A key nobody can predict: from the kernel's random pool.
+    pub fn random() -> std::io::Result<Validator> {
+        let mut bytes = [0u8; 16];
+        std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut bytes)?;
+        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+        Ok(Validator::new([word(&bytes[..8]), word(&bytes[8..])]))
+    }
+
+    pub fn key(&self) -> [u64; 2] {
+        [self.k0, self.k1]
+    }
+
+    /// The 64-bit token for one probe.
+    #[inline]
+    pub fn token(&self, ours: IpAddr, target: IpAddr, target_port: u16) -> u64 {
+        let (a, b) = addr_words(ours);
+        let (c, d) = addr_words(target);
+        self.siphash(&[a ^ b.rotate_left(17), c, d, u64::from(target_port)])
+    }
+
+    fn siphash(&self, words: &[u64; 4]) -> u64 {
+        let mut v = [
+            self.k0 ^ 0x736f6d6570736575,
+            self.k1 ^ 0x646f72616e646f6d,
+            self.k0 ^ 0x6c7967656e657261,
+            self.k1 ^ 0x7465646279746573,
+        ];
+        for &m in words {
+            v[3] ^= m;
+            sip_round(&mut v);
+            sip_round(&mut v);
+            v[0] ^= m;
+        }
+        let last = 32u64 << 56; // message length in bytes, in the top byte
+        v[3] ^= last;
+        sip_round(&mut v);
+        sip_round(&mut v);
+        v[0] ^= last;
+        v[2] ^= 0xff;
+        for _ in 0..4 {
+            sip_round(&mut v);
+        }
+        v[0] ^ v[1] ^ v[2] ^ v[3]
+    }
+}
+
+#[inline]
+fn sip_round(v: &mut [u64; 4]) {
+    v[0] = v[0].wrapping_add(v[1]);
+    v[1] = v[1].rotate_left(13) ^ v[0];
+    v[0] = v[0].rotate_left(32);
+    v[2] = v[2].wrapping_add(v[3]);
+    v[3] = v[3].rotate_left(16) ^ v[2];
+    v[0] = v[0].wrapping_add(v[3]);
+    v[3] = v[3].rotate_left(21) ^ v[0];
+    v[2] = v[2].wrapping_add(v[1]);
+    v[1] = v[1].rotate_left(17) ^ v[2];
+    v[2] = v[2].rotate_left(32);
+}
+
+fn addr_words(addr: IpAddr) -> (u64, u64) {
+    match addr {
+        IpAddr::V4(a) => (u64::from(u32::from(a)), 0x4),
+        IpAddr::V6(a) => {
+            let n = u128::from(a);
+            ((n >> 64) as u64, n as u64)
+        }
+    }
+}
+
+pub(crate) fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e3779b97f4a7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
+    z ^ (z >> 31)
+}
+
+/// The source port a probe to this target uses.
+#[inline]
+pub fn source_port(token: u64) -> u16 {
+    SPORT_BASE + ((token >> 32) % u64::from(SPORT_COUNT)) as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_depend_on_every_input_and_the_key() {
+        let v = Validator::from_seed(7);
+        let ours: IpAddr = "198.19.255.1".parse().unwrap();
+        let t: IpAddr = "198.18.3.4".parse().unwrap();
+        let base = v.token(ours, t, 80);
+        assert_eq!(
+            base,
+            Validator::from_seed(7).token(ours, t, 80),
+            "deterministic per seed"
+        );
+        assert_ne!(base, Validator::from_seed(8).token(ours, t, 80));
+        assert_ne!(base, v.token(ours, t, 81));
+        assert_ne!(base, v.token(ours, "198.18.3.5".parse().unwrap(), 80));
+        assert_ne!(base, v.token("198.19.255.2".parse().unwrap(), t, 80));
+        assert_ne!(
+            v.token(ours, "2001:2::1".parse().unwrap(), 80),
+            v.token(ours, "2001:2::2".parse().unwrap(), 80)
+        );
+        assert_ne!(Validator::random().unwrap(), Validator::random().unwrap());
+    }
+
+    #[test]
+    fn source_ports_stay_in_range_and_spread() {
+        let v = Validator::from_seed(1);
+        let ours: IpAddr = "198.19.255.1".parse().unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..10_000u32 {
+            let p = source_port(v.token(
+                ours,
+                IpAddr::from(std::net::Ipv4Addr::from(0xC612_0000 + i)),
+                80,
+            ));
+            assert!((SPORT_BASE..SPORT_BASE + SPORT_COUNT).contains(&p));
+            seen.insert(p);
+        }
+        assert!(seen.len() > 8000, "{} distinct ports of 10,000", seen.len());
+    }
+}

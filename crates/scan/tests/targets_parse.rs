@@ -1,0 +1,191 @@
+//! Parsing targets, target files and ports: accepted forms and one-line errors naming the token.
+
+// In a module named `targets` so that `cargo test -p sonde-scan targets` selects these too.
+mod targets {
+    use std::net::Ipv6Addr;
+    use std::path::PathBuf;
+
+    use sonde_scan::targets::{parse_ports, parse_targets, read_target_file};
+
+    fn ip(text: &str) -> u32 {
+        text.parse::<std::net::Ipv4Addr>().unwrap().into()
+    }
+
+    fn error_of(tokens: &[&str]) -> String {
+        format!("{:#}", parse_targets(tokens).unwrap_err())
+    }
+
+    /// A file under the system temp directory, removed when dropped.
+    struct TempFile(PathBuf);
+
+    impl TempFile {
+        fn new(name: &str, contents: &str) -> Self {
+            let path =
+                std::env::temp_dir().join(format!("sonde-targets-{}-{name}", std::process::id()));
+            std::fs::write(&path, contents).unwrap();
+            Self(path)
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    #[test]
+    fn prefixes_ranges_and_addresses() {
+        let spec = parse_targets(&[
+            "198.18.0.0/24",
+            "198.18.1.0-198.18.1.9",
+            "198.18.0.77",   // inside the /24
+            "198.18.1.10",   // touches the range: merged
+            "198.19.7.1/31", // host bits ignored: 198.19.7.0/31
+            "2001:db8::1",
+            "2001:db8::/127",
+        ])
+        .unwrap();
+        assert_eq!(
+            spec.ipv4_intervals(),
+            &[
+                (ip("198.18.0.0"), ip("198.18.1.10")),
+                (ip("198.19.7.0"), ip("198.19.7.1"))
+            ]
+        );
+        let v6: Vec<Ipv6Addr> = spec.ipv6_addrs().collect();
+        assert_eq!(
+            v6,
+            vec![
+                "2001:db8::".parse::<Ipv6Addr>().unwrap(),
+                "2001:db8::1".parse().unwrap()
+            ]
+        );
+        assert_eq!(spec.address_count(), 256 + 11 + 2 + 2);
+    }
+
+    #[test]
+    fn ipv6_prefixes_up_to_a_slash_112_expand() {
+        let spec = parse_targets(&["2001:db8::/112"]).unwrap();
+        assert_eq!(spec.address_count(), 65_536);
+        let spec = parse_targets(&["0.0.0.0/0"]).unwrap();
+        assert_eq!(spec.address_count(), 1 << 32);
+    }
+
+    #[test]
+    fn bad_prefix_length_names_token() {
+        assert_eq!(
+            error_of(&["198.18.0.0/16", "198.18.0.0/33"]),
+            r#"invalid target "198.18.0.0/33": prefix length must be 0..=32"#
+        );
+        assert_eq!(
+            error_of(&["2001:db8::/129"]),
+            r#"invalid target "2001:db8::/129": prefix length must be 0..=128"#
+        );
+        assert!(error_of(&["198.18.0.0/"])
+            .starts_with(r#"invalid target "198.18.0.0/": prefix length"#));
+        assert!(error_of(&["198.18.0.0/x"])
+            .starts_with(r#"invalid target "198.18.0.0/x": prefix length"#));
+    }
+
+    #[test]
+    fn other_bad_tokens_name_token() {
+        for token in [
+            "198.18.0.300",
+            "example.org",
+            "198.18.0/16",
+            "198.18.0.50-198.18.0.1",
+            "198.18.0.1-",
+            "2001:db8::1-2001:db8::5",
+            "",
+        ] {
+            let message = error_of(&[token]);
+            assert!(
+                message.starts_with(&format!("invalid target {token:?}: ")),
+                "{message}"
+            );
+            assert!(!message.contains('\n'), "{message}");
+        }
+        assert!(error_of(&["198.18.0.50-198.18.0.1"]).contains("after its end"));
+        assert!(error_of(&["::1-::5"]).contains("IPv4 only"));
+    }
+
+    #[test]
+    fn wide_ipv6_prefix_asks_for_a_hit_list() {
+        let message = error_of(&["2001:db8::/111"]);
+        assert!(
+            message.starts_with(r#"invalid target "2001:db8::/111": "#),
+            "{message}"
+        );
+        assert!(message.contains("hit-list file"), "{message}");
+        assert!(error_of(&["::/0"]).contains("hit-list"));
+    }
+
+    #[test]
+    fn no_targets_is_an_error() {
+        let none: [&str; 0] = [];
+        assert_eq!(
+            format!("{}", parse_targets(&none).unwrap_err()),
+            "no targets given"
+        );
+    }
+
+    #[test]
+    fn target_file_comments_blanks_and_errors() {
+        let file = TempFile::new(
+            "list",
+            "# hit list\n198.18.0.0/30\n\n  198.18.0.9  # trailing comment\n2001:db8::1\n",
+        );
+        let tokens = read_target_file(&file.0).unwrap();
+        assert_eq!(tokens, vec!["198.18.0.0/30", "198.18.0.9", "2001:db8::1"]);
+        let spec = parse_targets(&tokens).unwrap();
+        assert_eq!(spec.address_count(), 6);
+
+        let bad = TempFile::new("bad", "198.18.0.0/30\n# fine\n198.18.0.0/40\n");
+        let message = format!("{:#}", read_target_file(&bad.0).unwrap_err());
+        let expected = format!(
+            r#"{}:3: invalid target "198.18.0.0/40": prefix length must be 0..=32"#,
+            bad.0.display()
+        );
+        assert_eq!(message, expected);
+
+        let two = TempFile::new("two", "198.18.0.1 198.18.0.2\n");
+        let message = format!("{:#}", read_target_file(&two.0).unwrap_err());
+        assert!(
+            message.starts_with(&format!("{}:1: ", two.0.display())),
+            "{message}"
+        );
+
+        let missing = std::env::temp_dir().join("sonde-targets-does-not-exist");
+        let message = format!("{:#}", read_target_file(&missing).unwrap_err());
+        assert!(
+            message.contains("sonde-targets-does-not-exist"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn ports_sorted_and_deduplicated() {
+        let ports = parse_ports("80,443,8000-8100").unwrap();
+        assert_eq!(ports.len(), 2 + 101);
+        assert_eq!(&ports[..3], &[80, 443, 8000]);
+        assert_eq!(*ports.last().unwrap(), 8100);
+        assert_eq!(
+            parse_ports(" 443, 80,80,79-81 ").unwrap(),
+            vec![79, 80, 81, 443]
+        );
+        assert_eq!(parse_ports("0-65535").unwrap().len(), 65_536);
+        assert_eq!(parse_ports("7-7").unwrap(), vec![7]);
+    }
+
+    #[test]
+    fn port_errors_name_token() {
+        let error = |text: &str| format!("{:#}", parse_ports(text).unwrap_err());
+        assert!(error("80,70000").starts_with(r#"invalid port "70000""#));
+        assert!(error("90-80").starts_with(r#"invalid port range "90-80""#));
+        assert!(error("80-70000").starts_with(r#"invalid port range "80-70000""#));
+        assert!(error("http").starts_with(r#"invalid port "http""#));
+        assert!(error("+80").starts_with(r#"invalid port "+80""#));
+        assert!(error("80,,443").starts_with(r#"invalid port """#));
+        assert_eq!(error(""), "no ports given");
+    }
+}
