@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""Runs a command inside the scanner namespace and measures its send phase the same way for every
+tool: the interface's tx_packets counter, sampled every millisecond, gives the frames sent and
+the time from the first to the last one; the child's rusage gives its CPU time.
+
+usage: measure-send.py IFACE NAME -- CMD ARGS...   (run it inside the namespace)
+prints one line: NAME frames send_seconds pps cpu_seconds
+"""
+import resource
+import subprocess
+import sys
+import time
+
+iface, name = sys.argv[1], sys.argv[2]
+cmd = sys.argv[sys.argv.index("--") + 1:]
+counter = f"/sys/class/net/{iface}/statistics/tx_packets"
+
+
+def tx():
+    with open(counter) as f:
+        return int(f.read())
+
+
+start = tx()
+last, first_t, last_t = start, None, None
+child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+while child.poll() is None:
+    now, t = tx(), time.monotonic()
+    if now != last:
+        first_t = first_t or t
+        last_t, last = t, now
+    time.sleep(0.001)
+if child.returncode != 0:
+    sys.stderr.write(child.stderr.read().decode(errors="replace"))
+    sys.exit(f"{name} failed with exit code {child.returncode}")
+frames = tx() - start
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+span = max((last_t or 0) - (first_t or 0), 1e-3)
+print(name, frames, round(span, 4), round(frames / span), round(usage.ru_utime + usage.ru_stime, 4))

@@ -1,0 +1,408 @@
+//! Scan integration in the lab: accuracy against ground truth at full speed, resume after an
+//! interrupt at a random point, the ICMP and UDP modules, and the bad-input errors. Needs root
+//! for the lab tests; each lab has a unique name and is removed by a guard, also on failure.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+const SONDE: &str = env!("CARGO_BIN_EXE_sonde");
+
+fn can_run_labs() -> bool {
+    let ok = nix::unistd::geteuid().is_root() && Command::new("ip").arg("-V").output().is_ok();
+    if !ok {
+        eprintln!("skipping lab test: needs root and iproute2");
+    }
+    ok
+}
+
+fn sonde(args: &[&str]) -> Output {
+    Command::new(SONDE)
+        .args(args)
+        .output()
+        .expect("running sonde")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+struct Lab {
+    name: String,
+    dir: PathBuf,
+}
+
+impl Lab {
+    fn up(extra: &[&str]) -> Lab {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let name = format!(
+            "s{}x{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let dir = std::env::temp_dir().join(format!("sonde-test-{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let lab = Lab {
+            name: name.clone(),
+            dir,
+        };
+        let mut args = vec!["lab", "up", "--name", &name];
+        args.extend_from_slice(extra);
+        let out = sonde(&args);
+        assert!(out.status.success(), "lab up: {}", stderr(&out));
+        lab
+    }
+
+    fn file(&self, name: &str) -> String {
+        self.dir.join(name).to_str().unwrap().to_string()
+    }
+
+    fn scan(&self, extra: &[&str]) -> Output {
+        let mut args = vec!["scan", "--lab", &self.name, "--no-default-blocklist", "-q"];
+        args.extend_from_slice(extra);
+        sonde(&args)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = sonde(&["lab", "down", "--name", &self.name]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn json(path: &str) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// The `saddr` column of a scan's CSV output.
+fn addresses(path: &str) -> Vec<String> {
+    let mut reader = csv::Reader::from_path(path).unwrap();
+    reader
+        .records()
+        .map(|r| r.unwrap()[0].to_string())
+        .collect()
+}
+
+#[test]
+fn scan_at_full_speed_finds_the_truth_and_nothing_else() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&[
+        "--population",
+        "198.18.0.0/16",
+        "--responsive",
+        "0.1",
+        "--tcp-open",
+        "80,443",
+    ]);
+    let (results, summary) = (lab.file("r.csv"), lab.file("s.json"));
+    let out = lab.scan(&[
+        "198.18.0.0/16",
+        "-p",
+        "80",
+        "-r",
+        "0",
+        "-c",
+        "2",
+        "-o",
+        &results,
+        "--summary-json",
+        &summary,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let score = sonde(&[
+        "lab", "score", "--name", &lab.name, "--port", "80", &results,
+    ]);
+    let text = String::from_utf8_lossy(&score.stdout);
+    let s = json(&summary);
+    eprintln!("{text} at {} pps", s["pps"]);
+    let expected = s["hits"].as_u64().unwrap();
+    assert!(text.contains("false positives 0"), "{text}");
+    let found: u64 = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let truth: u64 = text.split_whitespace().nth(3).unwrap().parse().unwrap();
+    assert!(found * 1000 >= truth * 999, "found {found} of {truth}");
+    assert_eq!(expected, found, "hits counted = rows found");
+    assert_eq!(s["invalid"], 0);
+    assert_eq!(s["sent"], 65536);
+    for key in [
+        "targets",
+        "sent",
+        "wall_s",
+        "send_wall_s",
+        "pps",
+        "received",
+        "valid",
+        "invalid",
+        "hits",
+        "repeats",
+        "cpu_user_s",
+        "cpu_sys_s",
+    ] {
+        assert!(s.get(key).is_some(), "summary lacks {key}");
+    }
+}
+
+#[test]
+fn resume_after_an_interrupt_loses_and_repeats_nothing() {
+    if !can_run_labs() {
+        return;
+    }
+    // Every address answers, so every probe shows up as exactly one row.
+    let lab = Lab::up(&[
+        "--population",
+        "198.18.0.0/18",
+        "--responsive",
+        "1.0",
+        "--tcp-open",
+        "80",
+    ]);
+    let (first, second, checkpoint) = (lab.file("a.csv"), lab.file("b.csv"), lab.file("ck.json"));
+    let common = [
+        "198.18.0.0/18",
+        "-p",
+        "80",
+        "-r",
+        "8000",
+        "-c",
+        "1",
+        "--seed",
+        "99",
+        "--checkpoint",
+        &checkpoint,
+    ];
+    let mut args: Vec<&str> = vec![
+        "scan",
+        "--lab",
+        &lab.name,
+        "--no-default-blocklist",
+        "-q",
+        "-o",
+        &first,
+    ];
+    args.extend_from_slice(&common);
+    let mut child = Command::new(SONDE)
+        .args(&args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A random moment within the 2-second send phase.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let at = Duration::from_millis(300 + u64::from(nanos % 1400));
+    eprintln!("interrupting after {at:?}");
+    std::thread::sleep(at);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "interrupted scan failed");
+    assert!(Path::new(&checkpoint).exists(), "no checkpoint written");
+
+    let mut args: Vec<&str> = vec![
+        "scan",
+        "--lab",
+        &lab.name,
+        "--no-default-blocklist",
+        "-q",
+        "-o",
+        &second,
+        "--resume",
+        &checkpoint,
+    ];
+    args.extend_from_slice(&common);
+    let out = sonde(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let (a, b) = (addresses(&first), addresses(&second));
+    eprintln!("{} rows before the interrupt, {} after", a.len(), b.len());
+    let (sa, sb): (HashSet<_>, HashSet<_>) = (a.iter().collect(), b.iter().collect());
+    assert_eq!(sa.len(), a.len(), "a repeat within the first part");
+    assert_eq!(sb.len(), b.len(), "a repeat within the second part");
+    assert!(
+        sa.is_disjoint(&sb),
+        "probed twice: {:?}",
+        sa.intersection(&sb).take(5).collect::<Vec<_>>()
+    );
+    assert_eq!(a.len() + b.len(), 16384, "targets missed");
+    assert!(
+        !a.is_empty() && !b.is_empty(),
+        "the interrupt did not split the scan"
+    );
+}
+
+#[test]
+fn icmp_and_udp_modules_find_the_responsive_hosts() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&[
+        "--population",
+        "198.18.16.0/20",
+        "--responsive",
+        "0.3",
+        "--tcp-open",
+        "80",
+    ]);
+    let echo = lab.file("echo.csv");
+    let out = lab.scan(&[
+        "198.18.16.0/20",
+        "-M",
+        "icmp_echo",
+        "-r",
+        "0",
+        "-c",
+        "1",
+        "-o",
+        &echo,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let score = String::from_utf8_lossy(
+        &sonde(&[
+            "lab", "score", "--name", &lab.name, "--port", "0", "--answer", "echo", &echo,
+        ])
+        .stdout,
+    )
+    .into_owned();
+    assert!(
+        score.contains("(100.000 %), false positives 0"),
+        "icmp_echo: {score}"
+    );
+
+    // A closed UDP port: every responsive host answers ICMP port unreachable.
+    let unreach = lab.file("udp.csv");
+    let out = lab.scan(&[
+        "198.18.16.0/20",
+        "-M",
+        "udp",
+        "-p",
+        "9999",
+        "--payload-hex",
+        "68656c6c6f",
+        "-r",
+        "0",
+        "-c",
+        "1",
+        "-f",
+        "saddr,sport,classification",
+        "--output-filter",
+        "classification = unreach",
+        "-o",
+        &unreach,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let score = String::from_utf8_lossy(
+        &sonde(&[
+            "lab", "score", "--name", &lab.name, "--port", "0", "--answer", "echo", &unreach,
+        ])
+        .stdout,
+    )
+    .into_owned();
+    assert!(
+        score.contains("(100.000 %), false positives 0"),
+        "udp: {score}"
+    );
+}
+
+#[test]
+fn bad_scan_input_gets_one_clear_line() {
+    let cases: [(&[&str], &str); 6] = [
+        (&["scan", "--dryrun", "198.18.0.0/33"], "198.18.0.0/33"),
+        (
+            &["scan", "--dryrun", "198.18.0.0/24", "-p", "80,70000"],
+            "70000",
+        ),
+        (
+            &["scan", "--dryrun", "198.18.0.0/24", "-M", "tcp_ack"],
+            "tcp_syn, icmp_echo, udp, dns",
+        ),
+        (&["scan", "--dryrun", "198.18.0.0/24"], "no targets left"),
+        (
+            &[
+                "scan",
+                "--dryrun",
+                "--no-default-blocklist",
+                "198.18.0.0/24",
+                "-f",
+                "saddr,bogus",
+            ],
+            "bogus",
+        ),
+        (
+            &["scan", "--lab", "x", "--no-default-blocklist", "0.0.0.0/7"],
+            "--confirm-large-scan",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = sonde(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        // The error is one line (clap may add its "try --help" hint on lines of its own).
+        let err = stderr(&out);
+        let first = err.lines().next().unwrap_or_default();
+        assert!(
+            first.contains("error") && first.contains(needle),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn dryrun_prints_every_frame_and_sends_nothing() {
+    let out = sonde(&[
+        "scan",
+        "--dryrun",
+        "--no-default-blocklist",
+        "198.18.0.0/30",
+        "-p",
+        "80,443",
+        "--seed",
+        "5",
+        "-q",
+        "-G",
+        "02:00:00:00:00:02",
+        "-S",
+        "198.19.255.1",
+        "-i",
+        "lo",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<_> = text.lines().collect();
+    assert_eq!(lines.len(), 8, "{text}");
+    let targets: HashSet<_> = lines
+        .iter()
+        .map(|l| l.split_whitespace().nth(2).unwrap())
+        .collect();
+    assert_eq!(targets.len(), 8, "each (address, port) once: {targets:?}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("tcp") && l.contains("198.19.255.1:")),
+        "{text}"
+    );
+    let again = sonde(&[
+        "scan",
+        "--dryrun",
+        "--no-default-blocklist",
+        "198.18.0.0/30",
+        "-p",
+        "80,443",
+        "--seed",
+        "5",
+        "-q",
+        "-G",
+        "02:00:00:00:00:02",
+        "-S",
+        "198.19.255.1",
+        "-i",
+        "lo",
+    ]);
+    assert_eq!(again.stdout, out.stdout, "same seed, same order");
+}
