@@ -3,7 +3,8 @@
 tool: the interface's tx_packets counter, sampled every millisecond, gives the frames sent and
 the time from the first to the last one; the child's rusage gives its CPU time.
 
-usage: measure-send.py IFACE NAME -- CMD ARGS...   (run it inside the namespace)
+usage: measure-send.py IFACE NAME PROBES -- CMD ARGS...   (run it inside the namespace)
+The send phase ends when PROBES frames have left (later frames are resets and ARP, not probes).
 prints one line: NAME frames send_seconds pps cpu_seconds
 """
 import resource
@@ -11,7 +12,7 @@ import subprocess
 import sys
 import time
 
-iface, name = sys.argv[1], sys.argv[2]
+iface, name, probes = sys.argv[1], sys.argv[2], int(sys.argv[3])
 cmd = sys.argv[sys.argv.index("--") + 1:]
 counter = f"/sys/class/net/{iface}/statistics/tx_packets"
 
@@ -28,7 +29,9 @@ while child.poll() is None:
     now, t = tx(), time.monotonic()
     if now != last:
         first_t = first_t or t
-        last_t, last = t, now
+        if last - start < probes:
+            last_t = t
+        last = now
     time.sleep(0.001)
 if child.returncode != 0:
     sys.stderr.write(child.stderr.read().decode(errors="replace"))
@@ -36,4 +39,5 @@ if child.returncode != 0:
 frames = tx() - start
 usage = resource.getrusage(resource.RUSAGE_CHILDREN)
 span = max((last_t or 0) - (first_t or 0), 1e-3)
-print(name, frames, round(span, 4), round(frames / span), round(usage.ru_utime + usage.ru_stime, 4))
+sent = min(frames, probes)
+print(name, sent, round(span, 4), round(sent / span), round(usage.ru_utime + usage.ru_stime, 4))

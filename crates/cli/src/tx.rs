@@ -189,4 +189,13 @@ impl Pacer {
         }
         self.next += Duration::from_secs_f64(packets as f64 * self.seconds_per_packet);
     }
+
+    /// Waits out the last batch's slot, so a paced run lasts count / rate.
+    pub fn finish(&mut self) {
+        if self.seconds_per_packet > 0.0 {
+            if let Some(left) = self.next.checked_duration_since(Instant::now()) {
+                std::thread::sleep(left);
+            }
+        }
+    }
 }

@@ -99,3 +99,38 @@ mod tests {
         assert!(!d.check_and_insert(a, 80));
     }
 }
+
+#[cfg(test)]
+mod memory {
+    use super::*;
+
+    /// Resident set size of this process, from /proc (Linux).
+    fn rss_bytes() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .map_or(0, |kib| kib * 1024)
+    }
+
+    /// A full single-port IPv4 scan's dedup state, every page of it touched (as if answers came
+    /// from all over the address space), stays well under 1 GiB: it is 512 MiB.
+    #[test]
+    fn full_ipv4_bitmap_stays_under_one_gib() {
+        let before = rss_bytes();
+        let mut d = Dedup::for_scan(1, true, 0);
+        for page in 0..(1u64 << 32) / (4096 * 8) {
+            let addr = std::net::Ipv4Addr::from((page * 4096 * 8) as u32);
+            assert!(!d.check_and_insert(IpAddr::V4(addr), 80));
+        }
+        let grown = rss_bytes().saturating_sub(before);
+        assert!(
+            grown >= 500 << 20,
+            "every page touched: {} MiB resident",
+            grown >> 20
+        );
+        assert!(grown < 1 << 30, "{} MiB", grown >> 20);
+        assert_eq!(d.reserved_bytes(), 512 << 20);
+    }
+}

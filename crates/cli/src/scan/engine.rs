@@ -74,6 +74,7 @@ pub fn run(plan: ScanPlan) -> anyhow::Result<()> {
     let receiver = Receiver::open(&plan, writer, counts.clone(), clock)?;
     let senders = open_senders(&plan)?;
     let watch = Stopwatch::start();
+    let send_start = Instant::now();
     let states: Arc<Mutex<Vec<Option<ThreadCheckpoint>>>> =
         Arc::new(Mutex::new(vec![None; senders.len()]));
 
@@ -100,7 +101,7 @@ pub fn run(plan: ScanPlan) -> anyhow::Result<()> {
                     };
                     let r = s.run(t, stop, &counts.sent);
                     states.lock().expect("checkpoint lock")[t] = Some(s.checkpoint());
-                    r
+                    r.map(|()| Instant::now())
                 })
             })
             .collect();
@@ -111,9 +112,15 @@ pub fn run(plan: ScanPlan) -> anyhow::Result<()> {
         handles
             .into_iter()
             .map(|h| h.join().expect("sender thread panicked"))
-            .collect::<anyhow::Result<Vec<()>>>()
+            .collect::<anyhow::Result<Vec<Instant>>>()
     });
-    let send_wall = watch.wall();
+    // The send phase ends when the last sender finishes (each stamps its own end).
+    let send_end = send_result
+        .as_ref()
+        .ok()
+        .and_then(|ends| ends.iter().max().copied())
+        .unwrap_or_else(Instant::now);
+    let send_wall = send_end.duration_since(send_start);
     let interrupted = stop.load(Ordering::Relaxed);
     cooldown(&plan, &stop, &mut status)?;
     receiving.store(false, Ordering::Release);
@@ -245,6 +252,7 @@ impl Sender<'_> {
             self.pending.drain(..n);
             sent.add(n as u64);
         }
+        self.pacer.finish();
         self.tx.flush()?;
         Ok(())
     }
@@ -353,8 +361,9 @@ impl Receiver {
             format!("opening the {} receiver on {}", plan.rx_backend, plan.iface)
         })?;
         rx.set_filter(&plan.module.bpf_filter())?;
+        // When the source address is the host's own, its kernel already resets every SYN-ACK.
         let rst = match plan.module_kind {
-            sonde_scan::probe::ModuleKind::TcpSyn => Some((
+            sonde_scan::probe::ModuleKind::TcpSyn if !plan.source_is_local => Some((
                 AnyTx::open(BackendKind::Mmsg, &io)?,
                 RstTemplate::new(&plan.setup),
             )),

@@ -158,6 +158,8 @@ pub struct ScanPlan {
     pub module_kind: ModuleKind,
     pub setup: ProbeSetup,
     pub iface: String,
+    /// The source address belongs to the interface (so its kernel resets SYN-ACKs itself).
+    pub source_is_local: bool,
     pub queues: u32,
     pub seed: u64,
     pub shard: (u32, u32),
@@ -225,6 +227,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<()> {
         module,
         module_kind: args.module,
         setup,
+        source_is_local: host.source_is_local,
         iface: host.iface,
         queues: lab.as_ref().map_or(1, |l| l.queues),
         seed,

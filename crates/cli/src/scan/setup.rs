@@ -15,6 +15,7 @@ use crate::netenv;
 pub struct Host {
     pub iface: String,
     pub src_ip: Ipv4Addr,
+    pub source_is_local: bool,
     pub src_mac: MacAddr,
     pub gateway_mac: MacAddr,
 }
@@ -26,10 +27,13 @@ pub fn resolve(args: &ScanArgs, lab: Option<&LabStatus>) -> anyhow::Result<Host>
         (None, None) => default_route_iface()?,
     };
     let src_mac = netenv::iface_mac(&iface)?;
-    let src_ip = match args.source_ip {
-        Some(ip) => ip,
-        None => iface_ipv4(&iface)?,
+    let local = iface_ipv4(&iface).ok();
+    let src_ip = match (args.source_ip, local) {
+        (Some(ip), _) => ip,
+        (None, Some(ip)) => ip,
+        (None, None) => iface_ipv4(&iface)?,
     };
+    let source_is_local = local == Some(src_ip);
     let gateway_mac = match args.gateway_mac {
         Some(mac) => mac,
         // A dry run sends nothing, not even an ARP request.
@@ -41,6 +45,7 @@ pub fn resolve(args: &ScanArgs, lab: Option<&LabStatus>) -> anyhow::Result<Host>
     Ok(Host {
         iface,
         src_ip,
+        source_is_local,
         src_mac,
         gateway_mac,
     })
