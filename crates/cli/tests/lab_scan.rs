@@ -312,6 +312,73 @@ fn icmp_and_udp_modules_find_the_responsive_hosts() {
 }
 
 #[test]
+fn ipv6_and_mixed_scans_find_the_truth() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&[
+        "--population",
+        "198.18.0.0/24",
+        "--population6",
+        "2001:2::/116",
+        "--responsive",
+        "0.3",
+        "--tcp-open",
+        "80",
+    ]);
+    let syn = lab.file("syn6.csv");
+    let out = lab.scan(&["2001:2::/116", "-p", "80", "-r", "0", "-c", "1", "-o", &syn]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let score = String::from_utf8_lossy(
+        &sonde(&[
+            "lab",
+            "score",
+            "--name",
+            &lab.name,
+            "--port",
+            "80",
+            "--within",
+            "2001:2::/116",
+            &syn,
+        ])
+        .stdout,
+    )
+    .into_owned();
+    assert!(
+        score.contains("(100.000 %), false positives 0"),
+        "tcp_syn over IPv6: {score}"
+    );
+    // One scan over both families, from a hit list file.
+    let list = lab.file("targets.txt");
+    std::fs::write(&list, "# both families\n2001:2::/116\n198.18.0.0/24\n").unwrap();
+    let echo = lab.file("echo.csv");
+    let out = lab.scan(&[
+        "-I",
+        &list,
+        "-M",
+        "icmp_echo",
+        "-r",
+        "0",
+        "-c",
+        "1",
+        "-o",
+        &echo,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let score = String::from_utf8_lossy(
+        &sonde(&[
+            "lab", "score", "--name", &lab.name, "--port", "0", "--answer", "echo", &echo,
+        ])
+        .stdout,
+    )
+    .into_owned();
+    assert!(
+        score.contains("(100.000 %), false positives 0"),
+        "icmp_echo over both families: {score}"
+    );
+}
+
+#[test]
 fn bad_scan_input_gets_one_clear_line() {
     let cases: [(&[&str], &str); 6] = [
         (&["scan", "--dryrun", "198.18.0.0/33"], "198.18.0.0/33"),

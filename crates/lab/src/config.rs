@@ -2,11 +2,11 @@
 //! (`LabStatus`), and the checks on both before anything is created.
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
 use anyhow::{anyhow, bail, Result};
-use ipnet::Ipv4Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 
 /// The only IPv4 space the lab may use (RFC 2544, benchmarking).
@@ -15,6 +15,16 @@ pub(crate) const LAB_SPACE: Ipv4Net = net(198, 18, 0, 0, 15);
 pub(crate) const LINK_NET: Ipv4Net = net(198, 19, 255, 0, 24);
 pub(crate) const SCAN_IP: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 1);
 pub(crate) const GATEWAY_IP: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 254);
+/// The only IPv6 space the lab may use (RFC 5180, benchmarking).
+pub(crate) const LAB_SPACE6: Ipv6Net = net6([0x2001, 2, 0, 0, 0, 0, 0, 0], 48);
+/// The IPv6 link between the namespaces (inside `LAB_SPACE6`); populations
+/// may not overlap it.
+pub(crate) const LINK_NET6: Ipv6Net = net6([0x2001, 2, 0, 0xffff, 0, 0, 0, 0], 64);
+pub(crate) const SCAN_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 0xffff, 0, 0, 0, 1);
+pub(crate) const GATEWAY_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 0xffff, 0, 0, 0, 0xfe);
+/// Narrowest IPv6 population prefix length allowed: /112 has 65,536
+/// addresses, so the truth stays enumerable.
+const MIN_PREFIX6: u8 = 112;
 pub(crate) const SCAN_IF: &str = "sx0";
 pub(crate) const NET_IF: &str = "nx0";
 /// Veth queue limit: far more than these hosts have cores, and the kernel's
@@ -25,6 +35,13 @@ const MAX_NAME: usize = 20;
 
 const fn net(a: u8, b: u8, c: u8, d: u8, len: u8) -> Ipv4Net {
     Ipv4Net::new_assert(Ipv4Addr::new(a, b, c, d), len)
+}
+
+const fn net6(s: [u16; 8], len: u8) -> Ipv6Net {
+    Ipv6Net::new_assert(
+        Ipv6Addr::new(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]),
+        len,
+    )
 }
 
 /// What to bring up.
@@ -44,6 +61,10 @@ pub struct LabConfig {
     pub sink: Sink,
     /// Share of packets to the population dropped at random (0.0..1.0).
     pub loss: f64,
+    /// An IPv6 population besides the IPv4 one: a prefix inside 2001:2::/48,
+    /// /112 or longer, not overlapping the link 2001:2:0:ffff::/64. The same
+    /// seed, share, ports and loss apply. None: the lab is IPv4 only.
+    pub population6: Option<Ipv6Net>,
 }
 
 impl Default for LabConfig {
@@ -57,6 +78,7 @@ impl Default for LabConfig {
             queues: 2,
             sink: Sink::Kernel,
             loss: 0.0,
+            population6: None,
         }
     }
 }
@@ -117,6 +139,15 @@ pub struct LabStatus {
     /// "xdpgeneric").
     #[serde(default)]
     pub xdp_mode: Option<String>,
+    /// The IPv6 population, if the lab has one.
+    #[serde(default)]
+    pub population6: Option<String>,
+    /// The scanner's IPv6 address (2001:2:0:ffff::1), with an IPv6 population.
+    #[serde(default)]
+    pub scan_ip6: Option<Ipv6Addr>,
+    /// The IPv6 gateway (2001:2:0:ffff::fe, on nx0), with an IPv6 population.
+    #[serde(default)]
+    pub gateway_ip6: Option<Ipv6Addr>,
 }
 
 /// Checks a lab name: 1 to 20 of `a-z`, `0-9` and `-`, not starting with `-`.
@@ -141,6 +172,9 @@ pub(crate) fn validate(cfg: &LabConfig) -> Result<()> {
             cfg.population
         );
     }
+    if let Some(p6) = cfg.population6 {
+        validate_population6(p6)?;
+    }
     if !(0.0..=1.0).contains(&cfg.responsive) {
         bail!("responsive share {} is not between 0 and 1", cfg.responsive);
     }
@@ -160,6 +194,25 @@ pub(crate) fn validate(cfg: &LabConfig) -> Result<()> {
         .find_map(|(i, p)| cfg.tcp_open[..i].contains(p).then_some(p))
     {
         bail!("TCP port {p} is given twice in the open ports");
+    }
+    Ok(())
+}
+
+/// Checks an IPv6 population: inside 2001:2::/48, at most 65,536 addresses,
+/// and clear of the link prefix.
+pub(crate) fn validate_population6(p: Ipv6Net) -> Result<()> {
+    if !LAB_SPACE6.contains(&p) {
+        bail!(
+            "IPv6 population {p} is outside {LAB_SPACE6}: the lab only uses benchmarking addresses (e.g. 2001:2::/112)"
+        );
+    }
+    if p.prefix_len() < MIN_PREFIX6 {
+        bail!(
+            "IPv6 population {p} is too wide: use /{MIN_PREFIX6} or longer (at most 65,536 addresses)"
+        );
+    }
+    if LINK_NET6.contains(&p) {
+        bail!("IPv6 population {p} overlaps the lab's link {LINK_NET6}; pick another prefix");
     }
     Ok(())
 }
@@ -202,6 +255,43 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_link_is_lab_space() {
+        assert!(LAB_SPACE6.contains(&LINK_NET6));
+        assert!(LINK_NET6.contains(&SCAN_IP6) && LINK_NET6.contains(&GATEWAY_IP6));
+    }
+
+    #[test]
+    fn population6_must_be_lab_space_and_narrow() {
+        let mut cfg = LabConfig::default();
+        assert_eq!(cfg.population6, None);
+        for good in [
+            "2001:2::/112",
+            "2001:2::/120",
+            "2001:2:0:1234::ff00/120",
+            "2001:2::1/128",
+        ] {
+            cfg.population6 = Some(good.parse().unwrap());
+            validate(&cfg).unwrap();
+        }
+        for (bad, why) in [
+            ("2001:3::/112", "outside 2001:2::/48"),
+            ("2001:db8::/120", "outside 2001:2::/48"),
+            ("2001:2::/47", "outside 2001:2::/48"),
+            ("2001:2:ffff::/112", "outside 2001:2::/48"),
+            ("::/0", "outside 2001:2::/48"),
+            ("2001:2::/48", "too wide"),
+            ("2001:2::/111", "too wide"),
+            ("2001:2:0:ffff::/112", "overlaps the lab's link"),
+            ("2001:2:0:ffff::1/128", "overlaps the lab's link"),
+        ] {
+            cfg.population6 = Some(bad.parse().unwrap());
+            let e = validate(&cfg).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+    }
+
+    #[test]
     fn ranges() {
         let base = LabConfig::default();
         assert!(validate(&LabConfig {
@@ -229,6 +319,29 @@ mod tests {
             ..base
         })
         .is_err());
+    }
+
+    #[test]
+    fn old_status_files_still_load() {
+        let old = r#"{"name":"lab","scan_ns":"sonde-lab-scan","net_ns":"sonde-lab-net",
+            "scan_if":"sx0","net_if":"nx0","scan_ip":"198.19.255.1","scan_mac":"02:00:c6:13:ff:01",
+            "gateway_ip":"198.19.255.254","gateway_mac":"02:00:c6:13:ff:fe",
+            "population":"198.18.0.0/16","responsive":0.1,"responsive_count":6553,
+            "tcp_open":[80],"seed":1,"queues":2,"sink":"kernel","loss":0.0,"server_pid":null}"#;
+        let st: LabStatus = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            (&st.population6, st.scan_ip6, st.gateway_ip6, &st.xdp_mode),
+            (&None, None, None, &None)
+        );
+        let new = LabStatus {
+            population6: Some("2001:2::/120".into()),
+            scan_ip6: Some(SCAN_IP6),
+            gateway_ip6: Some(GATEWAY_IP6),
+            ..st
+        };
+        let text = serde_json::to_string(&new).unwrap();
+        assert!(text.contains(r#""scan_ip6":"2001:2:0:ffff::1""#), "{text}");
+        assert_eq!(serde_json::from_str::<LabStatus>(&text).unwrap(), new);
     }
 
     #[test]

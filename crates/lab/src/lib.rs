@@ -3,7 +3,8 @@
 //! answers for, and the exact ground truth of what it answers.
 //!
 //! THE SAFETY RULE (see LAB.md): every packet stays inside the namespaces made
-//! here, addressed to 198.18.0.0/15. Nothing is created in the root namespace
+//! here, addressed to 198.18.0.0/15 (and 2001:2::/48 with an IPv6
+//! population). Nothing is created in the root namespace
 //! except the namespaces themselves, and no lab namespace gets a route out.
 //!
 //! Everything is done by shelling out to `ip` and `nft`, so what the lab does
@@ -26,4 +27,4 @@ pub use counters::{net_counters, received, scan_counters, IfCounters};
 pub use netns::{current_lab, enter_scan_ns, exec, list};
 pub use server::serve;
 pub use setup::{down, status, up};
-pub use truth::{is_responsive, truth};
+pub use truth::{is_responsive, is_responsive6, truth};

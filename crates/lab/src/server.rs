@@ -2,7 +2,7 @@
 //! `down`.
 
 use std::convert::Infallible;
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -11,7 +11,7 @@ use anyhow::{anyhow, bail, Result};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::socket::{
     bind, listen, setsockopt, socket, sockopt, AddressFamily, Backlog, SockFlag, SockType,
-    SockaddrIn,
+    SockaddrIn, SockaddrIn6,
 };
 use nix::unistd::Pid;
 
@@ -21,9 +21,11 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 const STOP_TIMEOUT: Duration = Duration::from_secs(3);
 const POLL: Duration = Duration::from_millis(20);
 
-/// Listens on 0.0.0.0:P for each of `ports` and accepts and closes
-/// connections forever. The lab runs it inside its net namespace, where the
-/// kernel owns every population address, so one listener serves them all.
+/// Listens on 0.0.0.0:P and [::]:P (IPV6_V6ONLY) for each of `ports` and
+/// accepts and closes connections forever. The lab runs it inside its net
+/// namespace, where the kernel owns every population address, so one listener
+/// per port and family serves them all. A kernel without IPv6
+/// (EAFNOSUPPORT) gets the IPv4 listeners only.
 pub fn serve(ports: &[u16]) -> Result<Infallible> {
     let mut ports = ports.to_vec();
     ports.sort_unstable();
@@ -31,10 +33,11 @@ pub fn serve(ports: &[u16]) -> Result<Infallible> {
     if ports.is_empty() {
         bail!("the lab server needs at least one port");
     }
-    let listeners = ports
-        .iter()
-        .map(|&p| listener(p))
-        .collect::<Result<Vec<_>>>()?;
+    let mut listeners = Vec::with_capacity(2 * ports.len());
+    for &p in &ports {
+        listeners.extend(listener(p, false)?);
+        listeners.extend(listener(p, true)?);
+    }
     let workers: Vec<_> = listeners
         .into_iter()
         .map(|l| thread::spawn(move || accept_forever(&l)))
@@ -46,22 +49,36 @@ pub fn serve(ports: &[u16]) -> Result<Infallible> {
     bail!("the lab server's accept threads stopped")
 }
 
-fn listener(port: u16) -> Result<TcpListener> {
-    let fail = |what: &str, e: nix::Error| anyhow!("lab server: cannot {what} port {port}: {e}");
-    let fd = socket(
-        AddressFamily::Inet,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .map_err(|e| fail("open a socket for", e))?;
+/// A listener on 0.0.0.0:`port`, or with `v6` on [::]:`port` for IPv6 only
+/// (so it never competes with the IPv4 one). None if the kernel has no IPv6.
+fn listener(port: u16, v6: bool) -> Result<Option<TcpListener>> {
+    let family = if v6 { "IPv6" } else { "IPv4" };
+    let fail =
+        |what: &str, e: nix::Error| anyhow!("lab server: cannot {what} {family} port {port}: {e}");
+    let domain = if v6 {
+        AddressFamily::Inet6
+    } else {
+        AddressFamily::Inet
+    };
+    let fd = match socket(domain, SockType::Stream, SockFlag::SOCK_CLOEXEC, None) {
+        Ok(fd) => fd,
+        Err(nix::Error::EAFNOSUPPORT) if v6 => return Ok(None),
+        Err(e) => return Err(fail("open a socket for", e)),
+    };
     setsockopt(&fd, sockopt::ReuseAddr, &true).map_err(|e| fail("set SO_REUSEADDR on", e))?;
-    let addr = SockaddrIn::from(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port));
-    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &addr).map_err(|e| fail("bind", e))?;
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+    if v6 {
+        setsockopt(&fd, sockopt::Ipv6V6Only, &true).map_err(|e| fail("set IPV6_V6ONLY on", e))?;
+        let addr = SockaddrIn6::from(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0));
+        bind(raw, &addr).map_err(|e| fail("bind", e))?;
+    } else {
+        let addr = SockaddrIn::from(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port));
+        bind(raw, &addr).map_err(|e| fail("bind", e))?;
+    }
     // The largest accept queue: Linux caps -1 at net.core.somaxconn, which
     // `up` raises, so handshake bursts from scanners are not refused.
     listen(&fd, Backlog::MAXALLOWABLE).map_err(|e| fail("listen on", e))?;
-    Ok(TcpListener::from(fd))
+    Ok(Some(TcpListener::from(fd)))
 }
 
 /// Accepts and closes (dropping the stream sends FIN). Errors such as
@@ -75,12 +92,13 @@ fn accept_forever(l: &TcpListener) {
 }
 
 /// Starts `cmd` in namespace `ns`, detached (own session via setsid, stdio to
-/// /dev/null), and waits until it listens on every port. Returns its pid.
+/// /dev/null), and waits until it listens on every port (over IPv6 too if
+/// `v6`). Returns its pid.
 ///
 /// `ip netns exec` and `setsid` both exec (setsid only forks when the caller
 /// leads a process group, and a spawned child does not), so the pid of the
 /// spawned child is the server's.
-pub(crate) fn start(ns: &str, cmd: &[String], ports: &[u16]) -> Result<u32> {
+pub(crate) fn start(ns: &str, cmd: &[String], ports: &[u16], v6: bool) -> Result<u32> {
     let mut child = Command::new("ip")
         .args(["netns", "exec", ns, "setsid"])
         .args(cmd)
@@ -90,7 +108,7 @@ pub(crate) fn start(ns: &str, cmd: &[String], ports: &[u16]) -> Result<u32> {
         .spawn()
         .map_err(|e| spawn_error("ip", &e))?;
     let pid = child.id();
-    if let Err(e) = wait_listening(&mut child, ports) {
+    if let Err(e) = wait_listening(&mut child, ports, v6) {
         let _ = child.kill();
         let _ = child.wait();
         return Err(e);
@@ -102,40 +120,49 @@ pub(crate) fn start(ns: &str, cmd: &[String], ports: &[u16]) -> Result<u32> {
 }
 
 /// Polls the server's view of TCP sockets (/proc/PID/net/tcp{,6} shows the
-/// namespace the process is in) until every port has a listener.
-fn wait_listening(child: &mut Child, ports: &[u16]) -> Result<()> {
+/// namespace the process is in) until every port has a listener: an IPv4 or
+/// IPv6 one (as before), and with `v6` an IPv6 one as well.
+fn wait_listening(child: &mut Child, ports: &[u16], v6: bool) -> Result<()> {
     let start = Instant::now();
+    let what = if v6 { " over IPv4 and IPv6" } else { "" };
     loop {
         if let Some(status) = child.try_wait()? {
-            bail!("the lab server exited ({status}) before listening on {ports:?}; run it by hand to see why");
+            bail!("the lab server exited ({status}) before listening on {ports:?}{what}; run it by hand to see why");
         }
-        let listening = listening_ports(child.id());
-        if ports.iter().all(|p| listening.contains(p)) {
+        let (four, six) = (
+            listening_ports(child.id(), "tcp"),
+            listening_ports(child.id(), "tcp6"),
+        );
+        let ready = ports
+            .iter()
+            .all(|p| six.contains(p) || (!v6 && four.contains(p)));
+        if ready {
             return Ok(());
         }
         if start.elapsed() > READY_TIMEOUT {
-            bail!("the lab server did not listen on all of {ports:?} within {READY_TIMEOUT:?}");
+            bail!(
+                "the lab server did not listen on all of {ports:?}{what} within {READY_TIMEOUT:?}"
+            );
         }
         thread::sleep(POLL);
     }
 }
 
-/// Local ports in LISTEN state (st 0A) in the network namespace of `pid`.
-fn listening_ports(pid: u32) -> Vec<u16> {
+/// Local ports in LISTEN state (st 0A) in /proc/PID/net/`file` (tcp or tcp6)
+/// of the network namespace of `pid`.
+fn listening_ports(pid: u32, file: &str) -> Vec<u16> {
     let mut ports = Vec::new();
-    for file in ["tcp", "tcp6"] {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{file}")) else {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{file}")) else {
+        return ports;
+    };
+    for line in text.lines().skip(1) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.get(3) != Some(&"0A") {
             continue;
-        };
-        for line in text.lines().skip(1) {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            if fields.get(3) != Some(&"0A") {
-                continue;
-            }
-            let port = fields.get(1).and_then(|a| a.rsplit_once(':'));
-            if let Some(p) = port.and_then(|(_, p)| u16::from_str_radix(p, 16).ok()) {
-                ports.push(p);
-            }
+        }
+        let port = fields.get(1).and_then(|a| a.rsplit_once(':'));
+        if let Some(p) = port.and_then(|(_, p)| u16::from_str_radix(p, 16).ok()) {
+            ports.push(p);
         }
     }
     ports

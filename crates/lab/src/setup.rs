@@ -1,16 +1,16 @@
 //! Bringing a lab up and taking it down.
 
 use anyhow::{anyhow, bail, Result};
-use ipnet::Ipv4Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 use serde_json::Value;
 
 use crate::cmd::{in_ns, ip_line};
 use crate::config::{
-    validate, validate_name, LabConfig, LabStatus, Sink, GATEWAY_IP, LINK_NET, NET_IF, SCAN_IF,
-    SCAN_IP,
+    validate, validate_name, LabConfig, LabStatus, Sink, GATEWAY_IP, GATEWAY_IP6, LINK_NET,
+    LINK_NET6, NET_IF, SCAN_IF, SCAN_IP, SCAN_IP6,
 };
 use crate::netns::{net_ns, ns_exists, scan_ns};
-use crate::truth::Population;
+use crate::truth::{Population, Population6};
 use crate::{nft, server, state, xdp};
 
 /// Fixed, locally administered MACs (02:00 + the IPv4 address), so frames in
@@ -40,6 +40,10 @@ const NET_SYSCTLS: &[&str] = &[
     "net.ipv4.tcp_max_syn_backlog=65535",
     "net.ipv4.tcp_syncookies=1",
 ];
+
+/// IPv6 sysctls of the net namespace, with an IPv6 population: no ICMPv6
+/// rate limit (echo replies are not limited anyway; unreachables are).
+const NET_SYSCTLS6: &[&str] = &["net.ipv6.icmp.ratelimit=0"];
 
 /// Creates lab `cfg.name` and starts `server_cmd` in it if `cfg.tcp_open` is
 /// not empty. On any failure everything made so far is removed again.
@@ -130,12 +134,28 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
     sysctl(&net, NET_SYSCTLS)?;
     make_link(cfg.queues, &scan, &net)?;
     route(cfg.population, &scan, &net)?;
+    if let Some(population6) = cfg.population6 {
+        sysctl(&net, NET_SYSCTLS6)?;
+        link6(&scan, &net)?;
+        route6(population6, &scan, &net)?;
+    }
     let pop = Population {
         net: cfg.population.trunc(),
         seed: cfg.seed,
         share: cfg.responsive,
     };
-    nft::load(&net, &pop, cfg.loss, &state::scratch(&cfg.name, ".nft")?)?;
+    let pop6 = cfg.population6.map(|p| Population6 {
+        net: p.trunc(),
+        seed: cfg.seed,
+        share: cfg.responsive,
+    });
+    nft::load(
+        &net,
+        &pop,
+        pop6.as_ref(),
+        cfg.loss,
+        &state::scratch(&cfg.name, ".nft")?,
+    )?;
     let xdp_mode = match cfg.sink {
         Sink::Drop => Some(xdp::attach_drop(&cfg.name, &net)?.to_string()),
         Sink::Kernel => None,
@@ -143,7 +163,12 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
     let server_pid = if cfg.tcp_open.is_empty() {
         None
     } else {
-        Some(server::start(&net, server_cmd, &cfg.tcp_open)?)
+        Some(server::start(
+            &net,
+            server_cmd,
+            &cfg.tcp_open,
+            pop6.is_some(),
+        )?)
     };
     let st = LabStatus {
         name: cfg.name.clone(),
@@ -165,6 +190,9 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
         loss: cfg.loss,
         server_pid,
         xdp_mode,
+        population6: pop6.map(|p| p.net.to_string()),
+        scan_ip6: pop6.map(|_| SCAN_IP6),
+        gateway_ip6: pop6.map(|_| GATEWAY_IP6),
     };
     let server_cmd = if server_pid.is_some() {
         server_cmd.to_vec()
@@ -225,6 +253,48 @@ fn route(population: Ipv4Net, scan: &str, net: &str) -> Result<()> {
     ))?;
     ip_line(&format!(
         "-n {net} neigh replace {SCAN_IP} lladdr {SCAN_MAC} dev {NET_IF} {permanent}"
+    ))?;
+    Ok(())
+}
+
+/// IPv6 on the veth pair: both ends without DAD or router solicitations (no
+/// link-local addresses either, see COMMON_SYSCTLS), and each a global
+/// address in LINK_NET6 marked `nodad`, usable at once.
+fn link6(scan: &str, net: &str) -> Result<()> {
+    let len = LINK_NET6.prefix_len();
+    for (ns, ifname, addr) in [(scan, SCAN_IF, SCAN_IP6), (net, NET_IF, GATEWAY_IP6)] {
+        let conf = format!("net.ipv6.conf.{ifname}");
+        sysctl(
+            ns,
+            &[
+                &format!("{conf}.disable_ipv6=0"),
+                &format!("{conf}.accept_dad=0"),
+                &format!("{conf}.router_solicitations=0"),
+                &format!("{conf}.accept_ra=0"),
+            ],
+        )?;
+        ip_line(&format!(
+            "-n {ns} -6 addr add {addr}/{len} dev {ifname} nodad"
+        ))?;
+    }
+    Ok(())
+}
+
+/// IPv6 routes and neighbours, as `route` does for IPv4: the scanner's
+/// default route leads to nx0 only, the net namespace owns the population on
+/// lo, and permanent neighbours both ways mean no neighbour discovery.
+fn route6(population6: Ipv6Net, scan: &str, net: &str) -> Result<()> {
+    let pop = population6.trunc();
+    ip_line(&format!(
+        "-n {scan} -6 route add default via {GATEWAY_IP6} dev {SCAN_IF}"
+    ))?;
+    ip_line(&format!("-n {net} -6 route add local {pop} dev lo"))?;
+    let permanent = "nud permanent";
+    ip_line(&format!(
+        "-n {scan} -6 neigh replace {GATEWAY_IP6} lladdr {GATEWAY_MAC} dev {SCAN_IF} {permanent}"
+    ))?;
+    ip_line(&format!(
+        "-n {net} -6 neigh replace {SCAN_IP6} lladdr {SCAN_MAC} dev {NET_IF} {permanent}"
     ))?;
     Ok(())
 }

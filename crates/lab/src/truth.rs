@@ -3,11 +3,12 @@
 //! The same `Population::answers` decides both the nftables set (what the lab
 //! does) and the truth rows (what the lab says it does), so they cannot drift.
 
+use std::fmt::Display;
 use std::io::{self, BufWriter, Write};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use anyhow::{anyhow, Result};
-use ipnet::Ipv4Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 
 use crate::config::LINK_NET;
 use crate::state;
@@ -30,9 +31,18 @@ fn addr_hash(seed: u64, addr: Ipv4Addr) -> u64 {
     mix64(key ^ u64::from(u32::from(addr)).wrapping_mul(GOLDEN))
 }
 
-/// Whether `addr` is among the `share` (0.0..=1.0) of addresses that answer
-/// under `seed`: its keyed hash is below share·2^64.
-pub fn is_responsive(seed: u64, addr: Ipv4Addr, share: f64) -> bool {
+/// The same keyed hash over a 128-bit address: the IPv4 step applied to the
+/// high 64 bits, then again with the low 64 bits.
+fn addr_hash6(seed: u64, addr: Ipv6Addr) -> u64 {
+    let key = mix64(seed.wrapping_add(GOLDEN));
+    let bits = u128::from(addr);
+    let (hi, lo) = ((bits >> 64) as u64, bits as u64);
+    let h = mix64(key ^ hi.wrapping_mul(GOLDEN));
+    mix64(h ^ lo.wrapping_mul(GOLDEN))
+}
+
+/// Whether a hash is among the lowest `share` (0.0..=1.0) of all u64s.
+fn below_share(hash: u64, share: f64) -> bool {
     if share >= 1.0 {
         return true;
     }
@@ -40,7 +50,19 @@ pub fn is_responsive(seed: u64, addr: Ipv4Addr, share: f64) -> bool {
         return false;
     }
     // share < 1, so the product is below 2^64 and the cast is exact enough.
-    addr_hash(seed, addr) < (share * TWO_POW_64) as u64
+    hash < (share * TWO_POW_64) as u64
+}
+
+/// Whether `addr` is among the `share` (0.0..=1.0) of addresses that answer
+/// under `seed`: its keyed hash is below share·2^64.
+pub fn is_responsive(seed: u64, addr: Ipv4Addr, share: f64) -> bool {
+    below_share(addr_hash(seed, addr), share)
+}
+
+/// `is_responsive` for IPv6: the same keyed hash over all 128 bits of
+/// `addr`, below share·2^64.
+pub fn is_responsive6(seed: u64, addr: Ipv6Addr, share: f64) -> bool {
+    below_share(addr_hash6(seed, addr), share)
 }
 
 /// A lab's population and the rule that picks who answers.
@@ -70,6 +92,32 @@ impl Population {
     }
 }
 
+/// A lab's IPv6 population (at most a /112, so enumerable) and the rule that
+/// picks who answers.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Population6 {
+    pub net: Ipv6Net,
+    pub seed: u64,
+    pub share: f64,
+}
+
+impl Population6 {
+    /// Every address of the prefix, ascending.
+    pub fn addresses(&self) -> impl Iterator<Item = Ipv6Addr> {
+        (u128::from(self.net.network())..=u128::from(self.net.broadcast())).map(Ipv6Addr::from)
+    }
+
+    /// Whether the lab answers at `addr` (config.rs keeps the link prefix out
+    /// of IPv6 populations).
+    pub fn answers(&self, addr: Ipv6Addr) -> bool {
+        is_responsive6(self.seed, addr, self.share)
+    }
+
+    pub fn responsive(&self) -> impl Iterator<Item = Ipv6Addr> + '_ {
+        self.addresses().filter(|a| self.answers(*a))
+    }
+}
+
 /// Writes the ground truth CSV of lab `name` (see `write_truth`); `ports`
 /// defaults to the lab's open ports. Returns the number of rows after the
 /// header.
@@ -86,17 +134,28 @@ pub fn truth(name: &str, ports: Option<&[u16]>, out: &mut dyn Write) -> Result<u
         seed: st.seed,
         share: st.responsive,
     };
+    let pop6 = match &st.population6 {
+        None => None,
+        Some(p) => Some(Population6 {
+            net: p
+                .parse()
+                .map_err(|e| anyhow!("lab {name:?} state has a bad IPv6 population {p:?}: {e}"))?,
+            seed: st.seed,
+            share: st.responsive,
+        }),
+    };
     let ports = ports.unwrap_or(&st.tcp_open);
-    write_truth(&pop, &st.tcp_open, ports, out)
+    write_truth(&pop, pop6.as_ref(), &st.tcp_open, ports, out)
         .map_err(|e| anyhow!("cannot write the ground truth of lab {name:?}: {e}"))
 }
 
-/// `addr,port,answer` rows, addresses ascending: port 0 is ICMP echo (`echo`),
-/// then each of `ports`: `synack` if a server listens there, else `rst`;
-/// `none` for every row of an address that does not answer. This is what the
-/// kernel sink does with loss 0.
+/// `addr,port,answer` rows, addresses ascending (the IPv4 population, then
+/// the IPv6 one if any): port 0 is ICMP echo (`echo`), then each of `ports`:
+/// `synack` if a server listens there, else `rst`; `none` for every row of an
+/// address that does not answer. This is what the kernel sink does with loss 0.
 pub(crate) fn write_truth(
     pop: &Population,
+    pop6: Option<&Population6>,
     open: &[u16],
     ports: &[u16],
     out: &mut dyn Write,
@@ -105,20 +164,35 @@ pub(crate) fn write_truth(
     w.write_all(b"addr,port,answer\n")?;
     let mut rows = 0;
     for addr in pop.addresses() {
-        let answers = pop.answers(addr);
-        writeln!(w, "{addr},0,{}", if answers { "echo" } else { "none" })?;
-        for &port in ports {
-            let answer = match (answers, open.contains(&port)) {
-                (false, _) => "none",
-                (true, true) => "synack",
-                (true, false) => "rst",
-            };
-            writeln!(w, "{addr},{port},{answer}")?;
+        rows += write_rows(&mut w, addr, pop.answers(addr), open, ports)?;
+    }
+    if let Some(pop6) = pop6 {
+        for addr in pop6.addresses() {
+            rows += write_rows(&mut w, addr, pop6.answers(addr), open, ports)?;
         }
-        rows += 1 + ports.len() as u64;
     }
     w.flush()?;
     Ok(rows)
+}
+
+/// The rows of one address; returns how many.
+fn write_rows(
+    w: &mut impl Write,
+    addr: impl Display,
+    answers: bool,
+    open: &[u16],
+    ports: &[u16],
+) -> io::Result<u64> {
+    writeln!(w, "{addr},0,{}", if answers { "echo" } else { "none" })?;
+    for &port in ports {
+        let answer = match (answers, open.contains(&port)) {
+            (false, _) => "none",
+            (true, true) => "synack",
+            (true, false) => "rst",
+        };
+        writeln!(w, "{addr},{port},{answer}")?;
+    }
+    Ok(1 + ports.len() as u64)
 }
 
 #[cfg(test)]
@@ -167,7 +241,7 @@ mod tests {
     fn truth_rows() {
         let p = pop("198.18.0.0/30", 5, 0.5);
         let mut out = Vec::new();
-        let rows = write_truth(&p, &[80], &[80, 22], &mut out).unwrap();
+        let rows = write_truth(&p, None, &[80], &[80, 22], &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "addr,port,answer");
@@ -192,11 +266,86 @@ mod tests {
         }
     }
 
+    fn pop6(net: &str, seed: u64, share: f64) -> Population6 {
+        Population6 {
+            net: net.parse().unwrap(),
+            seed,
+            share,
+        }
+    }
+
+    #[test]
+    fn share6_is_about_right_over_a_slash_112() {
+        for share in [0.01, 0.1, 0.5, 0.9] {
+            let p = pop6("2001:2::/112", 7, share);
+            let n = p.responsive().count() as f64 / 65536.0;
+            assert!((n - share).abs() < 0.01, "share {share}: got {n}");
+        }
+        assert_eq!(pop6("2001:2::/112", 7, 0.0).responsive().count(), 0);
+        assert_eq!(pop6("2001:2::/112", 7, 1.0).responsive().count(), 65536);
+        assert_eq!(pop6("2001:2::/112", 7, f64::NAN).responsive().count(), 0);
+        // The high 64 bits count too: the same low bits in another /64 give
+        // another set.
+        let a: Vec<u64> = pop6("2001:2::/116", 7, 0.5)
+            .responsive()
+            .map(|x| u128::from(x) as u64)
+            .collect();
+        let b: Vec<u64> = pop6("2001:2:0:1::/116", 7, 0.5)
+            .responsive()
+            .map(|x| u128::from(x) as u64)
+            .collect();
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn responsive6_deterministic_per_seed() {
+        let a: Vec<_> = pop6("2001:2::/116", 1, 0.3).responsive().collect();
+        let b: Vec<_> = pop6("2001:2::/116", 1, 0.3).responsive().collect();
+        let c: Vec<_> = pop6("2001:2::/116", 2, 0.3).responsive().collect();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        let more: Vec<_> = pop6("2001:2::/116", 1, 0.6).responsive().collect();
+        assert!(a.iter().all(|x| more.contains(x)));
+    }
+
+    #[test]
+    fn truth_rows_v6_follow_v4() {
+        let p = pop("198.18.0.0/31", 5, 0.5);
+        let p6 = pop6("2001:2::ff00/126", 5, 0.5);
+        let mut out = Vec::new();
+        let rows = write_truth(&p, Some(&p6), &[80], &[80, 22], &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(rows, 3 * (2 + 4));
+        assert_eq!(lines.len(), 1 + 3 * 6);
+        assert!(lines[1].starts_with("198.18.0.0,0,"));
+        assert!(lines[4].starts_with("198.18.0.1,0,"));
+        for (i, addr) in p6.addresses().enumerate() {
+            let got = &lines[7 + 3 * i..10 + 3 * i];
+            let want: [String; 3] = if is_responsive6(5, addr, 0.5) {
+                [
+                    format!("{addr},0,echo"),
+                    format!("{addr},80,synack"),
+                    format!("{addr},22,rst"),
+                ]
+            } else {
+                [
+                    format!("{addr},0,none"),
+                    format!("{addr},80,none"),
+                    format!("{addr},22,none"),
+                ]
+            };
+            assert_eq!(got, want, "{addr}");
+        }
+        assert_eq!(lines[7].split(',').next(), Some("2001:2::ff00"));
+        assert_eq!(lines[16].split(',').next(), Some("2001:2::ff03"));
+    }
+
     #[test]
     fn truth_of_a_slash_16_is_fast() {
         let p = pop("198.18.0.0/16", 1, 0.1);
         let start = std::time::Instant::now();
-        let rows = write_truth(&p, &[80, 443], &[80, 443], &mut io::sink()).unwrap();
+        let rows = write_truth(&p, None, &[80, 443], &[80, 443], &mut io::sink()).unwrap();
         assert_eq!(rows, 3 * 65536);
         assert!(start.elapsed().as_secs_f64() < 2.0, "{:?}", start.elapsed());
     }

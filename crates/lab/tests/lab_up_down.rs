@@ -1,18 +1,21 @@
 //! Brings real labs up and down (needs root, `ip` and `nft`; otherwise each
 //! test prints a skip line and passes). Every packet here goes from a lab's
-//! scanner namespace to its own population in 198.18.0.0/15; every lab gets a
+//! scanner namespace to its own population in 198.18.0.0/15 (or 2001:2::/48);
+//! every lab gets a
 //! unique name and is removed by a guard, also when a test panics.
 
 use std::io::ErrorKind;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
+use std::net::{
+    IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, TcpStream, UdpSocket,
+};
 use std::os::fd::AsRawFd;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::sys::socket::{
-    recv, sendto, setsockopt, socket, sockopt, AddressFamily, MsgFlags, SockFlag, SockProtocol,
-    SockType, SockaddrIn,
+    recv, recvfrom, sendto, setsockopt, socket, sockopt, AddressFamily, MsgFlags, SockFlag,
+    SockProtocol, SockType, SockaddrIn, SockaddrIn6,
 };
 use nix::sys::time::TimeVal;
 use sonde_lab::{LabConfig, LabStatus, Sink};
@@ -81,9 +84,16 @@ fn in_scan<T: Send>(name: &str, f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
-/// One ICMP echo over a raw socket (the `ping` program may not be installed):
-/// true if the reply comes within a second.
-fn ping(addr: Ipv4Addr) -> bool {
+/// One ICMP or ICMPv6 echo over a raw socket (the `ping` program may not be
+/// installed): true if the reply comes within a second.
+fn ping(addr: IpAddr) -> bool {
+    match addr {
+        IpAddr::V4(a) => ping4(a),
+        IpAddr::V6(a) => ping6(a),
+    }
+}
+
+fn ping4(addr: Ipv4Addr) -> bool {
     let fd = socket(
         AddressFamily::Inet,
         SockType::Raw,
@@ -116,6 +126,37 @@ fn ping(addr: Ipv4Addr) -> bool {
     false
 }
 
+/// ICMPv6 echo: the kernel fills in the checksum of raw ICMPv6 sockets, and
+/// what they receive starts at the ICMPv6 header.
+fn ping6(addr: Ipv6Addr) -> bool {
+    let fd = socket(
+        AddressFamily::Inet6,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::IcmpV6,
+    )
+    .unwrap();
+    setsockopt(&fd, sockopt::ReceiveTimeout, &TimeVal::new(0, 200_000)).unwrap();
+    let id = (std::process::id() as u16).to_be_bytes();
+    let pkt = [
+        128, 0, 0, 0, id[0], id[1], 0, 1, b's', b'o', b'n', b'd', b'e', 0, 0, 0,
+    ];
+    let to = SockaddrIn6::from(SocketAddrV6::new(addr, 0, 0, 0));
+    sendto(fd.as_raw_fd(), &pkt, &to, MsgFlags::empty()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let mut buf = [0u8; 1500];
+    while Instant::now() < deadline {
+        let Ok((n, Some(from))) = recvfrom::<SockaddrIn6>(fd.as_raw_fd(), &mut buf) else {
+            continue;
+        };
+        let icmp = &buf[..n];
+        if from.ip() == addr && icmp.len() >= 8 && icmp[0] == 129 && icmp[4..6] == id {
+            return true;
+        }
+    }
+    false
+}
+
 fn checksum(bytes: &[u8]) -> u16 {
     let mut sum: u32 = bytes
         .chunks(2)
@@ -128,8 +169,8 @@ fn checksum(bytes: &[u8]) -> u16 {
 }
 
 /// "synack", "rst" or "none": what a TCP connect to addr:port meets.
-fn connect(addr: Ipv4Addr, port: u16) -> &'static str {
-    let to = SocketAddr::V4(SocketAddrV4::new(addr, port));
+fn connect(addr: IpAddr, port: u16) -> &'static str {
+    let to = SocketAddr::new(addr, port);
     match TcpStream::connect_timeout(&to, Duration::from_millis(700)) {
         Ok(_) => "synack",
         Err(e) if e.kind() == ErrorKind::ConnectionRefused => "rst",
@@ -138,7 +179,7 @@ fn connect(addr: Ipv4Addr, port: u16) -> &'static str {
 }
 
 /// The lab's truth as (addr, port, answer) rows.
-fn truth_rows(name: &str, ports: Option<&[u16]>) -> Vec<(Ipv4Addr, u16, String)> {
+fn truth_rows(name: &str, ports: Option<&[u16]>) -> Vec<(IpAddr, u16, String)> {
     let mut out = Vec::new();
     let n = sonde_lab::truth(name, ports, &mut out).unwrap();
     let text = String::from_utf8(out).unwrap();
@@ -203,7 +244,7 @@ fn kernel_sink_answers_as_the_truth_says() {
     );
 
     let rows = truth_rows(&name, Some(&[80, 22]));
-    let echo: Vec<Ipv4Addr> = rows.iter().filter(|r| r.2 == "echo").map(|r| r.0).collect();
+    let echo: Vec<IpAddr> = rows.iter().filter(|r| r.2 == "echo").map(|r| r.0).collect();
     assert_eq!(echo.len() as u64, st.responsive_count);
     let silent = rows
         .iter()
@@ -250,6 +291,91 @@ fn kernel_sink_answers_as_the_truth_says() {
 }
 
 #[test]
+fn ipv6_population_answers_as_the_truth_says() {
+    if !can_run() {
+        return;
+    }
+    let name = unique_name("6");
+    let _guard = Guard(name.clone());
+    let seed = 42;
+    let cfg = LabConfig {
+        name: name.clone(),
+        population: "198.18.8.0/29".parse().unwrap(),
+        population6: Some("2001:2::/120".parse().unwrap()),
+        responsive: 0.5,
+        tcp_open: vec![80],
+        seed,
+        ..LabConfig::default()
+    };
+    let server = [SERVER.to_string(), "--ports".into(), "80".into()];
+    let st = sonde_lab::up(&cfg, &server).unwrap();
+    check_status(&st, &name);
+    assert_eq!(st.population6.as_deref(), Some("2001:2::/120"));
+    assert_eq!(st.scan_ip6, Some("2001:2:0:ffff::1".parse().unwrap()));
+    assert_eq!(st.gateway_ip6, Some("2001:2:0:ffff::fe".parse().unwrap()));
+
+    // Truth: the 8 IPv4 addresses, then the 256 IPv6 ones ascending.
+    let rows = truth_rows(&name, Some(&[80, 22]));
+    assert_eq!(rows.len(), 3 * (8 + 256));
+    let v6: Vec<_> = rows[3 * 8..].iter().collect();
+    assert!(rows[..3 * 8].iter().all(|r| r.0.is_ipv4()));
+    for (i, chunk) in v6.chunks(3).enumerate() {
+        let addr =
+            Ipv6Addr::from(u128::from(Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, 0)) + i as u128);
+        let on = sonde_lab::is_responsive6(seed, addr, 0.5);
+        let want = if on {
+            ["echo", "synack", "rst"]
+        } else {
+            ["none", "none", "none"]
+        };
+        for (row, (port, answer)) in chunk
+            .iter()
+            .zip([(0, want[0]), (80, want[1]), (22, want[2])])
+        {
+            assert_eq!(
+                (row.0, row.1, row.2.as_str()),
+                (IpAddr::V6(addr), port, answer)
+            );
+        }
+    }
+    let pick = |answer: &str, n: usize| -> Vec<IpAddr> {
+        v6.iter()
+            .filter(|r| r.1 == 0 && r.2 == answer)
+            .map(|r| r.0)
+            .take(n)
+            .collect()
+    };
+    let (on, off) = (pick("echo", 3), pick("none", 2));
+    assert_eq!((on.len(), off.len()), (3, 2), "share 0.5 of 256 has both");
+    let on4 = rows.iter().find(|r| r.1 == 0 && r.2 == "echo").map(|r| r.0);
+
+    let seen = in_scan(&name, || {
+        let mut seen = Vec::new();
+        for &a in &on {
+            seen.push((a, 0, if ping(a) { "echo" } else { "none" }));
+        }
+        for &a in &off {
+            seen.push((a, 0, if ping(a) { "echo" } else { "none" }));
+        }
+        seen.push((on[0], 80, connect(on[0], 80)));
+        seen.push((on[1], 22, connect(on[1], 22)));
+        seen.push((off[0], 80, connect(off[0], 80)));
+        // IPv4 still answers as before in the same lab.
+        if let Some(a) = on4 {
+            seen.push((a, 80, connect(a, 80)));
+        }
+        seen
+    });
+    for (addr, port, got) in seen {
+        let want = rows.iter().find(|r| r.0 == addr && r.1 == port).unwrap();
+        assert_eq!(got, want.2, "{addr} port {port}");
+    }
+
+    sonde_lab::down(&name).unwrap();
+    assert_gone(&name);
+}
+
+#[test]
 fn drop_sink_counts_what_it_drops() {
     if !can_run() {
         return;
@@ -278,7 +404,7 @@ fn drop_sink_counts_what_it_drops() {
             udp.send_to(b"sonde", (Ipv4Addr::new(198, 18, 9, (i % 16) as u8), 9))
                 .unwrap();
         }
-        ping(Ipv4Addr::new(198, 18, 9, 1))
+        ping(Ipv4Addr::new(198, 18, 9, 1).into())
     });
     assert!(!answered, "the drop sink let an echo request through");
     let after = sonde_lab::net_counters(&name).unwrap();

@@ -5,6 +5,7 @@
 pub mod dedup;
 pub mod output;
 pub mod probe;
+pub mod probe6;
 pub mod reply;
 pub mod targets;
 pub mod validate;

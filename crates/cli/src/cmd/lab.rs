@@ -54,6 +54,9 @@ enum LabCommand {
         /// The answer that counts as found: synack, rst or echo (port 0).
         #[arg(long, default_value = "synack")]
         answer: String,
+        /// Count only the truth inside this prefix (the range that was scanned).
+        #[arg(long)]
+        within: Option<ipnet::IpNet>,
         /// The scan's CSV output.
         results: std::path::PathBuf,
     },
@@ -81,6 +84,9 @@ struct UpArgs {
     /// Target population, a prefix inside 198.18.0.0/15.
     #[arg(long, default_value = "198.18.0.0/16")]
     population: Ipv4Net,
+    /// An IPv6 population too: a prefix inside 2001:2::/48, /112 or longer.
+    #[arg(long)]
+    population6: Option<ipnet::Ipv6Net>,
     /// Share of the population that answers (0.0 to 1.0), chosen by a keyed hash of --seed.
     #[arg(long, default_value_t = 0.1)]
     responsive: f64,
@@ -126,9 +132,10 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
             name,
             port,
             answer,
+            within,
             results,
         } => {
-            let score = score(&name.name, port, &answer, &results)?;
+            let score = score(&name.name, port, &answer, within, &results)?;
             crate::say(score.to_string());
             Ok(())
         }
@@ -149,6 +156,7 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
     let cfg = LabConfig {
         name: up.name.name,
         population: up.population,
+        population6: up.population6,
         responsive: up.responsive,
         tcp_open: up.tcp_open,
         seed: up.seed,
@@ -213,13 +221,24 @@ impl std::fmt::Display for Score {
     }
 }
 
-fn score(lab: &str, port: u16, answer: &str, results: &std::path::Path) -> anyhow::Result<Score> {
+fn score(
+    lab: &str,
+    port: u16,
+    answer: &str,
+    within: Option<ipnet::IpNet>,
+    results: &std::path::Path,
+) -> anyhow::Result<Score> {
     let mut truth_csv = Vec::new();
     sonde_lab::truth(lab, Some(&[port]), &mut truth_csv)?;
     let mut expected = std::collections::HashSet::new();
     for row in csv::Reader::from_reader(truth_csv.as_slice()).records() {
         let row = row?;
-        if row.get(1) == Some(&port.to_string()) && row.get(2) == Some(answer) {
+        let inside = within.is_none_or(|net| {
+            row[0]
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|a| net.contains(&a))
+        });
+        if inside && row.get(1) == Some(&port.to_string()) && row.get(2) == Some(answer) {
             expected.insert(row[0].to_string());
         }
     }

@@ -4,9 +4,9 @@
 use std::io::Write;
 
 use sonde_scan::targets::{Part, Permutation};
-use sonde_wire::{ethernet, icmpv4, ipv4, tcp, udp, IpProtocol};
+use sonde_wire::{ethernet, icmpv4, ipv4, ipv6, tcp, udp, EtherType, IpProtocol};
 
-use super::{ipv4, ScanPlan};
+use super::ScanPlan;
 
 pub fn run(plan: &ScanPlan) -> anyhow::Result<()> {
     let permutation = Permutation::new(plan.space.len(), plan.seed);
@@ -21,7 +21,7 @@ pub fn run(plan: &ScanPlan) -> anyhow::Result<()> {
         let cursor = permutation.cursor(Part::new(plan.shard.0, plan.shard.1, t, plan.threads)?);
         for index in cursor.take(limit.unwrap_or(u64::MAX) as usize) {
             let (addr, port) = plan.space.target_at(index);
-            let len = plan.module.write(&mut buf, ipv4(addr), port, 0);
+            let len = plan.write_probe(&mut buf, addr, port, 0);
             if writeln!(out, "{}", describe(&buf[..len])).is_err() {
                 return Ok(()); // stdout closed (| head): done
             }
@@ -42,6 +42,9 @@ fn describe(frame: &[u8]) -> String {
     let Ok(eth) = ethernet::Frame::new_checked(frame) else {
         return "truncated frame".into();
     };
+    if eth.ethertype() == EtherType::Ipv6 {
+        return describe6(&eth, frame.len());
+    }
     let Ok(ip) = ipv4::Packet::new_checked(eth.payload()) else {
         return "not IPv4".into();
     };
@@ -97,4 +100,42 @@ fn describe(frame: &[u8]) -> String {
         Ok(b) => format!("{b}  [{head}]"),
         Err(e) => format!("{e}  [{head}]"),
     }
+}
+
+/// One line for an IPv6 probe frame.
+fn describe6(eth: &ethernet::Frame<&[u8]>, len: usize) -> String {
+    let Ok(ip) = ipv6::Packet::new_checked(eth.payload()) else {
+        return "truncated IPv6".into();
+    };
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    let body = match ip.next_header() {
+        IpProtocol::TCP => tcp::Packet::new_checked(ip.payload())
+            .map(|t| {
+                format!(
+                    "[{src}]:{} > [{dst}]:{} tcp {:?} seq {}",
+                    t.src_port(),
+                    t.dst_port(),
+                    t.flags(),
+                    t.seq_number()
+                )
+            })
+            .unwrap_or_else(|e| e.to_string()),
+        IpProtocol::UDP => udp::Packet::new_checked(ip.payload())
+            .map(|u| {
+                format!(
+                    "[{src}]:{} > [{dst}]:{} udp payload {}",
+                    u.src_port(),
+                    u.dst_port(),
+                    u.payload().len()
+                )
+            })
+            .unwrap_or_else(|e| e.to_string()),
+        other => format!("{src} > {dst} next header {}", other.0),
+    };
+    format!(
+        "{body}  [{} > {} hop limit {} len {len}]",
+        eth.src_addr(),
+        eth.dst_addr(),
+        ip.hop_limit()
+    )
 }

@@ -16,11 +16,11 @@ use sonde_scan::dedup::Dedup;
 use sonde_scan::output::{open_writer, RowWriter};
 use sonde_scan::probe::{RstTemplate, Verdict};
 use sonde_scan::targets::{Cursor, Part, Permutation};
-use sonde_wire::{ethernet, ipv4, EtherType};
+use sonde_wire::{ethernet, ipv4, ipv6, EtherType};
 
 use super::checkpoint::{Checkpoint, ThreadCheckpoint};
 use super::status::StatusLine;
-use super::{ipv4, ScanPlan};
+use super::ScanPlan;
 use crate::tx::{pin_to_cpu, Pacer};
 
 /// Counters the threads share with the status line.
@@ -158,6 +158,15 @@ pub fn run(plan: ScanPlan) -> anyhow::Result<()> {
 }
 
 fn announce(plan: &ScanPlan) {
+    let source = match (&plan.module6, plan.space.ipv4_addresses()) {
+        (Some(_), 0) => plan.source6.map_or("?".into(), |s| s.to_string()),
+        (Some(_), _) => format!(
+            "{} and {}",
+            plan.setup.src_ip,
+            plan.source6.map_or("?".into(), |s| s.to_string())
+        ),
+        (None, _) => plan.setup.src_ip.to_string(),
+    };
     let probes = plan.space.len() / u64::from(plan.shard.1) * u64::from(plan.probes);
     let how_long = if plan.rate > 0.0 {
         format!("about {:.0} s", probes as f64 / plan.rate)
@@ -175,7 +184,7 @@ fn announce(plan: &ScanPlan) {
         plan.shard.0,
         plan.shard.1,
         plan.module.name(),
-        plan.setup.src_ip,
+        source,
         plan.iface
     );
 }
@@ -247,7 +256,7 @@ impl Sender<'_> {
             let (plan, pending) = (self.plan, &self.pending);
             let n = self.tx.tx_batch(pending.len(), |i, buf| {
                 let (addr, port) = plan.space.target_at(pending[i]);
-                plan.module.write(buf, ipv4(addr), port, now_us)
+                plan.write_probe(buf, addr, port, now_us)
             })?;
             self.pending.drain(..n);
             sent.add(n as u64);
@@ -360,7 +369,7 @@ impl Receiver {
         let mut rx = AnyRx::open(plan.rx_backend, &io).with_context(|| {
             format!("opening the {} receiver on {}", plan.rx_backend, plan.iface)
         })?;
-        rx.set_filter(&plan.module.bpf_filter())?;
+        rx.set_filter(&plan.bpf_filter())?;
         // When the source address is the host's own, its kernel already resets every SYN-ACK.
         let rst = match plan.module_kind {
             sonde_scan::probe::ModuleKind::TcpSyn if !plan.source_is_local => Some((
@@ -448,6 +457,21 @@ impl Receiver {
     }
 }
 
+/// Hands the frame's IP packet to the module of its family.
+fn classify(eth: &ethernet::Frame<&[u8]>, plan: &ScanPlan, now_us: u32) -> Verdict {
+    match (eth.ethertype(), &plan.module6) {
+        (EtherType::Ipv4, _) => match ipv4::Packet::new_checked(eth.payload()) {
+            Ok(ip) => plan.module.classify(&ip, now_us),
+            Err(_) => Verdict::NotOurs,
+        },
+        (EtherType::Ipv6, Some(m6)) => match ipv6::Packet::new_checked(eth.payload()) {
+            Ok(ip) => m6.classify(&ip, now_us),
+            Err(_) => Verdict::NotOurs,
+        },
+        _ => Verdict::NotOurs,
+    }
+}
+
 /// One received frame: parse, validate, count, deduplicate, write.
 #[allow(clippy::too_many_arguments)]
 fn handle(
@@ -464,13 +488,7 @@ fn handle(
     let Ok(eth) = ethernet::Frame::new_checked(frame) else {
         return Ok(());
     };
-    if eth.ethertype() != EtherType::Ipv4 {
-        return Ok(());
-    }
-    let Ok(ip) = ipv4::Packet::new_checked(eth.payload()) else {
-        return Ok(());
-    };
-    let mut reply = match plan.module.classify(&ip, now_us) {
+    let mut reply = match classify(&eth, plan, now_us) {
         Verdict::NotOurs => return Ok(()),
         Verdict::Invalid => {
             counts.invalid.add(1);
@@ -487,11 +505,16 @@ fn handle(
         counts.hits.add(1);
     }
     if reset_synacks && reply.classification == "synack" && !reply.repeat {
-        if let (IpAddr::V4(target), Ok(seg)) = (
-            reply.saddr,
-            sonde_wire::tcp::Packet::new_checked(ip.payload()),
-        ) {
-            resets.push((target, reply.sport, reply.dport, seg.ack_number()));
+        // IPv4 only: an IPv6 scan from a non-local source is not supported by the lab yet.
+        let ack = ipv4::Packet::new_checked(eth.payload())
+            .ok()
+            .and_then(|ip| {
+                sonde_wire::tcp::Packet::new_checked(ip.payload())
+                    .ok()
+                    .map(|t| t.ack_number())
+            });
+        if let (IpAddr::V4(target), Some(ack)) = (reply.saddr, ack) {
+            resets.push((target, reply.sport, reply.dport, ack));
         }
     }
     if plan.filter.matches(&reply) {

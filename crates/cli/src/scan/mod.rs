@@ -15,6 +15,7 @@ use clap::Args;
 use sonde_io::{BackendKind, XdpMode};
 use sonde_scan::output::{select_fields, OutputFilter, OutputFormat};
 use sonde_scan::probe::{self, ModuleKind, ModuleOptions, ProbeSetup};
+use sonde_scan::probe6::{self, ProbeSetup6};
 use sonde_scan::targets::{
     default_blocklist, parse_ports, parse_targets, read_target_file, shard_from_env, PrefixSet,
     TargetSpace,
@@ -113,6 +114,9 @@ pub struct ScanArgs {
     /// Source address (default: the interface's).
     #[arg(short = 'S', long)]
     source_ip: Option<std::net::Ipv4Addr>,
+    /// IPv6 source address (default: the interface's global one), for IPv6 targets.
+    #[arg(long)]
+    source_ip6: Option<std::net::Ipv6Addr>,
     /// Gateway MAC (default: from the neighbour table, resolved by ARP if missing).
     #[arg(short = 'G', long)]
     gateway_mac: Option<MacAddr>,
@@ -155,6 +159,9 @@ pub struct ScanArgs {
 pub struct ScanPlan {
     pub space: TargetSpace,
     pub module: Box<dyn probe::ProbeModule>,
+    /// The IPv6 form of the module, when the targets include IPv6 addresses.
+    pub module6: Option<Box<dyn probe6::ProbeModule6>>,
+    pub source6: Option<std::net::Ipv6Addr>,
     pub module_kind: ModuleKind,
     pub setup: ProbeSetup,
     pub iface: String,
@@ -219,12 +226,34 @@ pub fn run(args: ScanArgs) -> anyhow::Result<()> {
         validator,
         ttl: 64,
     };
-    let module =
-        probe::build(args.module, setup, &module_options(&args)?).map_err(anyhow::Error::msg)?;
-    let rate = send_rate(&args, module.frame_len())?;
+    let options = module_options(&args)?;
+    let module = probe::build(args.module, setup, &options).map_err(anyhow::Error::msg)?;
+    let module6 = match (space.ipv6_addresses(), host.src_ip6) {
+        (0, _) => None,
+        (_, Some(src_ip)) => {
+            let setup6 = ProbeSetup6 {
+                src_mac: host.src_mac,
+                dst_mac: host.gateway_mac,
+                src_ip,
+                validator,
+                hop_limit: 64,
+            };
+            Some(probe6::build6(args.module, setup6, &options).map_err(anyhow::Error::msg)?)
+        }
+        (_, None) => bail!(
+            "IPv6 targets, but {} has no global IPv6 address: give one with --source-ip6",
+            host.iface
+        ),
+    };
+    let frame_len = module
+        .frame_len()
+        .max(module6.as_ref().map_or(0, |m| m.frame_len()));
+    let rate = send_rate(&args, frame_len)?;
     let plan = ScanPlan {
         space,
         module,
+        module6,
+        source6: host.src_ip6,
         module_kind: args.module,
         setup,
         source_is_local: host.source_is_local,
@@ -288,11 +317,7 @@ fn target_space(args: &ScanArgs) -> anyhow::Result<TargetSpace> {
     } else {
         vec![0]
     };
-    let space = TargetSpace::new(&spec, allow.as_ref(), &block, &ports)?;
-    if space.ipv6_addresses() > 0 {
-        bail!("IPv6 targets given, but the IPv6 forms of the probe modules are not written yet: scan IPv4 targets");
-    }
-    Ok(space)
+    TargetSpace::new(&spec, allow.as_ref(), &block, &ports)
 }
 
 /// Responsible scanning: a large scan must be asked for plainly.
@@ -377,11 +402,27 @@ fn parse_bandwidth(text: &str) -> anyhow::Result<f64> {
     }
 }
 
-/// The address a target index stands for, as IPv4 (the space holds IPv4 only; checked above).
-pub fn ipv4(addr: IpAddr) -> std::net::Ipv4Addr {
-    match addr {
-        IpAddr::V4(a) => a,
-        IpAddr::V6(_) => std::net::Ipv4Addr::UNSPECIFIED,
+impl ScanPlan {
+    /// Writes the probe for one target with the module of its address family.
+    #[inline]
+    pub fn write_probe(&self, buf: &mut [u8], addr: IpAddr, port: u16, now_us: u32) -> usize {
+        match (addr, &self.module6) {
+            (IpAddr::V4(a), _) => self.module.write(buf, a, port, now_us),
+            (IpAddr::V6(a), Some(m)) => m.write(buf, a, port, now_us),
+            // The plan is only built with an IPv6 module when the space holds IPv6 targets.
+            (IpAddr::V6(_), None) => 0,
+        }
+    }
+
+    /// The kernel filter: the module's replies, of every family the scan probes.
+    pub fn bpf_filter(&self) -> String {
+        match &self.module6 {
+            Some(m6) if self.space.ipv4_addresses() > 0 => {
+                format!("({}) or ({})", self.module.bpf_filter(), m6.bpf_filter())
+            }
+            Some(m6) => m6.bpf_filter(),
+            None => self.module.bpf_filter(),
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! (default route), source address (the interface's), gateway MAC (neighbour table, resolved by
 //! ARP when missing). `-i`, `-S` and `-G` override each.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
@@ -15,6 +15,7 @@ use crate::netenv;
 pub struct Host {
     pub iface: String,
     pub src_ip: Ipv4Addr,
+    pub src_ip6: Option<Ipv6Addr>,
     pub source_is_local: bool,
     pub src_mac: MacAddr,
     pub gateway_mac: MacAddr,
@@ -42,9 +43,11 @@ pub fn resolve(args: &ScanArgs, lab: Option<&LabStatus>) -> anyhow::Result<Host>
             .unwrap_or(MacAddr::ZERO),
         None => gateway_mac(&iface)?,
     };
+    let src_ip6 = args.source_ip6.or_else(|| iface_global_ipv6(&iface));
     Ok(Host {
         iface,
         src_ip,
+        src_ip6,
         source_is_local,
         src_mac,
         gateway_mac,
@@ -77,7 +80,20 @@ fn iface_ipv4(iface: &str) -> anyhow::Result<Ipv4Addr> {
         })
 }
 
-/// The gateway's MAC; when the neighbour table lacks it, one datagram to the gateway's discard
+/// The first global (not link-local) IPv6 address of `iface`.
+fn iface_global_ipv6(iface: &str) -> Option<Ipv6Addr> {
+    nix::ifaddrs::getifaddrs()
+        .ok()?
+        .filter(|a| a.interface_name == iface)
+        .filter_map(|a| {
+            a.address
+                .and_then(|s| s.as_sockaddr_in6().map(|sin| sin.ip()))
+        })
+        .find(|ip| (ip.segments()[0] & 0xffc0) != 0xfe80 && !ip.is_loopback())
+}
+
+/// The gateway's MAC (IPv6 targets go to the same next hop: one router per link, as in the
+/// lab; give -G when they differ); when the neighbour table lacks it, one datagram to the gateway's discard
 /// port makes the kernel resolve it by ARP, and the table is read again.
 fn gateway_mac(iface: &str) -> anyhow::Result<MacAddr> {
     let gateway = netenv::default_gateway(iface)?;
