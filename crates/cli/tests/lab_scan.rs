@@ -379,6 +379,61 @@ fn ipv6_and_mixed_scans_find_the_truth() {
 }
 
 #[test]
+fn dns_module_gets_answers_from_every_responsive_address() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&[
+        "--population",
+        "198.18.32.0/22",
+        "--responsive",
+        "0.25",
+        "--tcp-open",
+        "80",
+        "--dns",
+    ]);
+    let out_csv = lab.file("dns.csv");
+    let out = lab.scan(&[
+        "198.18.32.0/22",
+        "-M",
+        "dns",
+        "-p",
+        "53",
+        "--dns-name",
+        "example.com",
+        "--dns-type",
+        "A",
+        "-r",
+        "20000",
+        "-c",
+        "1",
+        "-f",
+        "saddr,sport,success,classification,dns_rcode,dns_answers",
+        "-o",
+        &out_csv,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut reader = csv::Reader::from_path(&out_csv).unwrap();
+    let rows: Vec<_> = reader.records().map(|r| r.unwrap()).collect();
+    assert!(!rows.is_empty());
+    for row in &rows {
+        assert_eq!((&row[3], &row[4], &row[5]), ("dns", "0", "1"), "{row:?}");
+    }
+    // Every responsive address answered, and nothing else did.
+    let score = String::from_utf8_lossy(
+        &sonde(&[
+            "lab", "score", "--name", &lab.name, "--port", "0", "--answer", "echo", &out_csv,
+        ])
+        .stdout,
+    )
+    .into_owned();
+    assert!(
+        score.contains("(100.000 %), false positives 0"),
+        "dns: {score}"
+    );
+}
+
+#[test]
 fn bad_scan_input_gets_one_clear_line() {
     let cases: [(&[&str], &str); 6] = [
         (&["scan", "--dryrun", "198.18.0.0/33"], "198.18.0.0/33"),

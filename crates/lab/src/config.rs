@@ -65,6 +65,8 @@ pub struct LabConfig {
     /// /112 or longer, not overlapping the link 2001:2:0:ffff::/64. The same
     /// seed, share, ports and loss apply. None: the lab is IPv4 only.
     pub population6: Option<Ipv6Net>,
+    /// Run a DNS server (unbound) on port 53 of every responsive address.
+    pub dns: bool,
 }
 
 impl Default for LabConfig {
@@ -79,6 +81,7 @@ impl Default for LabConfig {
             sink: Sink::Kernel,
             loss: 0.0,
             population6: None,
+            dns: false,
         }
     }
 }
@@ -148,6 +151,9 @@ pub struct LabStatus {
     /// The IPv6 gateway (2001:2:0:ffff::fe, on nx0), with an IPv6 population.
     #[serde(default)]
     pub gateway_ip6: Option<Ipv6Addr>,
+    /// The DNS server's pid, when the lab runs one (`dns`).
+    #[serde(default)]
+    pub dns_pid: Option<u32>,
 }
 
 /// Checks a lab name: 1 to 20 of `a-z`, `0-9` and `-`, not starting with `-`.

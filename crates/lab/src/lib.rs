@@ -14,6 +14,7 @@
 mod cmd;
 mod config;
 mod counters;
+mod dns;
 mod netns;
 mod nft;
 mod server;

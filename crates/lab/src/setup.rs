@@ -170,6 +170,11 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
             pop6.is_some(),
         )?)
     };
+    let dns_pid = if cfg.dns {
+        Some(crate::dns::start(&cfg.name, &net, pop6.is_some())?)
+    } else {
+        None
+    };
     let st = LabStatus {
         name: cfg.name.clone(),
         scan_ns: scan.clone(),
@@ -193,6 +198,7 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
         population6: pop6.map(|p| p.net.to_string()),
         scan_ip6: pop6.map(|_| SCAN_IP6),
         gateway_ip6: pop6.map(|_| GATEWAY_IP6),
+        dns_pid,
     };
     let server_cmd = if server_pid.is_some() {
         server_cmd.to_vec()

@@ -13,7 +13,7 @@ use crate::config::{validate_name, LabStatus};
 
 const STATE_DIR: &str = "/run/sonde/lab";
 /// Suffixes of everything this module lets a lab keep in STATE_DIR.
-const SUFFIXES: [&str; 4] = [".json", ".json.tmp", ".nft", "-drop.o"];
+const SUFFIXES: [&str; 5] = [".json", ".json.tmp", ".nft", "-drop.o", "-unbound.conf"];
 
 /// A file of lab `name` in the state directory (`suffix` from SUFFIXES).
 pub(crate) fn file(name: &str, suffix: &str) -> PathBuf {

@@ -106,6 +106,10 @@ struct UpArgs {
     /// Share of packets to the population dropped at random (0.0 to 1.0).
     #[arg(long, default_value_t = 0.0)]
     loss: f64,
+    /// Run a DNS server (unbound) on port 53 of every responsive address; it knows example.com
+    /// (A, AAAA) and lab.example (TXT), and answers NXDOMAIN for everything else.
+    #[arg(long)]
+    dns: bool,
 }
 
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
@@ -157,6 +161,7 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
         name: up.name.name,
         population: up.population,
         population6: up.population6,
+        dns: up.dns,
         responsive: up.responsive,
         tcp_open: up.tcp_open,
         seed: up.seed,
