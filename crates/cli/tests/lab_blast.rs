@@ -3,59 +3,10 @@
 //! test says so and passes vacuously. Every lab gets a unique name and is removed by a guard,
 //! also when an assertion fails.
 
-use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod common;
+use common::{can_run_labs, sonde, stderr, Lab};
 
-const SONDE: &str = env!("CARGO_BIN_EXE_sonde");
 const FRAMES: u64 = 100_000;
-
-fn can_run_labs() -> bool {
-    let root = nix::unistd::geteuid().is_root();
-    let ip = Command::new("ip").arg("-V").output().is_ok();
-    if !(root && ip) {
-        eprintln!("skipping lab test: needs root and iproute2");
-    }
-    root && ip
-}
-
-fn sonde(args: &[&str]) -> Output {
-    Command::new(SONDE)
-        .args(args)
-        .output()
-        .expect("running sonde")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// A lab that removes itself when dropped.
-struct Lab {
-    name: String,
-}
-
-impl Lab {
-    fn up(extra: &[&str]) -> Lab {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let name = format!(
-            "t{}x{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        let mut args = vec!["lab", "up", "--name", &name];
-        args.extend_from_slice(extra);
-        let out = sonde(&args);
-        let lab = Lab { name: name.clone() };
-        assert!(out.status.success(), "lab up failed: {}", stderr(&out));
-        lab
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = sonde(&["lab", "down", "--name", &self.name]);
-    }
-}
 
 #[test]
 fn every_backend_delivers_100k_frames_to_the_lab() {

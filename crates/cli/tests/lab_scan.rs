@@ -3,75 +3,12 @@
 //! for the lab tests; each lab has a unique name and is removed by a guard, also on failure.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const SONDE: &str = env!("CARGO_BIN_EXE_sonde");
-
-fn can_run_labs() -> bool {
-    let ok = nix::unistd::geteuid().is_root() && Command::new("ip").arg("-V").output().is_ok();
-    if !ok {
-        eprintln!("skipping lab test: needs root and iproute2");
-    }
-    ok
-}
-
-fn sonde(args: &[&str]) -> Output {
-    Command::new(SONDE)
-        .args(args)
-        .output()
-        .expect("running sonde")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-struct Lab {
-    name: String,
-    dir: PathBuf,
-}
-
-impl Lab {
-    fn up(extra: &[&str]) -> Lab {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let name = format!(
-            "s{}x{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        let dir = std::env::temp_dir().join(format!("sonde-test-{name}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let lab = Lab {
-            name: name.clone(),
-            dir,
-        };
-        let mut args = vec!["lab", "up", "--name", &name];
-        args.extend_from_slice(extra);
-        let out = sonde(&args);
-        assert!(out.status.success(), "lab up: {}", stderr(&out));
-        lab
-    }
-
-    fn file(&self, name: &str) -> String {
-        self.dir.join(name).to_str().unwrap().to_string()
-    }
-
-    fn scan(&self, extra: &[&str]) -> Output {
-        let mut args = vec!["scan", "--lab", &self.name, "--no-default-blocklist", "-q"];
-        args.extend_from_slice(extra);
-        sonde(&args)
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = sonde(&["lab", "down", "--name", &self.name]);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+mod common;
+use common::{can_run_labs, sonde, stderr, Lab, SONDE};
 
 fn json(path: &str) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()

@@ -188,10 +188,10 @@ fn dst_words(dst: Ipv4Addr, in_l4: bool) -> [Word; 2] {
     ]
 }
 
-fn hi(v: u32) -> u16 {
+pub(crate) fn hi(v: u32) -> u16 {
     (v >> 16) as u16
 }
-fn lo(v: u32) -> u16 {
+pub(crate) fn lo(v: u32) -> u16 {
     v as u16
 }
 
@@ -227,7 +227,7 @@ fn reply(
     }
 }
 
-fn ephemeral_range() -> String {
+pub(crate) fn ephemeral_range() -> String {
     format!("{SPORT_BASE}-{}", SPORT_BASE + SPORT_COUNT - 1)
 }
 
@@ -295,7 +295,7 @@ impl TcpSyn {
 }
 
 /// Where the TSval of the timestamps option starts within `options`.
-fn timestamp_offset(options: &[u8]) -> usize {
+pub(crate) fn timestamp_offset(options: &[u8]) -> usize {
     let mut at = 0;
     while at + 1 < options.len() {
         match options[at] {
@@ -377,7 +377,7 @@ impl ProbeModule for TcpSyn {
     }
 }
 
-fn read_options(seg: &tcp::Packet<&[u8]>, r: &mut Reply, now_us: u32) {
+pub(crate) fn read_options(seg: &tcp::Packet<&[u8]>, r: &mut Reply, now_us: u32) {
     for option in seg.iter_options().map_while(Result::ok) {
         match option {
             TcpOption::Mss(v) => r.tcp_mss = Some(v),
@@ -385,6 +385,7 @@ fn read_options(seg: &tcp::Packet<&[u8]>, r: &mut Reply, now_us: u32) {
             TcpOption::SackPermitted => r.tcp_sack_ok = true,
             TcpOption::Timestamps { tsval, tsecr } => {
                 r.tcp_ts = Some(tsval);
+                // A zero echo means the peer echoed nothing, not a send time of zero.
                 if tsecr != 0 {
                     r.rtt_us = Some(u64::from(now_us.wrapping_sub(tsecr)));
                 }

@@ -9,12 +9,12 @@ use sonde_craft::{Patcher, Word};
 use sonde_wire::checksum::pseudo_header_v6;
 use sonde_wire::{
     dns, ethernet, icmpv6, ipv6, tcp, udp, EtherType, IpPair, IpProtocol, MacAddr, TcpFlags,
-    TcpOption,
 };
 
+use crate::probe::{ephemeral_range, hi, lo, read_options, timestamp_offset};
 use crate::probe::{ModuleKind, ModuleOptions, Verdict};
 use crate::reply::Reply;
-use crate::validate::{source_port, Validator, SPORT_BASE, SPORT_COUNT};
+use crate::validate::{source_port, Validator};
 
 const IP_AT: usize = ethernet::HEADER_LEN;
 const L4_AT: usize = IP_AT + ipv6::HEADER_LEN;
@@ -157,13 +157,6 @@ fn write_to(patcher: &Patcher, buf: &mut [u8], target: Ipv6Addr, rest: &[Word]) 
     patcher.write(buf, &words[..n])
 }
 
-fn hi(v: u32) -> u16 {
-    (v >> 16) as u16
-}
-fn lo(v: u32) -> u16 {
-    v as u16
-}
-
 /// A reply row with the fields every module fills the same way; IPv6 has no IP identifier.
 fn reply(
     ip: &ipv6::Packet<&[u8]>,
@@ -194,10 +187,6 @@ fn reply(
         dns_rcode: None,
         dns_answers: None,
     }
-}
-
-fn ephemeral_range() -> String {
-    format!("{SPORT_BASE}-{}", SPORT_BASE + SPORT_COUNT - 1)
 }
 
 /// The filter clause for ICMPv6 errors: destination unreachable and time exceeded. libpcap
@@ -285,19 +274,6 @@ impl TcpSyn6 {
     }
 }
 
-/// Where the TSval of the timestamps option starts within `options`.
-fn timestamp_offset(options: &[u8]) -> usize {
-    let mut at = 0;
-    while at + 1 < options.len() {
-        match options[at] {
-            8 => return at + 2,
-            0 | 1 => at += 1,
-            _ => at += options[at + 1].max(2) as usize,
-        }
-    }
-    unreachable!("the SYN template always carries a timestamps option")
-}
-
 impl ProbeModule6 for TcpSyn6 {
     fn name(&self) -> &'static str {
         "tcp_syn"
@@ -363,24 +339,6 @@ fn tcp_class(flags: TcpFlags) -> Option<&'static str> {
         Some("rst")
     } else {
         None
-    }
-}
-
-fn read_options(seg: &tcp::Packet<&[u8]>, r: &mut Reply, now_us: u32) {
-    for option in seg.iter_options().map_while(Result::ok) {
-        match option {
-            TcpOption::Mss(v) => r.tcp_mss = Some(v),
-            TcpOption::WindowScale(v) => r.tcp_wscale = Some(v),
-            TcpOption::SackPermitted => r.tcp_sack_ok = true,
-            TcpOption::Timestamps { tsval, tsecr } => {
-                r.tcp_ts = Some(tsval);
-                // A zero echo means the peer echoed nothing, not a send time of zero.
-                if tsecr != 0 {
-                    r.rtt_us = Some(u64::from(now_us.wrapping_sub(tsecr)));
-                }
-            }
-            _ => {}
-        }
     }
 }
 

@@ -1,0 +1,77 @@
+//! What the lab integration tests share: running the built `sonde`, and a lab guard that removes
+//! its lab (and scratch folder) when dropped — also when an assertion fails.
+
+#![allow(dead_code)] // each test binary uses its own part of this module
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub const SONDE: &str = env!("CARGO_BIN_EXE_sonde");
+
+/// Lab tests need root (namespaces, raw sockets); without it they say so and pass vacuously.
+pub fn can_run_labs() -> bool {
+    let ok = nix::unistd::geteuid().is_root() && Command::new("ip").arg("-V").output().is_ok();
+    if !ok {
+        eprintln!("skipping lab test: needs root and iproute2");
+    }
+    ok
+}
+
+pub fn sonde(args: &[&str]) -> Output {
+    Command::new(SONDE)
+        .args(args)
+        .output()
+        .expect("running sonde")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A uniquely named lab, removed on drop.
+pub struct Lab {
+    pub name: String,
+    pub dir: PathBuf,
+}
+
+impl Lab {
+    pub fn up(extra: &[&str]) -> Lab {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let name = format!(
+            "t{}x{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let dir = std::env::temp_dir().join(format!("sonde-test-{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let lab = Lab {
+            name: name.clone(),
+            dir,
+        };
+        let mut args = vec!["lab", "up", "--name", &name];
+        args.extend_from_slice(extra);
+        let out = sonde(&args);
+        assert!(out.status.success(), "lab up: {}", stderr(&out));
+        lab
+    }
+
+    /// A path in the lab's scratch folder.
+    pub fn file(&self, name: &str) -> String {
+        self.dir.join(name).to_str().unwrap().to_string()
+    }
+
+    /// `sonde scan` in this lab (default blocklist lifted: the lab's range is on it), quietly.
+    pub fn scan(&self, extra: &[&str]) -> Output {
+        let mut args = vec!["scan", "--lab", &self.name, "--no-default-blocklist", "-q"];
+        args.extend_from_slice(extra);
+        sonde(&args)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = sonde(&["lab", "down", "--name", &self.name]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
