@@ -24,6 +24,7 @@ mod packet_socket;
 mod ring;
 mod sendto;
 pub mod xdp;
+mod xdp_filter;
 
 use std::fmt;
 use std::io;
@@ -31,6 +32,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub use xdp::XdpMode;
+pub use xdp_filter::FilterSpec;
 
 /// Largest frame any backend accepts (a full Ethernet frame without FCS).
 pub const MAX_FRAME: usize = 1514;
@@ -217,6 +219,16 @@ impl FrameTx for AnyTx {
     }
 }
 
+/// One AF_XDP socket on `cfg.queue` that both transmits and receives, as a transmit queue and
+/// a receive queue that may live in different threads; the receive queue gets only what `spec`
+/// takes (sonde's XDP reply filter, as [`AnyRx::open_filtered`] opens for `xdp`). The kernel
+/// allows one AF_XDP socket per queue, so a queue that transmits with `xdp` receives with `xdp`
+/// only this way: opening both separately fails with "Device or resource busy".
+pub fn open_xdp_pair(cfg: &IoConfig, spec: &FilterSpec) -> anyhow::Result<(AnyTx, AnyRx)> {
+    let (tx, rx) = xdp::open_pair(cfg, spec)?;
+    Ok((AnyTx::Xdp(Box::new(tx)), AnyRx::Xdp(Box::new(rx))))
+}
+
 /// A receive queue of any backend.
 pub enum AnyRx {
     Xdp(Box<xdp::XdpRx>),
@@ -238,9 +250,41 @@ impl AnyRx {
             BackendKind::Mem => AnyRx::Mem(mem::pair(cfg.ring_frames as usize).1),
         })
     }
+
+    /// Opens a receive queue that gets only the scan's replies, filtered in the kernel: for
+    /// `xdp`, sonde's XDP reply filter takes what `spec` describes and passes every other frame
+    /// to the OS stack; every other backend opens as [`AnyRx::open`] and attaches the tcpdump
+    /// expression `expr` (which should describe the same frames) with [`AnyRx::set_filter`].
+    /// An `xdp` receiver gets only the frames of `cfg.queue` (open one per queue, with the same
+    /// `spec`; they share the interface's one program) and cannot share its queue with an `xdp`
+    /// transmitter: see [`open_xdp_pair`].
+    pub fn open_filtered(
+        kind: BackendKind,
+        cfg: &IoConfig,
+        spec: &FilterSpec,
+        expr: &str,
+    ) -> anyhow::Result<AnyRx> {
+        if kind == BackendKind::Xdp {
+            return Ok(AnyRx::Xdp(Box::new(xdp::XdpRx::open_filtered(cfg, spec)?)));
+        }
+        let mut rx = Self::open(kind, cfg)?;
+        rx.set_filter(expr)?;
+        Ok(rx)
+    }
 }
 
 impl AnyRx {
+    /// A short description of how the queue was opened (e.g. AF_XDP mode), for summaries.
+    pub fn describe(&self) -> String {
+        match self {
+            AnyRx::Xdp(r) => r.describe(),
+            AnyRx::Ring(_) => "AF_PACKET TPACKET_V3 rx ring".into(),
+            AnyRx::Mmsg(_) => "AF_PACKET recvmmsg".into(),
+            AnyRx::Pcap(_) => "libpcap".into(),
+            AnyRx::Mem(_) => "in-memory queue".into(),
+        }
+    }
+
     /// Frames the kernel dropped for this receiver since the last call (ring full, socket
     /// buffer full); 0 where the backend cannot tell.
     pub fn take_drops(&mut self) -> u64 {
@@ -252,13 +296,14 @@ impl AnyRx {
     }
 
     /// Lets only frames matching the tcpdump expression `expr` through, filtered in the kernel.
+    /// An AF_XDP receiver cannot take an expression: open it with [`AnyRx::open_filtered`].
     pub fn set_filter(&mut self, expr: &str) -> anyhow::Result<()> {
         match self {
             AnyRx::Ring(r) => filter::attach(r.raw_fd(), &filter::compile(expr)?),
             AnyRx::Mmsg(r) => filter::attach(r.raw_fd(), &filter::compile(expr)?),
             AnyRx::Pcap(r) => r.set_filter(expr),
             AnyRx::Xdp(_) => anyhow::bail!(
-                "receive filtering on AF_XDP needs sonde's own XDP program, which is not written yet: receive with --rx-backend ring"
+                "an AF_XDP receiver is filtered by sonde's XDP reply filter, which is attached when it opens: open it with AnyRx::open_filtered, not set_filter"
             ),
             AnyRx::Mem(_) => Ok(()),
         }

@@ -3,15 +3,18 @@
 //! system call (only when the kernel asks for it: `XDP_USE_NEED_WAKEUP`).
 //!
 //! Opening tries zero-copy first and falls back to copy mode, and tries native (driver) XDP
-//! before generic (SKB) mode, as the driver allows. Receiving uses libxdp's default program,
-//! which redirects the queue's frames to the socket.
+//! before generic (SKB) mode, as the driver allows. Receiving uses either libxdp's default
+//! program, which redirects every frame of the queue to the socket ([`XdpRx::open`]), or sonde's
+//! own reply filter, which redirects only the scan's replies and passes the rest to the OS stack
+//! ([`XdpRx::open_filtered`], see `xdp_filter.rs`).
 
 use std::ffi::CString;
 use std::fmt;
 use std::io;
 use std::num::NonZeroU32;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail};
@@ -20,6 +23,7 @@ use xsk_rs::config::{
 };
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
 
+use crate::xdp_filter::{Attached, FilterSpec};
 use crate::{FrameRx, FrameTx, IoConfig, MAX_FRAME};
 
 const FRAME_SIZE: u32 = 2048;
@@ -88,31 +92,65 @@ fn attempts(mode: XdpMode) -> Vec<Attempt> {
     }
 }
 
+/// Which XDP program steers received frames to a socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Steering {
+    /// None: a transmit-only socket; libxdp loads nothing and all traffic reaches the OS.
+    None,
+    /// libxdp loads its default program, which redirects every frame of the queue.
+    Libxdp,
+    /// sonde's reply filter, already attached natively or in generic mode; the socket binds in
+    /// the matching mode (a generic-mode program needs a copy-mode socket).
+    Own { native: bool },
+}
+
 fn queue_size(n: u32) -> QueueSize {
     QueueSize::new(n.next_power_of_two()).expect("a power of two is a valid queue size")
 }
 
-/// An open AF_XDP socket with its UMEM and all four rings.
-struct XskPort {
-    umem: Umem,
+/// A socket's transmit side: the TX ring and the UMEM's completion ring.
+struct TxRings {
     tx: TxQueue,
+    comp: CompQueue,
+}
+
+/// A socket's receive side: the RX ring and the UMEM's fill ring.
+struct RxRings {
     rx: RxQueue,
     fill: FillQueue,
-    comp: CompQueue,
+}
+
+/// An open AF_XDP socket with its UMEM and all four rings.
+pub(crate) struct XskPort {
+    umem: Umem,
+    txr: TxRings,
+    rxr: RxRings,
     frames: Vec<FrameDesc>,
     how: String,
 }
 
 impl XskPort {
-    /// Opens a socket on `cfg.queue` with `frames` UMEM frames. Without `receive`, libxdp loads
-    /// no XDP program, so incoming traffic keeps reaching the OS stack.
-    fn open(cfg: &IoConfig, frames: u32, receive: bool) -> anyhow::Result<XskPort> {
+    /// Opens a socket on `cfg.queue` with rings of `frames` entries and a UMEM of `frames`
+    /// frames, or twice that with `both` (one half for each direction); `steering` says which
+    /// program (if any) libxdp loads and, for sonde's own, which attach mode the socket must
+    /// match.
+    pub(crate) fn open(
+        cfg: &IoConfig,
+        frames: u32,
+        both: bool,
+        steering: Steering,
+    ) -> anyhow::Result<XskPort> {
         crate::packet_socket::ifindex(&cfg.iface)?;
+        let mode = match steering {
+            Steering::Own { native: true } => XdpMode::Native,
+            Steering::Own { native: false } => XdpMode::Generic,
+            Steering::None | Steering::Libxdp => cfg.xdp_mode,
+        };
         let mut last_err = String::new();
-        for attempt in attempts(cfg.xdp_mode) {
+        for attempt in attempts(mode) {
             // Right after a native-mode socket closes the queue can be busy for a moment.
             for _ in 0..20 {
-                match Self::try_open(cfg, frames, receive, attempt) {
+                match Self::try_open(cfg, frames, both, steering, attempt) {
                     Ok(port) => return Ok(port),
                     Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                         last_err = e.to_string();
@@ -139,7 +177,8 @@ impl XskPort {
     fn try_open(
         cfg: &IoConfig,
         frames: u32,
-        receive: bool,
+        both: bool,
+        steering: Steering,
         attempt: Attempt,
     ) -> io::Result<XskPort> {
         let ring = queue_size(frames);
@@ -149,7 +188,8 @@ impl XskPort {
             .comp_queue_size(ring)
             .build()
             .map_err(|e| io::Error::other(e.to_string()))?;
-        let count = NonZeroU32::new(ring.get()).expect("queue sizes are non-zero");
+        let count = ring.get() * if both { 2 } else { 1 };
+        let count = NonZeroU32::new(count).expect("queue sizes are non-zero");
         let (umem, descs) =
             Umem::new(umem_cfg, count, false).map_err(|e| io::Error::other(e.to_string()))?;
         let mut bind = BindFlags::XDP_USE_NEED_WAKEUP;
@@ -164,7 +204,7 @@ impl XskPort {
             XdpFlags::XDP_FLAGS_SKB_MODE
         };
         let mut libxdp = LibxdpFlags::empty();
-        if !receive {
+        if steering != Steering::Libxdp {
             libxdp |= LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD;
         }
         let sock_cfg = SocketConfig::builder()
@@ -184,13 +224,16 @@ impl XskPort {
         let how = format!("AF_XDP, {attempt}{budget}");
         Ok(XskPort {
             umem,
-            tx,
-            rx,
-            fill,
-            comp,
+            txr: TxRings { tx, comp },
+            rxr: RxRings { rx, fill },
             frames: descs,
             how,
         })
+    }
+
+    /// The socket's descriptor (what an XSKMAP entry holds).
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        self.rxr.rx.fd().as_raw_fd()
     }
 }
 
@@ -216,7 +259,11 @@ fn set_tx_budget(tx: &TxQueue, frames: u32) -> &'static str {
 
 /// The AF_XDP transmit queue.
 pub struct XdpTx {
-    port: XskPort,
+    umem: Umem,
+    rings: TxRings,
+    /// The receive rings of a transmit-only socket, unused but kept with it.
+    _idle: Option<RxRings>,
+    how: String,
     free: Vec<FrameDesc>,
     posted: Vec<FrameDesc>,
     completed: Vec<FrameDesc>,
@@ -225,26 +272,44 @@ pub struct XdpTx {
 
 impl XdpTx {
     pub fn open(cfg: &IoConfig) -> anyhow::Result<Self> {
-        let mut port = XskPort::open(cfg, cfg.ring_frames, false)?;
-        let free = std::mem::take(&mut port.frames);
+        let port = XskPort::open(cfg, cfg.ring_frames, false, Steering::None)?;
+        Ok(Self::new(
+            port.umem,
+            port.txr,
+            Some(port.rxr),
+            port.how,
+            port.frames,
+        ))
+    }
+
+    fn new(
+        umem: Umem,
+        rings: TxRings,
+        idle: Option<RxRings>,
+        how: String,
+        free: Vec<FrameDesc>,
+    ) -> Self {
         let ring = free.len() as u32;
-        Ok(XdpTx {
-            port,
+        XdpTx {
+            umem,
+            rings,
+            _idle: idle,
+            how,
             posted: Vec::with_capacity(free.len()),
             completed: vec![FrameDesc::default(); free.len()],
             free,
             ring,
-        })
+        }
     }
 
     pub fn describe(&self) -> String {
-        self.port.how.clone()
+        self.how.clone()
     }
 
     /// Takes back the frames whose transmission the kernel has completed.
     fn reclaim(&mut self) {
         // SAFETY: `completed` holds descriptors of this socket's own UMEM.
-        let n = unsafe { self.port.comp.consume(&mut self.completed) };
+        let n = unsafe { self.rings.comp.consume(&mut self.completed) };
         self.free.extend_from_slice(&self.completed[..n]);
     }
 
@@ -253,10 +318,10 @@ impl XdpTx {
     /// completion ring is as large as the UMEM, so it cannot fill up in between.
     fn kick(&mut self) -> io::Result<()> {
         for _ in 0..MAX_KICKS_PER_BATCH {
-            if !self.port.tx.needs_wakeup() || self.port.tx.nb_free_exact() >= self.ring {
+            if !self.rings.tx.needs_wakeup() || self.rings.tx.nb_free_exact() >= self.ring {
                 break;
             }
-            self.port.tx.wakeup()?;
+            self.rings.tx.wakeup()?;
         }
         Ok(())
     }
@@ -273,7 +338,7 @@ impl XdpTx {
         let mut ring = std::mem::take(&mut self.free);
         for desc in ring.iter_mut() {
             // SAFETY: every free descriptor belongs to this UMEM and is not in any ring.
-            let mut data = unsafe { self.port.umem.data_mut(desc) };
+            let mut data = unsafe { self.umem.data_mut(desc) };
             let mut cursor = data.cursor();
             cursor.set_pos(0);
             io::Write::write_all(&mut cursor, &frame[..len])?;
@@ -281,22 +346,22 @@ impl XdpTx {
         let (frames, mut head, mut in_flight, mut sent) = (ring.len(), 0usize, 0usize, 0u64);
         while sent < count {
             // SAFETY: `completed` holds descriptors of this socket's own UMEM.
-            in_flight -= unsafe { self.port.comp.consume(&mut self.completed) };
+            in_flight -= unsafe { self.rings.comp.consume(&mut self.completed) };
             let n = (batch as u64)
                 .min(count - sent)
                 .min((frames - in_flight) as u64) as usize;
             let n = n.min(frames - head);
             // SAFETY: these frames are not in flight and still hold the pre-built frame.
-            let produced = unsafe { self.port.tx.produce(&ring[head..head + n]) };
+            let produced = unsafe { self.rings.tx.produce(&ring[head..head + n]) };
             head = (head + produced) % frames;
             in_flight += produced;
             sent += produced as u64;
             self.kick()?;
         }
         while in_flight > 0 {
-            self.port.tx.wakeup()?;
+            self.rings.tx.wakeup()?;
             // SAFETY: as above.
-            in_flight -= unsafe { self.port.comp.consume(&mut self.completed) };
+            in_flight -= unsafe { self.rings.comp.consume(&mut self.completed) };
         }
         self.free = ring;
         Ok(sent)
@@ -310,7 +375,7 @@ impl FrameTx for XdpTx {
         mut fill: F,
     ) -> io::Result<usize> {
         self.reclaim();
-        let room = self.port.tx.nb_free(count as u32) as usize;
+        let room = self.rings.tx.nb_free(count as u32) as usize;
         let n = count.min(self.free.len()).min(room);
         if n == 0 {
             self.kick()?;
@@ -320,7 +385,7 @@ impl FrameTx for XdpTx {
             let mut desc = self.free.pop().expect("n ≤ free.len()");
             {
                 // SAFETY: the descriptor came off the free list: neither ring owns the frame.
-                let mut data = unsafe { self.port.umem.data_mut(&mut desc) };
+                let mut data = unsafe { self.umem.data_mut(&mut desc) };
                 data.cursor().set_pos(MAX_FRAME);
                 let len = fill(i, data.contents_mut());
                 data.cursor().set_pos(len);
@@ -328,7 +393,7 @@ impl FrameTx for XdpTx {
             self.posted.push(desc);
         }
         // SAFETY: the posted frames were just written and are owned by no ring.
-        let produced = unsafe { self.port.tx.produce(&self.posted) };
+        let produced = unsafe { self.rings.tx.produce(&self.posted) };
         debug_assert_eq!(produced, n, "nb_free promised room for the batch");
         self.posted.clear();
         self.kick()?;
@@ -338,7 +403,7 @@ impl FrameTx for XdpTx {
     fn flush(&mut self) -> io::Result<()> {
         let deadline = std::time::Instant::now() + Duration::from_secs(2);
         while self.free.len() < self.ring as usize && std::time::Instant::now() < deadline {
-            self.port.tx.wakeup()?;
+            self.rings.tx.wakeup()?;
             self.reclaim();
             std::thread::yield_now();
         }
@@ -346,28 +411,158 @@ impl FrameTx for XdpTx {
     }
 }
 
-/// The AF_XDP receive queue: frames arrive through libxdp's redirect program.
+/// The AF_XDP receive queue: frames arrive through libxdp's redirect program (every frame of
+/// the queue) or sonde's reply filter (only the scan's replies).
 pub struct XdpRx {
-    port: XskPort,
+    /// Declared first so the program leaves the interface before the socket closes.
+    filter: Option<Arc<Attached>>,
+    umem: Umem,
+    rings: RxRings,
+    /// The transmit rings of a receive-only socket, unused but kept with it.
+    _idle: Option<TxRings>,
+    how: String,
     received: Vec<FrameDesc>,
 }
 
 impl XdpRx {
+    /// Receives every frame of `cfg.queue`, through libxdp's default program: the OS stack no
+    /// longer sees that queue's traffic while the receiver is open.
     pub fn open(cfg: &IoConfig) -> anyhow::Result<Self> {
-        let mut port = XskPort::open(cfg, cfg.ring_frames, true)?;
-        let frames = std::mem::take(&mut port.frames);
-        // SAFETY: all frames are fresh and owned by no ring; the fill ring is as large as the UMEM.
-        let filled = unsafe { port.fill.produce(&frames) };
+        let port = XskPort::open(cfg, cfg.ring_frames, false, Steering::Libxdp)?;
+        Self::new(
+            port.umem,
+            port.rxr,
+            Some(port.txr),
+            port.how,
+            port.frames,
+            None,
+            &cfg.iface,
+        )
+    }
+
+    /// Receives only what `spec` takes, through sonde's XDP reply filter; every other frame
+    /// goes on to the OS stack. The program attaches natively first and in generic (SKB) mode
+    /// if the driver refuses (as `cfg.xdp_mode` allows), and the socket binds in the mode that
+    /// attached. An AF_XDP socket gets only the frames of its own queue: open one receiver per
+    /// queue that replies can arrive on (with the same `spec`: they share the one program of
+    /// the interface), or replies on the others go to the OS stack. The program is detached
+    /// when the last receiver of the interface is dropped.
+    ///
+    /// The kernel allows one AF_XDP socket per queue: to transmit with AF_XDP on the same queue,
+    /// use [`open_pair`] instead.
+    pub fn open_filtered(cfg: &IoConfig, spec: &FilterSpec) -> anyhow::Result<Self> {
+        let (port, filter) = open_filtered_port(cfg, spec, false)?;
+        let fd = port.raw_fd();
+        let rx = Self::new(
+            port.umem,
+            port.rxr,
+            Some(port.txr),
+            port.how,
+            port.frames,
+            Some(filter),
+            &cfg.iface,
+        )?;
+        rx.steer_here(cfg.queue, fd)?;
+        Ok(rx)
+    }
+
+    /// How the receiver was opened (AF_XDP mode, which program), for summaries.
+    pub fn describe(&self) -> String {
+        self.how.clone()
+    }
+
+    /// Hands every UMEM frame given to the kernel for receiving.
+    fn new(
+        umem: Umem,
+        mut rings: RxRings,
+        idle: Option<TxRings>,
+        how: String,
+        frames: Vec<FrameDesc>,
+        filter: Option<Arc<Attached>>,
+        iface: &str,
+    ) -> anyhow::Result<Self> {
+        // SAFETY: all frames are fresh and owned by no ring; the fill ring is as large as the
+        // number of frames given.
+        let filled = unsafe { rings.fill.produce(&frames) };
         if filled != frames.len() {
             bail!(
-                "AF_XDP fill ring on {} took {filled} of {} frames",
-                cfg.iface,
+                "AF_XDP fill ring on {iface} took {filled} of {} frames",
                 frames.len()
             );
         }
-        let received = vec![FrameDesc::default(); frames.len()];
-        Ok(XdpRx { port, received })
+        Ok(XdpRx {
+            filter,
+            umem,
+            rings,
+            _idle: idle,
+            how,
+            received: vec![FrameDesc::default(); frames.len()],
+        })
     }
+
+    /// Puts the socket `fd` into the reply filter's map: from now on its frames arrive here.
+    fn steer_here(&self, queue: u32, fd: RawFd) -> anyhow::Result<()> {
+        let filter = self
+            .filter
+            .as_ref()
+            .expect("a filtered receiver has a filter");
+        filter.add_socket(queue, fd)
+    }
+}
+
+/// One AF_XDP socket on `cfg.queue` that both transmits and receives, split into its two
+/// halves (which may live in different threads): the receive half gets what `spec` takes,
+/// through sonde's XDP reply filter, exactly as [`XdpRx::open_filtered`]. The kernel allows one
+/// AF_XDP socket per queue, so this is how a queue that transmits with AF_XDP also receives
+/// with it. The UMEM holds `cfg.ring_frames` frames for each direction.
+pub fn open_pair(cfg: &IoConfig, spec: &FilterSpec) -> anyhow::Result<(XdpTx, XdpRx)> {
+    let (mut port, filter) = open_filtered_port(cfg, spec, true)?;
+    let fd = port.raw_fd();
+    let rx_frames = port.frames.split_off(port.frames.len() / 2);
+    let how = format!("{} (shared with a receiver)", port.how);
+    let tx = XdpTx::new(port.umem.clone(), port.txr, None, how, port.frames);
+    let rx = XdpRx::new(
+        port.umem,
+        port.rxr,
+        None,
+        format!("{} (shared with a sender)", port.how),
+        rx_frames,
+        Some(filter),
+        &cfg.iface,
+    )?;
+    rx.steer_here(cfg.queue, fd)?;
+    Ok((tx, rx))
+}
+
+/// Opens a socket bound in the mode of sonde's reply filter on `cfg.iface`: the one already
+/// attached by this process (the receivers of an interface's queues share it), or a new one
+/// attached natively or in generic mode (as `cfg.xdp_mode` allows, native first); `both` as
+/// for [`XskPort::open`]. The socket is not in the filter's map yet: the caller adds it once
+/// its fill ring is stocked.
+fn open_filtered_port(
+    cfg: &IoConfig,
+    spec: &FilterSpec,
+    both: bool,
+) -> anyhow::Result<(XskPort, Arc<Attached>)> {
+    let ifindex = crate::packet_socket::ifindex(&cfg.iface)?;
+    if cfg.queue >= crate::xdp_filter::MAX_QUEUES {
+        bail!(
+            "the XDP reply filter serves queues 0 to {}, not {}",
+            crate::xdp_filter::MAX_QUEUES - 1,
+            cfg.queue
+        );
+    }
+    let modes: &[bool] = match cfg.xdp_mode {
+        XdpMode::Auto => &[true, false],
+        XdpMode::Native => &[true],
+        XdpMode::Generic => &[false],
+    };
+    let (filter, mut port) =
+        crate::xdp_filter::attach_shared(ifindex, &cfg.iface, spec, modes, |native| {
+            XskPort::open(cfg, cfg.ring_frames, both, Steering::Own { native })
+        })?;
+    port.how.push_str(", sonde reply filter");
+    Ok((port, filter))
 }
 
 impl FrameRx for XdpRx {
@@ -381,22 +576,22 @@ impl FrameRx for XdpRx {
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: `received` only ever holds descriptors of this socket's UMEM.
         let n = unsafe {
-            self.port
+            self.rings
                 .rx
                 .poll_and_consume(&mut self.received[..max], ms)?
         };
         for desc in &self.received[..n] {
             // SAFETY: the kernel handed these frames to us; nothing else accesses them now.
-            let data = unsafe { self.port.umem.data(desc) };
+            let data = unsafe { self.umem.data(desc) };
             on_frame(data.contents());
         }
         // SAFETY: the frames are read and handed back for reuse.
         let mut back = 0;
         while back < n {
-            back += unsafe { self.port.fill.produce(&self.received[back..n]) };
+            back += unsafe { self.rings.fill.produce(&self.received[back..n]) };
         }
-        if self.port.fill.needs_wakeup() {
-            self.port.fill.wakeup(self.port.rx.fd_mut(), 0)?;
+        if self.rings.fill.needs_wakeup() {
+            self.rings.fill.wakeup(self.rings.rx.fd_mut(), 0)?;
         }
         Ok(n)
     }

@@ -1,0 +1,661 @@
+//! sonde's XDP reply filter (xdp/reply_filter.c, compiled by build.rs): the program that steers
+//! a scan's replies to its AF_XDP socket while every other frame keeps going to the OS stack.
+//!
+//! Loading goes through libbpf (the same libbpf-sys that libxdp links): open the embedded object,
+//! load it, write the scan's addresses, protocols and ports into `filter_cfg`, attach it to the
+//! interface as a BPF link, and put the AF_XDP socket into `xsks_map` at its queue. A link (not
+//! a netlink attachment) detaches when its last file descriptor closes, so the program goes away
+//! with the receiver even when the process dies without unwinding (sonde aborts on panic), and
+//! attaching never replaces another program already on the interface.
+//!
+//! An interface has one XDP program, and an AF_XDP socket receives only from the queue it is
+//! bound to, so the receivers of several queues of one interface share one attached filter
+//! ([`attach_shared`]): the first attaches it, the others add their sockets, and the last one
+//! dropped detaches it.
+
+use std::ffi::CStr;
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::MetadataExt;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail};
+use libbpf_sys as bpf;
+
+/// The compiled program.
+static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/reply_filter.o"));
+
+const PROGRAM: &CStr = c"sonde_reply_filter";
+const XSKS_MAP: &CStr = c"xsks_map";
+const CFG_MAP: &CStr = c"filter_cfg";
+/// `max_entries` of `xsks_map`: the highest queue the filter serves, plus one.
+pub(crate) const MAX_QUEUES: u32 = 64;
+
+const TAKE_TCP: u32 = 1 << 0;
+const TAKE_UDP: u32 = 1 << 1;
+const TAKE_ICMP: u32 = 1 << 2;
+const TAKE_ICMP6: u32 = 1 << 3;
+
+/// What the reply filter hands to the AF_XDP socket. A frame is taken when it is addressed to
+/// `ipv4` or `ipv6` and is of a protocol set here; TCP and UDP also need a destination port in
+/// `ports` (inclusive). Taken ICMP is echo reply and the errors that quote a datagram
+/// (types 0, 3, 4, 11, 12); taken ICMPv6 is errors and echo reply (types 1–4, 129), never
+/// neighbour discovery. Everything else goes to the OS stack.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FilterSpec {
+    pub ipv4: Option<Ipv4Addr>,
+    pub ipv6: Option<Ipv6Addr>,
+    pub tcp: bool,
+    pub udp: bool,
+    pub icmp: bool,
+    pub icmp6: bool,
+    pub ports: (u16, u16),
+}
+
+/// `struct filter_cfg` of reply_filter.c, field for field.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct FilterCfg {
+    /// Network order, as the packet has it; 0: none.
+    ipv4: u32,
+    ipv6: [u8; 16],
+    protos: u32,
+    port_lo: u16,
+    port_hi: u16,
+}
+
+impl FilterSpec {
+    fn to_cfg(&self) -> anyhow::Result<FilterCfg> {
+        if self.ipv4 == Some(Ipv4Addr::UNSPECIFIED) || self.ipv6 == Some(Ipv6Addr::UNSPECIFIED) {
+            bail!("the XDP reply filter needs the scan's own address, not an unspecified one");
+        }
+        if self.ipv4.is_none() && self.ipv6.is_none() {
+            bail!("the XDP reply filter needs an IPv4 or IPv6 address to take replies for");
+        }
+        if !(self.tcp || self.udp || self.icmp || self.icmp6) {
+            bail!("the XDP reply filter takes no protocol: set tcp, udp, icmp or icmp6");
+        }
+        let (lo, hi) = self.ports;
+        if (self.tcp || self.udp) && lo > hi {
+            bail!("the XDP reply filter's port range {lo}-{hi} is empty");
+        }
+        let bit = |on: bool, b: u32| if on { b } else { 0 };
+        Ok(FilterCfg {
+            ipv4: self.ipv4.map_or(0, |a| u32::from_ne_bytes(a.octets())),
+            ipv6: self.ipv6.map_or([0; 16], |a| a.octets()),
+            protos: bit(self.tcp, TAKE_TCP)
+                | bit(self.udp, TAKE_UDP)
+                | bit(self.icmp, TAKE_ICMP)
+                | bit(self.icmp6, TAKE_ICMP6),
+            port_lo: lo,
+            port_hi: hi,
+        })
+    }
+}
+
+/// The loaded program and its maps, attached to at most one interface.
+pub(crate) struct ReplyFilter {
+    prog: OwnedFd,
+    xsks: OwnedFd,
+    cfg: OwnedFd,
+    /// The BPF link while attached; closing it detaches the program.
+    link: Option<OwnedFd>,
+}
+
+/// A libbpf return value: negative errno on failure (libbpf 1.x).
+fn check(ret: i32) -> io::Result<i32> {
+    if ret < 0 {
+        Err(io::Error::from_raw_os_error(-ret))
+    } else {
+        Ok(ret)
+    }
+}
+
+/// A file descriptor of our own for one that libbpf's object owns (which closes with it).
+fn dup(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC takes an integer and returns a new descriptor or -1.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if new < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `new` was just returned by fcntl and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+impl ReplyFilter {
+    /// Loads the program into the kernel (verifier included) with `spec` as its configuration.
+    pub(crate) fn load(spec: &FilterSpec) -> anyhow::Result<ReplyFilter> {
+        let cfg = spec.to_cfg()?;
+        let (prog, xsks, cfg_fd) = load_object().map_err(|e| match e.raw_os_error() {
+            Some(libc::EPERM) => anyhow!(
+                "loading sonde's XDP reply filter: permission denied: needs CAP_BPF and CAP_NET_ADMIN (run as root)"
+            ),
+            _ => anyhow!("loading sonde's XDP reply filter: {e}"),
+        })?;
+        let filter = ReplyFilter {
+            prog,
+            xsks,
+            cfg: cfg_fd,
+            link: None,
+        };
+        let key = 0u32;
+        // SAFETY: the map's value is a `struct filter_cfg`, whose size load_object checked
+        // against FilterCfg's; key and value outlive the call, which copies them.
+        let ret = unsafe {
+            bpf::bpf_map_update_elem(
+                filter.cfg.as_raw_fd(),
+                (&key as *const u32).cast(),
+                (&cfg as *const FilterCfg).cast(),
+                bpf::BPF_ANY.into(),
+            )
+        };
+        check(ret).map_err(|e| anyhow!("configuring sonde's XDP reply filter: {e}"))?;
+        Ok(filter)
+    }
+
+    /// Attaches the program to `ifindex` in native (driver) or generic (SKB) mode.
+    fn attach(&mut self, ifindex: u32, native: bool) -> io::Result<()> {
+        self.detach();
+        let opts = bpf::bpf_link_create_opts {
+            sz: std::mem::size_of::<bpf::bpf_link_create_opts>() as _,
+            flags: if native {
+                bpf::XDP_FLAGS_DRV_MODE
+            } else {
+                bpf::XDP_FLAGS_SKB_MODE
+            },
+            ..Default::default()
+        };
+        // SAFETY: `opts` is a fully initialised options struct of the size it declares; the
+        // program fd is ours.
+        let fd = check(unsafe {
+            bpf::bpf_link_create(self.prog.as_raw_fd(), ifindex as i32, bpf::BPF_XDP, &opts)
+        })?;
+        // SAFETY: `fd` is the new link's descriptor, owned by nobody else.
+        self.link = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+        Ok(())
+    }
+
+    /// Takes the program off the interface (closing the link is the detach).
+    fn detach(&mut self) {
+        self.link = None;
+    }
+
+    /// Steers the filter's frames arriving on `queue` to the AF_XDP socket `xsk`.
+    fn add_socket(&self, queue: u32, xsk: RawFd) -> io::Result<()> {
+        if queue >= MAX_QUEUES {
+            return Err(io::Error::other(format!(
+                "queue {queue} is beyond the {MAX_QUEUES} queues the XDP reply filter serves"
+            )));
+        }
+        let value = xsk as u32;
+        // SAFETY: an XSKMAP takes u32 keys and u32 socket-fd values; both outlive the call.
+        let ret = unsafe {
+            bpf::bpf_map_update_elem(
+                self.xsks.as_raw_fd(),
+                (&queue as *const u32).cast(),
+                (&value as *const u32).cast(),
+                bpf::BPF_ANY.into(),
+            )
+        };
+        check(ret).map(drop)
+    }
+
+    /// Runs the program once on `frame` (BPF_PROG_TEST_RUN) and returns its XDP action.
+    #[cfg(test)]
+    fn test_run(&self, frame: &[u8]) -> io::Result<u32> {
+        let mut opts = bpf::bpf_test_run_opts {
+            sz: std::mem::size_of::<bpf::bpf_test_run_opts>() as _,
+            data_in: frame.as_ptr().cast(),
+            data_size_in: frame.len() as u32,
+            repeat: 1,
+            ..Default::default()
+        };
+        // SAFETY: `frame` outlives the call, which only reads `data_size_in` bytes of it; there
+        // is no output buffer.
+        check(unsafe { bpf::bpf_prog_test_run_opts(self.prog.as_raw_fd(), &mut opts) })?;
+        Ok(opts.retval)
+    }
+}
+
+/// The reply filter attached to one interface, shared by the receivers of its queues; dropping
+/// the last reference detaches it.
+pub(crate) struct Attached {
+    filter: ReplyFilter,
+    native: bool,
+}
+
+impl Attached {
+    /// Steers the filter's frames arriving on `queue` to the AF_XDP socket `xsk` (bound to that
+    /// queue, with its fill ring stocked).
+    pub(crate) fn add_socket(&self, queue: u32, xsk: RawFd) -> anyhow::Result<()> {
+        self.filter
+            .add_socket(queue, xsk)
+            .map_err(|e| anyhow!("cannot add the AF_XDP socket to sonde's XDP reply filter: {e}"))
+    }
+}
+
+/// An interface: the calling thread's network namespace (device and inode of its nsfs file)
+/// and the interface index in it.
+type IfKey = (u64, u64, u32);
+
+/// The filters this process has attached, by interface.
+static ATTACHED: Mutex<Vec<(IfKey, FilterCfg, Weak<Attached>)>> = Mutex::new(Vec::new());
+
+fn if_key(ifindex: u32) -> anyhow::Result<IfKey> {
+    let ns = std::fs::metadata("/proc/thread-self/ns/net")
+        .map_err(|e| anyhow!("cannot tell this thread's network namespace: {e}"))?;
+    Ok((ns.dev(), ns.ino(), ifindex))
+}
+
+/// The reply filter on interface `ifindex` (`iface`) with `spec`, and what `open(native)`
+/// returned for it (the AF_XDP socket, bound in the filter's mode).
+///
+/// When this process has the filter on the interface already, with the same `spec`, it is
+/// shared and `open` runs in its mode. Otherwise a new one is loaded and attached in the first
+/// mode of `modes` (true: native, false: generic) for which `open` also succeeds; it is
+/// detached again before the next mode is tried.
+pub(crate) fn attach_shared<T>(
+    ifindex: u32,
+    iface: &str,
+    spec: &FilterSpec,
+    modes: &[bool],
+    mut open: impl FnMut(bool) -> anyhow::Result<T>,
+) -> anyhow::Result<(Arc<Attached>, T)> {
+    let cfg = spec.to_cfg()?;
+    let key = if_key(ifindex)?;
+    // Held throughout, so two receivers opening at once attach one filter between them.
+    let mut attached = ATTACHED.lock().unwrap_or_else(|e| e.into_inner());
+    attached.retain(|(_, _, weak)| weak.strong_count() > 0);
+    let found = attached
+        .iter()
+        .find(|(k, _, _)| *k == key)
+        .and_then(|(_, have, weak)| Some((*have, weak.upgrade()?)));
+    // (One whose last user is dropping it right now counts as gone: attaching anew waits.)
+    if let Some((have, shared)) = found {
+        if have != cfg {
+            bail!(
+                "sonde's XDP reply filter is already on {iface} with another address, protocol or port range: all receivers of one interface must take the same replies"
+            );
+        }
+        if !modes.contains(&shared.native) {
+            bail!(
+                "sonde's XDP reply filter is already on {iface} in {} mode, which this receiver's XDP mode excludes",
+                if shared.native { "native" } else { "generic" }
+            );
+        }
+        let opened = open(shared.native)?;
+        return Ok((shared, opened));
+    }
+    let mut filter = ReplyFilter::load(spec)?;
+    let mut errors = Vec::new();
+    for &native in modes {
+        let mode = if native { "native" } else { "generic" };
+        if let Err(e) = attach_retrying(&mut filter, ifindex, native) {
+            match e.raw_os_error() {
+                Some(libc::EBUSY) => bail!(
+                    "cannot attach sonde's XDP reply filter to {iface}: another XDP program is attached to it (see `ip link show {iface}`)"
+                ),
+                Some(libc::EPERM) => bail!(
+                    "cannot attach sonde's XDP reply filter to {iface}: permission denied: needs CAP_NET_ADMIN and CAP_BPF (run as root)"
+                ),
+                _ => {
+                    errors.push(format!("attaching in {mode} mode: {e}"));
+                    continue;
+                }
+            }
+        }
+        match open(native) {
+            Ok(opened) => {
+                let shared = Arc::new(Attached { filter, native });
+                attached.push((key, cfg, Arc::downgrade(&shared)));
+                return Ok((shared, opened));
+            }
+            Err(e) => {
+                filter.detach();
+                errors.push(format!("{mode} mode: {e:#}"));
+            }
+        }
+    }
+    Err(anyhow!(
+        "cannot receive through sonde's XDP reply filter on {iface}: {}",
+        errors.join("; then ")
+    ))
+}
+
+/// Attaches, waiting a moment while the interface is busy: a filter of this process that was
+/// just dropped may still be on its way off.
+fn attach_retrying(filter: &mut ReplyFilter, ifindex: u32, native: bool) -> io::Result<()> {
+    let mut tries = 0;
+    loop {
+        match filter.attach(ifindex, native) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < 10 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Opens and loads the embedded object, checks the configuration map's layout, and returns our
+/// own descriptors of the program, `xsks_map` and `filter_cfg`; the object is closed again.
+fn load_object() -> io::Result<(OwnedFd, OwnedFd, OwnedFd)> {
+    if OBJECT.is_empty() {
+        return Err(io::Error::other("the embedded BPF object is empty"));
+    }
+    // SAFETY: the buffer is a static ELF image that outlives the call; libbpf copies what it
+    // keeps. Null options mean the defaults.
+    let obj = unsafe {
+        bpf::bpf_object__open_mem(OBJECT.as_ptr().cast(), OBJECT.len() as _, std::ptr::null())
+    };
+    if obj.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    let result = (|| {
+        // SAFETY: `obj` is a valid, not yet loaded object.
+        check(unsafe { bpf::bpf_object__load(obj) })?;
+        // SAFETY: `obj` is valid and the name a NUL-terminated string; the returned pointer
+        // (or null) lives as long as the object.
+        let prog = unsafe { bpf::bpf_object__find_program_by_name(obj, PROGRAM.as_ptr()) };
+        if prog.is_null() {
+            return Err(io::Error::other(
+                "the object has no program sonde_reply_filter",
+            ));
+        }
+        // SAFETY: `prog` belongs to the loaded object.
+        let prog_fd = check(unsafe { bpf::bpf_program__fd(prog) })?;
+        let map_fd = |name: &CStr| -> io::Result<(RawFd, u32)> {
+            // SAFETY: as for the program: valid object, NUL-terminated name.
+            let map = unsafe { bpf::bpf_object__find_map_by_name(obj, name.as_ptr()) };
+            if map.is_null() {
+                return Err(io::Error::other(format!("the object has no map {name:?}")));
+            }
+            // SAFETY: `map` belongs to the loaded object.
+            let (fd, size) = unsafe { (bpf::bpf_map__fd(map), bpf::bpf_map__value_size(map)) };
+            Ok((check(fd)?, size))
+        };
+        let (xsks, _) = map_fd(XSKS_MAP)?;
+        let (cfg, size) = map_fd(CFG_MAP)?;
+        if size as usize != std::mem::size_of::<FilterCfg>() {
+            return Err(io::Error::other(format!(
+                "filter_cfg holds {size} bytes, sonde writes {}: reply_filter.c and xdp_filter.rs disagree",
+                std::mem::size_of::<FilterCfg>()
+            )));
+        }
+        Ok((dup(prog_fd)?, dup(xsks)?, dup(cfg)?))
+    })();
+    // SAFETY: `obj` came from bpf_object__open_mem and is closed once; only our duplicated
+    // descriptors remain, and they keep the program and maps alive.
+    unsafe { bpf::bpf_object__close(obj) };
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const XDP_PASS: u32 = 2;
+    const XDP_REDIRECT: u32 = 4;
+    const SCAN4: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 1);
+    const SCAN6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 0xffff, 0, 0, 0, 1);
+    const OTHER4: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 2);
+    const OTHER6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 0xffff, 0, 0, 0, 2);
+
+    fn spec() -> FilterSpec {
+        FilterSpec {
+            ipv4: Some(SCAN4),
+            ipv6: Some(SCAN6),
+            tcp: true,
+            udp: true,
+            icmp: true,
+            icmp6: true,
+            ports: (32768, 60999),
+        }
+    }
+
+    #[test]
+    fn config_layout_and_checks() {
+        assert_eq!(std::mem::size_of::<FilterCfg>(), 28);
+        let cfg = spec().to_cfg().unwrap();
+        assert_eq!(cfg.ipv4.to_ne_bytes(), [198, 19, 255, 1]);
+        assert_eq!(cfg.protos, 0b1111);
+        assert_eq!((cfg.port_lo, cfg.port_hi), (32768, 60999));
+        let only_tcp4 = FilterSpec {
+            ipv6: None,
+            udp: false,
+            icmp: false,
+            icmp6: false,
+            ..spec()
+        };
+        let cfg = only_tcp4.to_cfg().unwrap();
+        assert_eq!((cfg.ipv6, cfg.protos), ([0; 16], TAKE_TCP));
+        let bad = [
+            FilterSpec {
+                ipv4: None,
+                ipv6: None,
+                ..spec()
+            },
+            FilterSpec {
+                ipv4: Some(Ipv4Addr::UNSPECIFIED),
+                ..spec()
+            },
+            FilterSpec {
+                ports: (2, 1),
+                ..spec()
+            },
+            FilterSpec {
+                tcp: false,
+                udp: false,
+                icmp: false,
+                icmp6: false,
+                ..spec()
+            },
+        ];
+        for s in bad {
+            assert!(s.to_cfg().is_err(), "{s:?}");
+        }
+    }
+
+    // Frame builders: just the fields the filter reads; checksums do not matter to it.
+
+    fn eth(ethertype: u16) -> Vec<u8> {
+        let mut f = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2];
+        f.extend_from_slice(&ethertype.to_be_bytes());
+        f
+    }
+
+    fn l4(proto: u8, dport: u16, icmp_type: u8) -> Vec<u8> {
+        match proto {
+            6 => {
+                let mut h = vec![0; 20];
+                h[0..2].copy_from_slice(&80u16.to_be_bytes());
+                h[2..4].copy_from_slice(&dport.to_be_bytes());
+                h[12] = 5 << 4;
+                h[13] = 0x12;
+                h
+            }
+            17 => {
+                let mut h = vec![0; 8];
+                h[0..2].copy_from_slice(&53u16.to_be_bytes());
+                h[2..4].copy_from_slice(&dport.to_be_bytes());
+                h
+            }
+            _ => vec![icmp_type, 0, 0, 0, 0, 0, 0, 0],
+        }
+    }
+
+    fn v4(dst: Ipv4Addr, proto: u8, options: usize, frag_off: u16, payload: &[u8]) -> Vec<u8> {
+        let mut f = eth(0x0800);
+        let ihl = 20 + options;
+        let mut ip = vec![0; ihl];
+        ip[0] = 0x40 | (ihl / 4) as u8;
+        ip[2..4].copy_from_slice(&((ihl + payload.len()) as u16).to_be_bytes());
+        ip[6..8].copy_from_slice(&frag_off.to_be_bytes());
+        ip[8] = 64;
+        ip[9] = proto;
+        ip[12..16].copy_from_slice(&[198, 18, 0, 7]);
+        ip[16..20].copy_from_slice(&dst.octets());
+        for b in &mut ip[20..] {
+            *b = 1; // NOP options
+        }
+        f.extend_from_slice(&ip);
+        f.extend_from_slice(payload);
+        f
+    }
+
+    fn v6(dst: Ipv6Addr, next: u8, payload: &[u8]) -> Vec<u8> {
+        let mut f = eth(0x86dd);
+        let mut ip = vec![0; 40];
+        ip[0] = 0x60;
+        ip[4..6].copy_from_slice(&(payload.len() as u16).to_be_bytes());
+        ip[6] = next;
+        ip[7] = 64;
+        ip[8..24].copy_from_slice(&Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, 7).octets());
+        ip[24..40].copy_from_slice(&dst.octets());
+        f.extend_from_slice(&ip);
+        f.extend_from_slice(payload);
+        f
+    }
+
+    fn can_load() -> bool {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        if !root {
+            eprintln!("skipping: loading an XDP program needs root");
+        }
+        root
+    }
+
+    /// Runs `check` with the filter loaded from `spec` and an AF_XDP socket in `xsks_map` at
+    /// queue 0 (the queue a test run's frames come from), so a taken frame returns
+    /// XDP_REDIRECT instead of the XDP_PASS fallback. The socket is bound to `lo` of a network
+    /// namespace of its own, in a thread of its own, and no program is attached anywhere.
+    fn with_filter(spec: FilterSpec, check: impl FnOnce(&ReplyFilter) + Send + 'static) {
+        std::thread::spawn(move || {
+            // SAFETY: unshare only changes this thread's namespaces (no other flags given).
+            let ret = unsafe { libc::unshare(libc::CLONE_NEWNET) };
+            assert_eq!(ret, 0, "unshare: {}", io::Error::last_os_error());
+            let filter = ReplyFilter::load(&spec).unwrap();
+            let mut cfg = crate::IoConfig::new("lo");
+            cfg.xdp_mode = crate::XdpMode::Generic;
+            let port = crate::xdp::XskPort::open(
+                &cfg,
+                64,
+                false,
+                crate::xdp::Steering::Own { native: false },
+            )
+            .unwrap();
+            filter.add_socket(0, port.raw_fd()).unwrap();
+            check(&filter);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn takes_exactly_the_scans_replies() {
+        if !can_load() {
+            return;
+        }
+        with_filter(spec(), |f| {
+            let run = |frame: &[u8]| f.test_run(frame).unwrap();
+            let take = |frame: Vec<u8>, what: &str| assert_eq!(run(&frame), XDP_REDIRECT, "{what}");
+            let pass = |frame: Vec<u8>, what: &str| assert_eq!(run(&frame), XDP_PASS, "{what}");
+            // IPv4 TCP/UDP: address and both ends of the port range.
+            take(v4(SCAN4, 6, 0, 0, &l4(6, 32768, 0)), "tcp lo");
+            take(v4(SCAN4, 6, 0, 0, &l4(6, 60999, 0)), "tcp hi");
+            take(v4(SCAN4, 17, 0, 0, &l4(17, 40000, 0)), "udp");
+            take(
+                v4(SCAN4, 6, 12, 0, &l4(6, 40000, 0)),
+                "tcp after IP options",
+            );
+            take(v4(SCAN4, 6, 0, 0x2000, &l4(6, 40000, 0)), "first fragment");
+            pass(v4(SCAN4, 6, 0, 0, &l4(6, 32767, 0)), "tcp below range");
+            pass(v4(SCAN4, 6, 0, 0, &l4(6, 61000, 0)), "tcp above range");
+            pass(v4(SCAN4, 6, 0, 0, &l4(6, 22, 0)), "tcp port 22");
+            pass(v4(OTHER4, 6, 0, 0, &l4(6, 40000, 0)), "other address");
+            pass(v4(SCAN4, 6, 0, 0x0010, &l4(6, 40000, 0)), "later fragment");
+            pass(v4(SCAN4, 47, 0, 0, &[0; 20]), "gre");
+            // ICMP: replies and errors, not requests.
+            for t in [0, 3, 4, 11, 12] {
+                take(v4(SCAN4, 1, 0, 0, &l4(1, 0, t)), &format!("icmp type {t}"));
+            }
+            for t in [8, 13, 5] {
+                pass(v4(SCAN4, 1, 0, 0, &l4(1, 0, t)), &format!("icmp type {t}"));
+            }
+            // IPv6.
+            take(v6(SCAN6, 6, &l4(6, 50000, 0)), "tcp6");
+            take(v6(SCAN6, 17, &l4(17, 32768, 0)), "udp6");
+            pass(v6(SCAN6, 17, &l4(17, 1000, 0)), "udp6 outside range");
+            pass(v6(OTHER6, 6, &l4(6, 50000, 0)), "tcp6 other address");
+            pass(v6(SCAN6, 0, &l4(6, 50000, 0)), "hop-by-hop header first");
+            for t in [1, 2, 3, 4, 129] {
+                take(v6(SCAN6, 58, &l4(58, 0, t)), &format!("icmp6 type {t}"));
+            }
+            for t in [128, 133, 134, 135, 136, 137] {
+                pass(v6(SCAN6, 58, &l4(58, 0, t)), &format!("icmp6 type {t}"));
+            }
+            // ICMP of the wrong family is not taken.
+            pass(v4(SCAN4, 58, 0, 0, &l4(58, 0, 129)), "icmp6 in ipv4");
+            pass(v6(SCAN6, 1, &l4(1, 0, 0)), "icmp in ipv6");
+            // Truncated and odd frames.
+            let tcp = v4(SCAN4, 6, 0, 0, &l4(6, 40000, 0));
+            pass(tcp[..14 + 20 + 3].to_vec(), "truncated before the port");
+            take(tcp[..14 + 20 + 4].to_vec(), "ports present, rest missing");
+            pass(tcp[..14 + 19].to_vec(), "truncated IPv4 header");
+            let mut bad_ihl = tcp.clone();
+            bad_ihl[14] = 0x44;
+            pass(bad_ihl, "IHL below 5");
+            let mut long_ihl = tcp.clone();
+            long_ihl[14] = 0x4f;
+            pass(long_ihl, "IHL beyond the frame");
+            let mut not_v4 = tcp.clone();
+            not_v4[14] = 0x65;
+            pass(not_v4, "version 6 in an IPv4 frame");
+            pass(
+                v6(SCAN6, 6, &l4(6, 50000, 0))[..14 + 39].to_vec(),
+                "truncated IPv6",
+            );
+            pass(eth(0x0806).into_iter().chain([0; 28]).collect(), "arp");
+            let mut vlan = eth(0x8100);
+            vlan.extend_from_slice(&tcp[12..]);
+            pass(vlan, "vlan-tagged");
+        });
+    }
+
+    #[test]
+    fn takes_only_the_protocols_and_families_asked_for() {
+        if !can_load() {
+            return;
+        }
+        let tcp4 = FilterSpec {
+            ipv6: None,
+            udp: false,
+            icmp: false,
+            icmp6: false,
+            ..spec()
+        };
+        with_filter(tcp4, |f| {
+            let run = |frame: Vec<u8>| f.test_run(&frame).unwrap();
+            assert_eq!(run(v4(SCAN4, 6, 0, 0, &l4(6, 40000, 0))), XDP_REDIRECT);
+            assert_eq!(run(v4(SCAN4, 17, 0, 0, &l4(17, 40000, 0))), XDP_PASS);
+            assert_eq!(run(v4(SCAN4, 1, 0, 0, &l4(1, 0, 0))), XDP_PASS);
+            assert_eq!(run(v6(SCAN6, 6, &l4(6, 40000, 0))), XDP_PASS);
+        });
+        let icmp6 = FilterSpec {
+            ipv4: None,
+            tcp: false,
+            udp: false,
+            icmp: false,
+            ..spec()
+        };
+        with_filter(icmp6, |f| {
+            let run = |frame: Vec<u8>| f.test_run(&frame).unwrap();
+            assert_eq!(run(v6(SCAN6, 58, &l4(58, 0, 129))), XDP_REDIRECT);
+            assert_eq!(run(v6(SCAN6, 6, &l4(6, 40000, 0))), XDP_PASS);
+            assert_eq!(run(v4(SCAN4, 1, 0, 0, &l4(1, 0, 0))), XDP_PASS);
+        });
+    }
+}

@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: GPL-2.0
+//
+// sonde's reply filter for AF_XDP receive. Attached to the scan interface, it
+// hands the AF_XDP socket of the receiving queue only the frames that can be
+// replies to the scan: addressed to the scan's own IPv4 or IPv6 address, of a
+// protocol the scan takes, and for TCP and UDP to one of the scan's source
+// ports. Every other frame goes on to the OS stack (XDP_PASS), as does every
+// frame of a queue with no socket in `xsks_map`.
+//
+// build.rs compiles it with `clang -O2 -g -target bpf -c`; the loader is
+// src/xdp_filter.rs, whose `FilterCfg` mirrors `struct filter_cfg` below.
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#define TAKE_TCP (1u << 0)
+#define TAKE_UDP (1u << 1)
+#define TAKE_ICMP (1u << 2)
+#define TAKE_ICMP6 (1u << 3)
+
+#define IPPROTO_ICMPV6_ 58
+#define IPV4_FRAG_OFFSET 0x1fff
+
+// The scan's addresses and what it takes; one entry, written by the loader.
+struct filter_cfg {
+	__u32 ipv4;      // destination, network order; 0: take no IPv4
+	__u8 ipv6[16];   // destination; all zero: take no IPv6
+	__u32 protos;    // TAKE_* bits
+	__u16 port_lo;   // TCP/UDP destination port range, host order, inclusive
+	__u16 port_hi;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} xsks_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct filter_cfg);
+} filter_cfg SEC(".maps");
+
+// The header fields read, laid out as on the wire (sonde's own structs: no
+// <linux/ip.h>, <linux/ipv6.h>, <linux/tcp.h> or <linux/udp.h> needed).
+struct ipv4_hdr {
+	__u8 ver_ihl;
+	__u8 tos;
+	__be16 tot_len;
+	__be16 id;
+	__be16 frag_off;
+	__u8 ttl;
+	__u8 protocol;
+	__sum16 check;
+	__be32 saddr;
+	__be32 daddr;
+};
+
+struct ipv6_hdr {
+	__be32 ver_tc_flow;
+	__be16 payload_len;
+	__u8 nexthdr;
+	__u8 hop_limit;
+	__u8 saddr[16];
+	__u8 daddr[16];
+};
+
+struct ports_hdr {
+	__be16 source;
+	__be16 dest;
+};
+
+// Whether a TCP or UDP header at `l4` goes to a port of the range.
+static __always_inline int port_in_range(void *l4, void *end,
+					 const struct filter_cfg *cfg)
+{
+	struct ports_hdr *ports = l4;
+	__u16 dport;
+
+	if ((void *)(ports + 1) > end)
+		return 0;
+	dport = bpf_ntohs(ports->dest);
+	return dport >= cfg->port_lo && dport <= cfg->port_hi;
+}
+
+// Whether the transport header at `l4` (protocol `proto`, of the address
+// family given by `v6`) is one the scan takes.
+static __always_inline int takes(__u8 proto, int v6, void *l4, void *end,
+				 const struct filter_cfg *cfg)
+{
+	__u8 *type = l4;
+
+	switch (proto) {
+	case IPPROTO_TCP:
+		return (cfg->protos & TAKE_TCP) && port_in_range(l4, end, cfg);
+	case IPPROTO_UDP:
+		return (cfg->protos & TAKE_UDP) && port_in_range(l4, end, cfg);
+	case IPPROTO_ICMP:
+		if (v6 || !(cfg->protos & TAKE_ICMP) || (void *)(type + 1) > end)
+			return 0;
+		// Echo reply and the errors that quote a datagram; requests
+		// (echo, timestamp, ...) stay with the OS, which answers them.
+		return *type == 0 || *type == 3 || *type == 4 || *type == 11 ||
+		       *type == 12;
+	case IPPROTO_ICMPV6_:
+		if (!v6 || !(cfg->protos & TAKE_ICMP6) ||
+		    (void *)(type + 1) > end)
+			return 0;
+		// Errors (1-4) and echo reply (129); neighbour discovery, MLD
+		// and echo requests stay with the OS.
+		return (*type >= 1 && *type <= 4) || *type == 129;
+	default:
+		return 0;
+	}
+}
+
+static __always_inline int ipv6_is(const __u8 *a, const __u8 *b)
+{
+	__u64 a0, a1, b0, b1;
+
+	__builtin_memcpy(&a0, a, 8);
+	__builtin_memcpy(&a1, a + 8, 8);
+	__builtin_memcpy(&b0, b, 8);
+	__builtin_memcpy(&b1, b + 8, 8);
+	return a0 == b0 && a1 == b1;
+}
+
+static __always_inline int ipv6_unset(const __u8 *a)
+{
+	__u64 a0, a1;
+
+	__builtin_memcpy(&a0, a, 8);
+	__builtin_memcpy(&a1, a + 8, 8);
+	return (a0 | a1) == 0;
+}
+
+static __always_inline int matches(void *data, void *end,
+				   const struct filter_cfg *cfg)
+{
+	struct ethhdr *eth = data;
+	void *l3 = eth + 1;
+
+	if (l3 > end)
+		return 0;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct ipv4_hdr *ip = l3;
+		__u32 ihl;
+
+		if ((void *)(ip + 1) > end || cfg->ipv4 == 0)
+			return 0;
+		if ((ip->ver_ihl >> 4) != 4 || ip->daddr != cfg->ipv4)
+			return 0;
+		// Later fragments carry no transport header.
+		if (ip->frag_off & bpf_htons(IPV4_FRAG_OFFSET))
+			return 0;
+		ihl = (ip->ver_ihl & 0x0f) * 4;
+		if (ihl < sizeof(*ip))
+			return 0;
+		return takes(ip->protocol, 0, l3 + ihl, end, cfg);
+	}
+	if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6_hdr *ip6 = l3;
+
+		if ((void *)(ip6 + 1) > end || ipv6_unset(cfg->ipv6))
+			return 0;
+		if ((ip6->ver_tc_flow & bpf_htonl(0xf0000000)) !=
+			    bpf_htonl(0x60000000) ||
+		    !ipv6_is(ip6->daddr, cfg->ipv6))
+			return 0;
+		return takes(ip6->nexthdr, 1, ip6 + 1, end, cfg);
+	}
+	return 0;
+}
+
+SEC("xdp")
+int sonde_reply_filter(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 zero = 0;
+	struct filter_cfg *cfg = bpf_map_lookup_elem(&filter_cfg, &zero);
+
+	if (!cfg || !matches(data, end, cfg))
+		return XDP_PASS;
+	// No socket on this queue: the frame goes to the OS instead.
+	return bpf_redirect_map(&xsks_map, ctx->rx_queue_index, XDP_PASS);
+}
+
+char _license[] SEC("license") = "GPL";
