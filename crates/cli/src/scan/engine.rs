@@ -16,6 +16,7 @@ use sonde_scan::dedup::Dedup;
 use sonde_scan::output::{open_writer, RowWriter};
 use sonde_scan::probe::{RstTemplate, Verdict};
 use sonde_scan::targets::{Cursor, Part, Permutation};
+use sonde_scan::validate::{SPORT_BASE, SPORT_COUNT};
 use sonde_wire::{ethernet, ipv4, ipv6, EtherType};
 
 use super::checkpoint::{Checkpoint, ThreadCheckpoint};
@@ -71,8 +72,9 @@ pub fn run(plan: ScanPlan) -> anyhow::Result<()> {
     let counts = Arc::new(Counts::default());
     let clock = Instant::now();
     let receiving = Arc::new(AtomicBool::new(true));
-    let receiver = Receiver::open(&plan, writer, counts.clone(), clock)?;
-    let senders = open_senders(&plan)?;
+    let (queues, receivers) = open_io(&plan)?;
+    let receiver = Receiver::open(&plan, receivers, writer, counts.clone(), clock)?;
+    let senders = open_senders(&plan, queues)?;
     let watch = Stopwatch::start();
     let send_start = Instant::now();
     let states: Arc<Mutex<Vec<Option<ThreadCheckpoint>>>> =
@@ -191,21 +193,86 @@ fn announce(plan: &ScanPlan) {
 
 type SenderParts = (AnyTx, Cursor, Vec<u64>, u64);
 
-/// Opens every sender's queue and cursor (fresh, or from the checkpoint) before any starts.
-fn open_senders(plan: &ScanPlan) -> anyhow::Result<Vec<SenderParts>> {
-    let permutation = Permutation::new(plan.space.len(), plan.seed);
-    (0..plan.threads)
-        .map(|t| {
-            let mut io = IoConfig::new(&plan.iface);
-            io.queue = t % plan.queues.max(1);
-            io.batch = plan.batch;
-            io.xdp_mode = plan.xdp_mode;
-            let tx = AnyTx::open(plan.backend, &io).with_context(|| {
-                format!(
-                    "opening {} on {} queue {}",
-                    plan.backend, plan.iface, io.queue
-                )
+/// The scan's I/O: one transmit queue per sender thread and the receivers. With
+/// `--rx-backend xdp` each queue gets an AF_XDP receiver behind sonde's reply filter (an AF_XDP
+/// socket sees only its own queue), sharing the socket with that queue's sender when it
+/// transmits over AF_XDP too (one socket per queue is all the kernel allows). Any other receiver
+/// is one packet socket with the classic BPF filter, which sees every queue.
+fn open_io(plan: &ScanPlan) -> anyhow::Result<(Vec<AnyTx>, Vec<AnyRx>)> {
+    let queues = plan.queues.max(1);
+    let spec = filter_spec(plan);
+    let expr = plan.bpf_filter();
+    let mut shared: Vec<Option<AnyTx>> = (0..queues).map(|_| None).collect();
+    let mut receivers = Vec::new();
+    if plan.rx_backend == BackendKind::Xdp {
+        for q in 0..queues {
+            let io = io_config(plan, q);
+            if plan.backend == BackendKind::Xdp && q < plan.threads {
+                let (tx, rx) = sonde_io::open_xdp_pair(&io, &spec)?;
+                shared[q as usize] = Some(tx);
+                receivers.push(rx);
+            } else {
+                receivers.push(AnyRx::open_filtered(BackendKind::Xdp, &io, &spec, &expr)?);
+            }
+        }
+    } else {
+        let rx = AnyRx::open_filtered(plan.rx_backend, &io_config(plan, 0), &spec, &expr)
+            .with_context(|| {
+                format!("opening the {} receiver on {}", plan.rx_backend, plan.iface)
             })?;
+        receivers.push(rx);
+    }
+    let senders = (0..plan.threads)
+        .map(|t| {
+            let q = t % queues;
+            match shared[q as usize].take() {
+                Some(tx) => Ok(tx),
+                None => AnyTx::open(plan.backend, &io_config(plan, q)).with_context(|| {
+                    format!("opening {} on {} queue {q}", plan.backend, plan.iface)
+                }),
+            }
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok((senders, receivers))
+}
+
+fn io_config(plan: &ScanPlan, queue: u32) -> IoConfig {
+    let mut io = IoConfig::new(&plan.iface);
+    io.queue = queue;
+    io.batch = plan.batch.max(256);
+    io.xdp_mode = plan.xdp_mode;
+    io
+}
+
+/// What the XDP reply filter lets through: the module's protocols, to our addresses, at our
+/// source ports.
+fn filter_spec(plan: &ScanPlan) -> sonde_io::FilterSpec {
+    use sonde_scan::probe::ModuleKind::*;
+    let v4 = plan.space.ipv4_addresses() > 0;
+    let v6 = plan.module6.is_some();
+    let (tcp, udp) = (
+        plan.module_kind == TcpSyn,
+        matches!(plan.module_kind, Udp | Dns),
+    );
+    let icmp = plan.module_kind != TcpSyn;
+    sonde_io::FilterSpec {
+        ipv4: v4.then_some(plan.setup.src_ip),
+        ipv6: if v6 { plan.source6 } else { None },
+        tcp,
+        udp,
+        icmp: icmp && v4,
+        icmp6: icmp && v6,
+        ports: (SPORT_BASE, SPORT_BASE + SPORT_COUNT - 1),
+    }
+}
+
+/// Each sender's cursor (fresh, or from the checkpoint), beside its transmit queue.
+fn open_senders(plan: &ScanPlan, queues: Vec<AnyTx>) -> anyhow::Result<Vec<SenderParts>> {
+    let permutation = Permutation::new(plan.space.len(), plan.seed);
+    queues
+        .into_iter()
+        .zip(0..plan.threads)
+        .map(|(tx, t)| {
             let (cursor, pending, taken) = match &plan.resume {
                 Some(c) => {
                     let state = &c.threads[t as usize];
@@ -347,7 +414,7 @@ fn report(plan: &ScanPlan, s: &Summary) -> anyhow::Result<()> {
 
 /// The receiving side: kernel-filtered frames in, validated rows out.
 struct Receiver {
-    rx: AnyRx,
+    rxs: Vec<AnyRx>,
     rst: Option<(AnyTx, RstTemplate)>,
     plan_module: Arc<ScanPlan>,
     writer: Box<dyn RowWriter + Send>,
@@ -360,19 +427,17 @@ struct Receiver {
 impl Receiver {
     fn open(
         plan: &Arc<ScanPlan>,
+        rxs: Vec<AnyRx>,
         writer: Box<dyn RowWriter + Send>,
         counts: Arc<Counts>,
         clock: Instant,
     ) -> anyhow::Result<Receiver> {
-        let mut io = IoConfig::new(&plan.iface);
-        io.batch = 256;
-        let mut rx = AnyRx::open(plan.rx_backend, &io).with_context(|| {
-            format!("opening the {} receiver on {}", plan.rx_backend, plan.iface)
-        })?;
-        rx.set_filter(&plan.bpf_filter())?;
-        // When the source address is the host's own, its kernel already resets every SYN-ACK.
+        let io = io_config(plan, 0);
+        // When the source address is the host's own and the kernel sees the SYN-ACKs, it resets
+        // them itself; behind the XDP reply filter it never sees them, so sonde must.
+        let kernel_resets = plan.source_is_local && plan.rx_backend != BackendKind::Xdp;
         let rst = match plan.module_kind {
-            sonde_scan::probe::ModuleKind::TcpSyn if !plan.source_is_local => Some((
+            sonde_scan::probe::ModuleKind::TcpSyn if !kernel_resets => Some((
                 AnyTx::open(BackendKind::Mmsg, &io)?,
                 RstTemplate::new(&plan.setup),
             )),
@@ -380,7 +445,7 @@ impl Receiver {
         };
         let v4_only = plan.space.ipv6_addresses() == 0;
         Ok(Receiver {
-            rx,
+            rxs,
             rst,
             plan_module: plan.clone(),
             writer,
@@ -399,7 +464,7 @@ impl Receiver {
             let mut stamp: Option<(u32, u64)> = None;
             let clock = self.clock;
             let Receiver {
-                rx,
+                rxs,
                 plan_module,
                 writer,
                 dedup,
@@ -408,30 +473,36 @@ impl Receiver {
                 rst,
                 ..
             } = &mut self;
-            let handled = rx.rx_batch(256, Duration::from_millis(50), |frame| {
-                let (now_us, epoch_us) = *stamp.get_or_insert_with(|| {
-                    let epoch = SystemTime::now()
-                        .duration_since(UNIX_EPOCH)
-                        .map_or(0, |d| d.as_micros() as u64);
-                    (clock.elapsed().as_micros() as u32, epoch)
-                });
-                if let Err(e) = handle(
-                    frame,
-                    plan_module,
-                    writer.as_mut(),
-                    dedup,
-                    counts,
-                    resets,
-                    rst.is_some(),
-                    now_us,
-                    epoch_us,
-                ) {
-                    error.get_or_insert(e);
-                }
-            })?;
+            // One receiver waits; several (one per queue) are polled in turn.
+            let wait = Duration::from_millis(if rxs.len() == 1 { 50 } else { 2 });
+            let mut handled = 0;
+            for rx in rxs.iter_mut() {
+                handled += rx.rx_batch(256, wait, |frame| {
+                    let (now_us, epoch_us) = *stamp.get_or_insert_with(|| {
+                        let epoch = SystemTime::now()
+                            .duration_since(UNIX_EPOCH)
+                            .map_or(0, |d| d.as_micros() as u64);
+                        (clock.elapsed().as_micros() as u32, epoch)
+                    });
+                    if let Err(e) = handle(
+                        frame,
+                        plan_module,
+                        writer.as_mut(),
+                        dedup,
+                        counts,
+                        resets,
+                        rst.is_some(),
+                        now_us,
+                        epoch_us,
+                    ) {
+                        error.get_or_insert(e);
+                    }
+                })?;
+            }
             self.counts.received.add(handled as u64);
             self.send_resets()?;
-            self.counts.drops.add(self.rx.take_drops());
+            let drops: u64 = self.rxs.iter_mut().map(AnyRx::take_drops).sum();
+            self.counts.drops.add(drops);
         }
         if let Some(e) = error {
             return Err(e);
