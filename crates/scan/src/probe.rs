@@ -44,13 +44,15 @@ pub struct ModuleOptions {
 
 /// What a received packet turned out to be.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // the common case is Valid; boxing it would allocate per reply
 pub enum Verdict {
     /// Not a reply to this scan at all (other traffic to our address).
     NotOurs,
     /// Looks like a reply to this scan but fails validation: spoofed, stale, or another scan's.
     Invalid,
-    /// A genuine reply; `daddr`, `dport`, `repeat` and `timestamp_us` are the engine's to fill.
-    Valid(Box<Reply>),
+    /// A genuine reply; `repeat` and `timestamp_us` are the engine's to fill. Returned by value:
+    /// no allocation per received packet.
+    Valid(Reply),
 }
 
 /// A probe module.
@@ -373,7 +375,7 @@ impl ProbeModule for TcpSyn {
         r.dport = seg.dst_port();
         r.window = seg.window_len();
         read_options(&seg, &mut r, now_us);
-        Verdict::Valid(Box::new(r))
+        Verdict::Valid(r)
     }
 }
 
@@ -563,7 +565,7 @@ impl ProbeModule for IcmpEcho {
             }
             r.icmp_type = Some(kind.0);
             r.icmp_code = Some(code);
-            return Verdict::Valid(Box::new(r));
+            return Verdict::Valid(r);
         }
         // An error about one of our echo requests quotes it: validate the quoted identifiers.
         let Some((quoted_dst, quoted)) = quoted_datagram(ip.payload(), IpProtocol::ICMP) else {
@@ -582,7 +584,7 @@ impl ProbeModule for IcmpEcho {
         r.saddr = IpAddr::V4(quoted_dst);
         r.icmp_type = Some(kind.0);
         r.icmp_code = Some(code);
-        Verdict::Valid(Box::new(r))
+        Verdict::Valid(r)
     }
 }
 
@@ -703,7 +705,7 @@ impl UdpProbe {
             r.dns_rcode = Some(msg.rcode());
             r.dns_answers = Some(msg.answer_count());
         }
-        Verdict::Valid(Box::new(r))
+        Verdict::Valid(r)
     }
 
     fn classify_icmp(&self, ip: &ipv4::Packet<&[u8]>) -> Verdict {
@@ -729,7 +731,7 @@ impl UdpProbe {
         r.dport = head.src_port();
         r.icmp_type = Some(icmp.msg_type().0);
         r.icmp_code = Some(icmp.msg_code());
-        Verdict::Valid(Box::new(r))
+        Verdict::Valid(r)
     }
 }
 

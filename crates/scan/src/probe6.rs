@@ -327,7 +327,7 @@ impl ProbeModule6 for TcpSyn6 {
         r.dport = seg.dst_port();
         r.window = seg.window_len();
         read_options(&seg, &mut r, now_us);
-        Verdict::Valid(Box::new(r))
+        Verdict::Valid(r)
     }
 }
 
@@ -440,7 +440,7 @@ impl IcmpEcho6 {
         }
         r.icmp_type = Some(icmp.msg_type().0);
         r.icmp_code = Some(icmp.msg_code());
-        Verdict::Valid(Box::new(r))
+        Verdict::Valid(r)
     }
 
     /// An error about one of our echo requests quotes it: validate the quoted identifiers.
@@ -459,7 +459,7 @@ impl IcmpEcho6 {
         r.saddr = IpAddr::V6(target);
         r.icmp_type = Some(icmp.msg_type().0);
         r.icmp_code = Some(icmp.msg_code());
-        Verdict::Valid(Box::new(r))
+        Verdict::Valid(r)
     }
 }
 
@@ -571,7 +571,7 @@ impl UdpProbe6 {
         if self.dns_id_at.is_some() && !read_dns(dgram.payload(), token, &mut r) {
             return Verdict::Invalid;
         }
-        Verdict::Valid(Box::new(r))
+        Verdict::Valid(r)
     }
 
     fn classify_icmp(&self, ip: &ipv6::Packet<&[u8]>) -> Verdict {
@@ -595,7 +595,7 @@ impl UdpProbe6 {
         r.dport = head.src_port();
         r.icmp_type = Some(icmp.msg_type().0);
         r.icmp_code = Some(icmp.msg_code());
-        Verdict::Valid(Box::new(r))
+        Verdict::Valid(r)
     }
 }
 
