@@ -51,10 +51,7 @@ fn scan_at_full_speed_finds_the_truth_and_nothing_else() {
         &summary,
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let score = sonde(&[
-        "lab", "score", "--name", &lab.name, "--port", "80", &results,
-    ]);
-    let text = String::from_utf8_lossy(&score.stdout);
+    let text = lab.score(&["--port", "80", &results]);
     let s = json(&summary);
     eprintln!("{text} at {} pps", s["pps"]);
     let expected = s["hits"].as_u64().unwrap();
@@ -116,13 +113,7 @@ fn af_xdp_receive_behind_the_reply_filter_finds_the_truth() {
             &summary,
         ]);
         assert!(out.status.success(), "{}", stderr(&out));
-        let score = String::from_utf8_lossy(
-            &sonde(&[
-                "lab", "score", "--name", &lab.name, "--port", "80", &results,
-            ])
-            .stdout,
-        )
-        .into_owned();
+        let score = lab.score(&["--port", "80", &results]);
         assert!(
             score.contains("(100.000 %), false positives 0"),
             "{threads} threads: {score}"
@@ -251,13 +242,7 @@ fn icmp_and_udp_modules_find_the_responsive_hosts() {
         &echo,
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let score = String::from_utf8_lossy(
-        &sonde(&[
-            "lab", "score", "--name", &lab.name, "--port", "0", "--answer", "echo", &echo,
-        ])
-        .stdout,
-    )
-    .into_owned();
+    let score = lab.score(&["--port", "0", "--answer", "echo", &echo]);
     assert!(
         score.contains("(100.000 %), false positives 0"),
         "icmp_echo: {score}"
@@ -285,13 +270,7 @@ fn icmp_and_udp_modules_find_the_responsive_hosts() {
         &unreach,
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let score = String::from_utf8_lossy(
-        &sonde(&[
-            "lab", "score", "--name", &lab.name, "--port", "0", "--answer", "echo", &unreach,
-        ])
-        .stdout,
-    )
-    .into_owned();
+    let score = lab.score(&["--port", "0", "--answer", "echo", &unreach]);
     assert!(
         score.contains("(100.000 %), false positives 0"),
         "udp: {score}"
@@ -316,21 +295,7 @@ fn ipv6_and_mixed_scans_find_the_truth() {
     let syn = lab.file("syn6.csv");
     let out = lab.scan(&["2001:2::/116", "-p", "80", "-r", "0", "-c", "1", "-o", &syn]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let score = String::from_utf8_lossy(
-        &sonde(&[
-            "lab",
-            "score",
-            "--name",
-            &lab.name,
-            "--port",
-            "80",
-            "--within",
-            "2001:2::/116",
-            &syn,
-        ])
-        .stdout,
-    )
-    .into_owned();
+    let score = lab.score(&["--port", "80", "--within", "2001:2::/116", &syn]);
     assert!(
         score.contains("(100.000 %), false positives 0"),
         "tcp_syn over IPv6: {score}"
@@ -352,13 +317,7 @@ fn ipv6_and_mixed_scans_find_the_truth() {
         &echo,
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let score = String::from_utf8_lossy(
-        &sonde(&[
-            "lab", "score", "--name", &lab.name, "--port", "0", "--answer", "echo", &echo,
-        ])
-        .stdout,
-    )
-    .into_owned();
+    let score = lab.score(&["--port", "0", "--answer", "echo", &echo]);
     assert!(
         score.contains("(100.000 %), false positives 0"),
         "icmp_echo over both families: {score}"
@@ -407,13 +366,7 @@ fn dns_module_gets_answers_from_every_responsive_address() {
         assert_eq!((&row[3], &row[4], &row[5]), ("dns", "0", "1"), "{row:?}");
     }
     // Every responsive address answered, and nothing else did.
-    let score = String::from_utf8_lossy(
-        &sonde(&[
-            "lab", "score", "--name", &lab.name, "--port", "0", "--answer", "echo", &out_csv,
-        ])
-        .stdout,
-    )
-    .into_owned();
+    let score = lab.score(&["--port", "0", "--answer", "echo", &out_csv]);
     assert!(
         score.contains("(100.000 %), false positives 0"),
         "dns: {score}"

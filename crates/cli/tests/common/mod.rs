@@ -69,6 +69,15 @@ impl Lab {
     }
 }
 
+impl Lab {
+    /// `sonde lab score` of this lab with `args` (port, answer, results file): its one line.
+    pub fn score(&self, args: &[&str]) -> String {
+        let mut all = vec!["lab", "score", "--name", &self.name];
+        all.extend_from_slice(args);
+        String::from_utf8_lossy(&sonde(&all).stdout).into_owned()
+    }
+}
+
 impl Drop for Lab {
     fn drop(&mut self) {
         let _ = sonde(&["lab", "down", "--name", &self.name]);
