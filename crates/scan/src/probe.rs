@@ -14,7 +14,7 @@ use sonde_wire::{
 };
 
 use crate::reply::Reply;
-use crate::validate::{source_port, Validator, SPORT_BASE, SPORT_COUNT};
+use crate::validate::{source_port, PortRange, Validator};
 
 const IP_AT: usize = ethernet::HEADER_LEN;
 const L4_AT: usize = IP_AT + ipv4::HEADER_LEN;
@@ -230,7 +230,7 @@ fn reply(
 }
 
 pub(crate) fn ephemeral_range() -> String {
-    format!("{SPORT_BASE}-{}", SPORT_BASE + SPORT_COUNT - 1)
+    PortRange::DEFAULT.to_string()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1119,7 +1119,7 @@ mod tests {
         }
         assert_eq!(
             filters[0],
-            "ip6 and dst host 2001:db8:ffff::1 and tcp and dst portrange 32768-60999 and (ip6[53] & 0x04 != 0 or ip6[53] & 0x12 = 0x12)"
+            "ip6 and dst host 2001:db8:ffff::1 and tcp and dst portrange 61000-65535 and (ip6[53] & 0x04 != 0 or ip6[53] & 0x12 = 0x12)"
         );
     }
 }

@@ -5,10 +5,75 @@
 
 use std::net::IpAddr;
 
-/// Source ports sonde's probes use (the ephemeral range Linux leaves alone by default is
-/// 32768–60999; probes stay inside it so replies are not mistaken for local connections').
-pub const SPORT_BASE: u16 = 32768;
-pub const SPORT_COUNT: u16 = 28232;
+/// The source ports probes (and grab's connections) use: a token picks one port of the range.
+///
+/// The default, 61000–65535, is the part of the port space Linux never hands out as an
+/// ephemeral port (its default `ip_local_port_range` is 32768–60999), so a reply to one of these
+/// ports cannot belong to one of the host's own connections, and sonde can take every packet to
+/// them (in the kernel, before the OS stack) without starving the host's traffic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PortRange {
+    pub first: u16,
+    pub last: u16,
+}
+
+impl PortRange {
+    pub const DEFAULT: PortRange = PortRange {
+        first: 61000,
+        last: 65535,
+    };
+
+    /// `first`..=`last`; refuses an empty range and port 0.
+    pub fn new(first: u16, last: u16) -> Result<PortRange, String> {
+        if first == 0 || first > last {
+            return Err(format!(
+                "invalid source port range {first}-{last}: give FIRST-LAST with 1 <= FIRST <= LAST <= 65535"
+            ));
+        }
+        Ok(PortRange { first, last })
+    }
+
+    pub fn len(&self) -> u32 {
+        u32::from(self.last - self.first) + 1
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    pub fn contains(&self, port: u16) -> bool {
+        (self.first..=self.last).contains(&port)
+    }
+
+    /// Whether the two ranges share a port.
+    pub fn overlaps(&self, other: &PortRange) -> bool {
+        self.first <= other.last && other.first <= self.last
+    }
+
+    /// The port a probe with this token uses.
+    #[inline]
+    pub fn port_for(&self, token: u64) -> u16 {
+        self.first + ((token >> 32) % u64::from(self.len())) as u16
+    }
+}
+
+impl std::fmt::Display for PortRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.first, self.last)
+    }
+}
+
+impl std::str::FromStr for PortRange {
+    type Err = String;
+    fn from_str(s: &str) -> Result<PortRange, String> {
+        let bad =
+            || format!("invalid source port range \"{s}\": give FIRST-LAST, e.g. 61000-65535");
+        let (a, b) = s.trim().split_once('-').ok_or_else(bad)?;
+        let first = a.trim().parse().map_err(|_| bad())?;
+        let last = b.trim().parse().map_err(|_| bad())?;
+        PortRange::new(first, last)
+    }
+}
 
 /// The per-scan key and the hash built on it (SipHash-2-4 over a fixed-size message).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,10 +174,10 @@ pub(crate) fn splitmix64(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The source port a probe to this target uses.
+/// The source port a probe to this target uses, in the default range.
 #[inline]
 pub fn source_port(token: u64) -> u16 {
-    SPORT_BASE + ((token >> 32) % u64::from(SPORT_COUNT)) as u16
+    PortRange::DEFAULT.port_for(token)
 }
 
 #[cfg(test)]
@@ -152,9 +217,31 @@ mod tests {
                 IpAddr::from(std::net::Ipv4Addr::from(0xC612_0000 + i)),
                 80,
             ));
-            assert!((SPORT_BASE..SPORT_BASE + SPORT_COUNT).contains(&p));
+            assert!(PortRange::DEFAULT.contains(p));
             seen.insert(p);
         }
-        assert!(seen.len() > 8000, "{} distinct ports of 10,000", seen.len());
+        assert!(seen.len() > 4000, "{} distinct ports of 10,000", seen.len());
+    }
+
+    #[test]
+    fn port_ranges_parse_and_stay_clear_of_linux_ephemeral_ports() {
+        let linux = PortRange::new(32768, 60999).unwrap();
+        assert!(!PortRange::DEFAULT.overlaps(&linux));
+        assert!(PortRange::new(60000, 61000).unwrap().overlaps(&linux));
+        assert_eq!(
+            "61000-65535".parse::<PortRange>().unwrap(),
+            PortRange::DEFAULT
+        );
+        assert_eq!(PortRange::DEFAULT.len(), 4536);
+        for bad in ["", "5", "9-3", "0-10", "a-b", "1-70000"] {
+            assert!(
+                bad.parse::<PortRange>()
+                    .unwrap_err()
+                    .contains("source port range"),
+                "{bad}"
+            );
+        }
+        let r = PortRange::new(100, 100).unwrap();
+        assert_eq!(r.port_for(u64::MAX), 100);
     }
 }

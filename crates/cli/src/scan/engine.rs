@@ -16,7 +16,7 @@ use sonde_scan::dedup::Dedup;
 use sonde_scan::output::{open_writer, RowWriter};
 use sonde_scan::probe::{RstTemplate, Verdict};
 use sonde_scan::targets::{Cursor, Part, Permutation};
-use sonde_scan::validate::{SPORT_BASE, SPORT_COUNT};
+use sonde_scan::validate::PortRange;
 use sonde_wire::{ethernet, ipv4, ipv6, EtherType};
 
 use super::checkpoint::{Checkpoint, ThreadCheckpoint};
@@ -262,7 +262,7 @@ fn filter_spec(plan: &ScanPlan) -> sonde_io::FilterSpec {
         udp,
         icmp: icmp && v4,
         icmp6: icmp && v6,
-        ports: (SPORT_BASE, SPORT_BASE + SPORT_COUNT - 1),
+        ports: (PortRange::DEFAULT.first, PortRange::DEFAULT.last),
     }
 }
 
