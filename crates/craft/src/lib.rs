@@ -8,6 +8,8 @@
 //! changing words); [`Template`] is blast's use of it.
 #![forbid(unsafe_code)]
 
+pub mod cookie;
+
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::ops::Range;

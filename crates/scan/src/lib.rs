@@ -8,6 +8,7 @@ pub mod probe;
 pub mod probe6;
 pub mod reply;
 pub mod targets;
-pub mod validate;
+/// The keyed cookie (it lives in `sonde-craft`, which `grab`'s TCP engine shares).
+pub use sonde_craft::cookie as validate;
 
 pub use reply::{Field, Reply, Value, FIELDS};

@@ -21,7 +21,7 @@ pub mod app;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub use app::App;
-use sonde_scan::validate::{PortRange, Validator};
+use sonde_craft::cookie::{PortRange, Validator};
 use sonde_wire::MacAddr;
 
 /// How a connection ended: one output row per target carries one of these.

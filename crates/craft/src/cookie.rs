@@ -1,7 +1,8 @@
-//! Stateless validation: a keyed hash of (our address, target address, target port) decides the
-//! fields a genuine reply must echo — TCP sequence number and source port, ICMP id/sequence, DNS
-//! id. A reply that does not carry them is invalid (spoofed, stale, or another scan's), and is
-//! never reported as a hit. The key is random per scan, or derived from `--seed`.
+//! Keyed cookies, for stateless validation (`scan`) and stateless connection set-up (`grab`): a
+//! keyed hash of (our address, target address, target port) decides the fields a genuine reply
+//! must echo — TCP sequence number and source port, ICMP id/sequence, DNS id. A reply that does
+//! not carry them is invalid (spoofed, stale, or another scan's), and is never reported as a
+//! hit. The key is drawn at random for every scan.
 
 use std::net::IpAddr;
 
@@ -11,7 +12,7 @@ use std::net::IpAddr;
 /// ephemeral port (its default `ip_local_port_range` is 32768–60999), so a reply to one of these
 /// ports cannot belong to one of the host's own connections, and sonde can take every packet to
 /// them (in the kernel, before the OS stack) without starving the host's traffic.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PortRange {
     pub first: u16,
     pub last: u16,
@@ -166,7 +167,7 @@ fn addr_words(addr: IpAddr) -> (u64, u64) {
     }
 }
 
-pub(crate) fn splitmix64(state: &mut u64) -> u64 {
+fn splitmix64(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9e3779b97f4a7c15);
     let mut z = *state;
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
