@@ -1,9 +1,9 @@
 //! `sonde`: a line-rate packet engine for Internet-wide measurement on one Linux host.
 
 mod cmd;
-mod netenv;
 mod plot;
 mod progress;
+mod runargs;
 mod scan;
 mod tx;
 
@@ -28,7 +28,7 @@ enum Command {
     Lab(cmd::lab::LabArgs),
     /// Transmit frames as fast as a backend allows (or at --rate), and report pps and CPU.
     Blast(cmd::blast::BlastArgs),
-    /// Scan a lab's population: stateless, ZMap-style, validated, checked against ground truth.
+    /// Stateless scanning, ZMap-style: SYN, ICMP echo, UDP and DNS probes, validated replies.
     Scan(Box<scan::ScanArgs>),
     /// Sweeps and floors: `bench tx` (backends × batch sizes), `bench floor` (bare AF_XDP).
     Bench(cmd::bench::BenchArgs),

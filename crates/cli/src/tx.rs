@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use sonde_craft::{Targets, Template};
 use sonde_io::{AnyTx, BackendKind, FrameTx, IoConfig};
+use sonde_engine::pace::Pacer;
+use sonde_engine::plan::pin_to_cpu;
 use sonde_meter::{Counter, CpuTimes, Stopwatch};
 
 /// When a run ends.
@@ -109,7 +111,7 @@ impl Worker {
             batch: plan.io.batch.max(1),
             quota,
             deadline,
-            pacer: Pacer::new(plan.rate / threads as f64),
+            pacer: Pacer::new(plan.rate / threads as f64, plan.io.batch.max(1)),
         }
     }
 
@@ -123,79 +125,27 @@ impl Worker {
         pin_to_cpu(cpu);
         let mut sent = 0u64;
         while !stop.load(Ordering::Relaxed) {
+            let burst = self.batch.min(self.pacer.burst());
             let want = match self.quota {
-                Some(q) => (q - sent).min(self.batch as u64) as usize,
-                None => self.batch,
+                Some(q) => (q - sent).min(burst as u64) as usize,
+                None => burst,
             };
             if want == 0 || self.deadline.is_some_and(|d| Instant::now() >= d) {
                 break;
             }
-            self.pacer.wait(want);
+            if !self.pacer.wait(stop) {
+                break;
+            }
             let (template, targets) = (&self.template, &mut self.targets);
             let n = tx.tx_batch(want, |_, buf| {
                 let (addr, port) = targets.next_target();
                 template.write(buf, addr, port)
             })?;
+            self.pacer.charge(n);
             sent += n as u64;
             progress.add(n as u64);
         }
         tx.flush()?;
         Ok(sent)
-    }
-}
-
-/// Pins the calling thread to one CPU, so a sender keeps its caches and never migrates.
-pub fn pin_to_cpu(cpu: usize) {
-    let mut set = nix::sched::CpuSet::new();
-    if set.set(cpu).is_ok() {
-        // Pinning is an optimisation: a refusal (e.g. a restricted cpuset) is not an error.
-        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
-    }
-}
-
-/// Paces batches to a packet rate: each batch is due `batch / rate` seconds after the last, so
-/// the rate is smooth at batch granularity; a sender that fell far behind does not burst.
-pub struct Pacer {
-    seconds_per_packet: f64,
-    next: Instant,
-}
-
-impl Pacer {
-    pub fn new(rate: f64) -> Pacer {
-        let seconds_per_packet = if rate > 0.0 { 1.0 / rate } else { 0.0 };
-        Pacer {
-            seconds_per_packet,
-            next: Instant::now(),
-        }
-    }
-
-    pub fn wait(&mut self, packets: usize) {
-        if self.seconds_per_packet == 0.0 {
-            return;
-        }
-        let now = Instant::now();
-        if now > self.next + Duration::from_millis(100) {
-            self.next = now;
-        }
-        if self.next > now {
-            let ahead = self.next - now;
-            if ahead > Duration::from_micros(200) {
-                std::thread::sleep(ahead);
-            } else {
-                while Instant::now() < self.next {
-                    std::hint::spin_loop();
-                }
-            }
-        }
-        self.next += Duration::from_secs_f64(packets as f64 * self.seconds_per_packet);
-    }
-
-    /// Waits out the last batch's slot, so a paced run lasts count / rate.
-    pub fn finish(&mut self) {
-        if self.seconds_per_packet > 0.0 {
-            if let Some(left) = self.next.checked_duration_since(Instant::now()) {
-                std::thread::sleep(left);
-            }
-        }
     }
 }

@@ -96,6 +96,11 @@ impl Counter {
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
+
+    /// For gauges (e.g. connections open now) that one thread updates and others read.
+    pub fn set(&self, n: u64) {
+        self.0.store(n, Ordering::Relaxed);
+    }
 }
 
 /// Parses a link speed such as `1g`, `10g`, `100m`, `2.5g` into Gbit/s.

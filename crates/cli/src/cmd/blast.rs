@@ -141,10 +141,10 @@ pub fn plan(
     probe: ProbeKind,
 ) -> anyhow::Result<TxPlan> {
     let iface = target.iface.clone().unwrap_or_else(|| lab.scan_if.clone());
-    let src_mac = crate::netenv::iface_mac(&iface)?;
+    let src_mac = sonde_engine::host::iface_mac(&iface)?;
     let dst_mac = match target.dst_mac {
         Some(mac) => mac,
-        None => crate::netenv::neighbour_mac(&iface, crate::netenv::default_gateway(&iface)?)?,
+        None => sonde_engine::host::neighbour_mac(&iface, sonde_engine::host::default_gateway(&iface)?)?,
     };
     let src_ip: Ipv4Addr = lab.scan_ip;
     let population: ipnet::Ipv4Net = lab.population.parse().context("lab status: population")?;

@@ -3,25 +3,21 @@
 
 use std::io::Write;
 
-use sonde_scan::targets::{Part, Permutation};
+use sonde_engine::feed::Feed;
+use sonde_engine::scan::ScanPlan;
 use sonde_wire::{ethernet, icmpv4, ipv4, ipv6, tcp, udp, EtherType, IpProtocol};
 
-use super::ScanPlan;
-
 pub fn run(plan: &ScanPlan) -> anyhow::Result<()> {
-    let permutation = Permutation::new(plan.space.len(), plan.seed);
+    let run = &plan.run;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut buf = vec![0u8; sonde_io::MAX_FRAME];
     let mut shown = 0u64;
-    for t in 0..plan.threads {
-        let limit = plan.max_targets.map(|n| {
-            n / u64::from(plan.threads) + u64::from(u64::from(t) < n % u64::from(plan.threads))
-        });
-        let cursor = permutation.cursor(Part::new(plan.shard.0, plan.shard.1, t, plan.threads)?);
-        for index in cursor.take(limit.unwrap_or(u64::MAX) as usize) {
-            let (addr, port) = plan.space.target_at(index);
-            let len = plan.write_probe(&mut buf, addr, port, 0);
+    for t in 0..run.threads {
+        let mut feed = Feed::open(&run.feed_spec(), t, run.resumed_thread(t))?;
+        while let Some(index) = feed.next_target() {
+            let (addr, port) = run.space.target_at(index);
+            let len = plan.probe.write(&mut buf, addr, port, 0);
             if writeln!(out, "{}", describe(&buf[..len])).is_err() {
                 return Ok(()); // stdout closed (| head): done
             }
@@ -29,11 +25,13 @@ pub fn run(plan: &ScanPlan) -> anyhow::Result<()> {
         }
     }
     let _ = out.flush();
-    eprintln!(
-        "dry run: {shown} frames of {} bytes shown, none sent; peak RSS {} MiB",
-        plan.module.frame_len(),
-        sonde_meter::peak_rss_bytes() >> 20
-    );
+    if !run.quiet {
+        eprintln!(
+            "dry run: {shown} frames of up to {} bytes shown, none sent; peak RSS {} MiB",
+            plan.probe.frame_len(),
+            sonde_meter::peak_rss_bytes() >> 20
+        );
+    }
     Ok(())
 }
 

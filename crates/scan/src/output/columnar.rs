@@ -14,7 +14,8 @@ use parquet::file::writer::{SerializedColumnWriter, SerializedFileWriter};
 use parquet::schema::types::Type;
 
 use super::{create_file, RowWriter, ROW_GROUP_ROWS};
-use crate::reply::{Field, FieldType, Reply, Value};
+use super::Row;
+use crate::reply::{Field, FieldType, Value};
 
 /// Parquet's writer wraps the file in its own `BufWriter` and flushes it at the end of every
 /// column chunk, so a closed row group has reached the OS; no buffer of ours is needed.
@@ -65,7 +66,7 @@ impl ParquetWriter {
 }
 
 impl RowWriter for ParquetWriter {
-    fn write(&mut self, r: &Reply) -> Result<()> {
+    fn write(&mut self, r: &dyn Row) -> Result<()> {
         // Convert every cell before buffering any, so a bad value cannot leave the columns
         // with different lengths.
         let cells = self

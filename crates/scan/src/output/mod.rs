@@ -21,7 +21,7 @@ use std::str::FromStr;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use crate::reply::{Field, Reply};
+use crate::reply::{Field, Reply, Value};
 
 pub use fields::{select_fields, DEFAULT_FIELDS};
 pub use filter::OutputFilter;
@@ -32,10 +32,22 @@ pub const ROW_GROUP_ROWS: usize = 64 * 1024;
 /// Bytes buffered before a csv/ndjson writer hands them to the OS.
 const SINK_BUFFER: usize = 64 * 1024;
 
-/// Writes selected fields of replies as rows of one output format.
+/// Something with named field values: a scan's [`Reply`], a grab's connection row.
+pub trait Row {
+    /// The value of field `name`; `Null` for a field the row does not have.
+    fn get(&self, name: &str) -> Value;
+}
+
+impl Row for Reply {
+    fn get(&self, name: &str) -> Value {
+        Reply::get(self, name)
+    }
+}
+
+/// Writes selected fields of rows in one output format.
 pub trait RowWriter {
     /// Appends one row. The row is buffered whole or not at all.
-    fn write(&mut self, r: &Reply) -> Result<()>;
+    fn write(&mut self, r: &dyn Row) -> Result<()>;
 
     /// Hands every buffered complete row to the OS (for parquet: writes them as a row group,
     /// possibly a short one). Meant for shutdown paths such as Ctrl-C, not for every row.
@@ -80,6 +92,15 @@ impl fmt::Display for OutputFormat {
     }
 }
 
+/// How an output file is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Created, or truncated if it exists.
+    Create,
+    /// Rows added at its end (csv: no second header when the file already has rows).
+    Append,
+}
+
 /// Opens a writer of `format` for `fields`, to the file at `path` (created or truncated), or to
 /// stdout when `path` is `None` or `-`. Parquet needs a real file: its footer points back at
 /// earlier bytes, so it cannot be streamed.
@@ -88,11 +109,30 @@ pub fn open_writer(
     path: Option<&Path>,
     fields: Vec<&'static Field>,
 ) -> Result<Box<dyn RowWriter + Send>> {
+    open_writer_with(format, path, fields, OpenMode::Create)
+}
+
+/// [`open_writer`], appending to an existing file with [`OpenMode::Append`] (csv, ndjson).
+pub fn open_writer_with(
+    format: OutputFormat,
+    path: Option<&Path>,
+    fields: Vec<&'static Field>,
+    mode: OpenMode,
+) -> Result<Box<dyn RowWriter + Send>> {
     check_fields(&fields)?;
     let path = path.filter(|p| *p != Path::new("-"));
+    let has_rows = mode == OpenMode::Append
+        && path.is_some_and(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0));
+    if mode == OpenMode::Append && format == OutputFormat::Parquet {
+        bail!("parquet output cannot be appended to: write to another file");
+    }
     Ok(match format {
-        OutputFormat::Csv => Box::new(text::CsvWriter::new(open_sink(path)?, fields)?),
-        OutputFormat::Ndjson => Box::new(text::NdjsonWriter::new(open_sink(path)?, fields)),
+        OutputFormat::Csv => Box::new(text::CsvWriter::new(
+            open_sink(path, mode)?,
+            fields,
+            !has_rows,
+        )?),
+        OutputFormat::Ndjson => Box::new(text::NdjsonWriter::new(open_sink(path, mode)?, fields)),
         OutputFormat::Parquet => {
             let path = path.ok_or_else(|| {
                 anyhow!("parquet output needs a file (-o FILE): it cannot be written to stdout")
@@ -118,14 +158,43 @@ fn check_fields(fields: &[&'static Field]) -> Result<()> {
 /// Buffered destination of the text formats.
 type Sink = BufWriter<Box<dyn Write + Send>>;
 
-fn open_sink(path: Option<&Path>) -> Result<Sink> {
-    let out: Box<dyn Write + Send> = match path {
-        Some(p) => Box::new(create_file(p)?),
-        None => Box::new(io::stdout()),
+fn open_sink(path: Option<&Path>, mode: OpenMode) -> Result<Sink> {
+    let out: Box<dyn Write + Send> = match (path, mode) {
+        (Some(p), OpenMode::Create) => Box::new(create_file(p)?),
+        (Some(p), OpenMode::Append) => Box::new(
+            std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(p)
+                .with_context(|| format!("cannot open output file {} to append", p.display()))?,
+        ),
+        (None, _) => Box::new(io::stdout()),
     };
     Ok(BufWriter::with_capacity(SINK_BUFFER, out))
 }
 
 fn create_file(path: &Path) -> Result<File> {
     File::create(path).with_context(|| format!("cannot create output file {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appending_to_csv_writes_no_second_header() {
+        let path = std::env::temp_dir().join(format!("sonde-append-{}.csv", std::process::id()));
+        let fields = select_fields(Some("saddr,sport")).unwrap();
+        for mode in [OpenMode::Create, OpenMode::Append] {
+            let mut w =
+                open_writer_with(OutputFormat::Csv, Some(&path), fields.clone(), mode).unwrap();
+            w.write(&Reply::example()).unwrap();
+            w.finish().unwrap();
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, "saddr,sport\n198.18.0.7,80\n198.18.0.7,80\n");
+        let parquet = open_writer_with(OutputFormat::Parquet, Some(&path), fields, OpenMode::Append);
+        assert!(parquet.err().unwrap().to_string().contains("cannot be appended"));
+        std::fs::remove_file(&path).unwrap();
+    }
 }

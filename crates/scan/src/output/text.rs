@@ -6,8 +6,8 @@ use std::io::{self, Write};
 
 use anyhow::Result;
 
-use super::{RowWriter, Sink};
-use crate::reply::{Field, Reply, Value};
+use super::{Row, RowWriter, Sink};
+use crate::reply::{Field, Value};
 
 /// Appends rows to a [`Sink`] one whole row at a time. Each row is rendered into `row` first
 /// and handed over in a single `write_all`: a `BufWriter` passes its contents on before taking
@@ -61,13 +61,16 @@ pub(super) struct CsvWriter {
 }
 
 impl CsvWriter {
-    /// Writes the header line at once, so even an empty scan leaves a well-formed file.
-    pub(super) fn new(out: Sink, fields: Vec<&'static Field>) -> Result<Self> {
+    /// Writes the header line at once (unless appending to rows already there), so even an
+    /// empty scan leaves a well-formed file.
+    pub(super) fn new(out: Sink, fields: Vec<&'static Field>, header: bool) -> Result<Self> {
         let mut csv = csv::WriterBuilder::new()
             .has_headers(false)
             .from_writer(RowSink::new(out));
-        csv.write_record(fields.iter().map(|f| f.name))?;
-        csv.flush()?; // commits the header
+        if header {
+            csv.write_record(fields.iter().map(|f| f.name))?;
+            csv.flush()?; // commits the header
+        }
         Ok(CsvWriter {
             csv,
             fields,
@@ -77,7 +80,7 @@ impl CsvWriter {
 }
 
 impl RowWriter for CsvWriter {
-    fn write(&mut self, r: &Reply) -> Result<()> {
+    fn write(&mut self, r: &dyn Row) -> Result<()> {
         for field in &self.fields {
             self.cell.clear();
             csv_cell(&r.get(field.name), &mut self.cell);
@@ -127,7 +130,7 @@ impl NdjsonWriter {
 }
 
 impl RowWriter for NdjsonWriter {
-    fn write(&mut self, r: &Reply) -> Result<()> {
+    fn write(&mut self, r: &dyn Row) -> Result<()> {
         let row = &mut self.sink.row;
         row.push(b'{');
         for (i, field) in self.fields.iter().enumerate() {

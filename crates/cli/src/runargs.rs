@@ -1,0 +1,347 @@
+//! The command-line options `scan` and `grab` share (targets, blocklists, order, shards, rate,
+//! host, backends, checkpoint, output file), and their resolution into the engine's
+//! [`RunPlan`]: the lab or the real network, the guardrails, the seed and key.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::Args;
+use sonde_craft::cookie::{PortRange, Validator};
+use sonde_engine::checkpoint::{Checkpoint, RunIdentity};
+use sonde_engine::host::{check_source_ports, Host, HostRequest};
+use sonde_engine::plan::RunPlan;
+use sonde_engine::targets::{plan_targets, LabScope, TargetRequest, SYSTEM_BLOCKLIST};
+use sonde_io::{BackendKind, XdpMode};
+use sonde_lab::LabStatus;
+use sonde_scan::targets::{parse_ports, shard_from_env, TargetSpace};
+use sonde_wire::MacAddr;
+
+pub fn backend_parser() -> impl TypedValueParser<Value = BackendKind> {
+    PossibleValuesParser::new(["xdp", "ring", "mmsg", "sendto", "pcap"])
+        .map(|s| s.parse::<BackendKind>().expect("a listed backend"))
+}
+
+pub fn rx_backend_parser() -> impl TypedValueParser<Value = BackendKind> {
+    PossibleValuesParser::new(["ring", "xdp", "mmsg", "pcap"])
+        .map(|s| s.parse::<BackendKind>().expect("a listed backend"))
+}
+
+#[derive(Args, Clone)]
+pub struct RunArgs {
+    /// Targets: CIDR prefixes, ranges (a.b.c.d-e.f.g.h) and addresses, IPv4 or IPv6.
+    pub targets: Vec<String>,
+    /// Read targets from a file, one per line (# comments). IPv6 is scanned from such lists.
+    #[arg(short = 'I', long = "input-file")]
+    pub input_file: Option<PathBuf>,
+    /// Allowlist file: only these prefixes are probed.
+    #[arg(short = 'w', long)]
+    pub allowlist: Option<PathBuf>,
+    /// Blocklist file (opt-out list): never probe these prefixes. Repeatable; added to the
+    /// default blocklist and to /etc/sonde/blocklist.conf, which always applies when present.
+    #[arg(short = 'b', long = "blocklist")]
+    pub blocklists: Vec<PathBuf>,
+    /// Do not apply the default blocklist (the IANA special-purpose registries, which include
+    /// the benchmarking ranges a lab uses: inside a lab its population is lifted anyway).
+    #[arg(long)]
+    pub no_default_blocklist: bool,
+    /// Needed to probe more than a /8 (16,777,216 addresses).
+    #[arg(long)]
+    pub confirm_large_scan: bool,
+    /// Send rate in packets per second over all threads; 0 = as fast as possible.
+    #[arg(short = 'r', long, default_value_t = 10_000.0)]
+    pub rate: f64,
+    /// Seed of the target order. Shards of one scan must share it (--shards needs it).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Split the scan into N shards, e.g. one per machine; each covers its share exactly once
+    /// when all use the same --seed. Without --shards/--shard, a Slurm array or Kubernetes
+    /// indexed job sets them.
+    #[arg(long)]
+    pub shards: Option<u32>,
+    /// Which shard this run does, 0 to N-1 (with --shards N).
+    #[arg(long)]
+    pub shard: Option<u32>,
+    /// Sender threads, each pinned and on its own queue of the interface; they split this
+    /// shard further.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub threads: u32,
+    /// Stop after this many targets (of this shard).
+    #[arg(short = 'n', long)]
+    pub max_targets: Option<u64>,
+    /// Seconds to keep receiving after the last probe.
+    #[arg(short = 'c', long, default_value_t = 8.0)]
+    pub cooldown: f64,
+    /// Output file (default: stdout; parquet needs a file).
+    #[arg(short = 'o', long)]
+    pub output: Option<PathBuf>,
+    /// Overwrite the output file if it exists.
+    #[arg(long, conflicts_with = "append")]
+    pub force: bool,
+    /// Append to the output file if it exists (csv, ndjson): e.g. to finish a --resume'd scan
+    /// into the same file.
+    #[arg(long)]
+    pub append: bool,
+    /// The lab to run in (sonde enters its scanner namespace); found by itself when sonde
+    /// already runs inside one (sonde lab exec). Without a lab, sonde sends from this host's
+    /// interface: see "Scanning real networks responsibly" in the README.
+    #[arg(long)]
+    pub lab: Option<String>,
+    /// Interface (default: the one the default route uses, or the lab's).
+    #[arg(short = 'i', long)]
+    pub iface: Option<String>,
+    /// Source address (default: the interface's).
+    #[arg(short = 'S', long)]
+    pub source_ip: Option<std::net::Ipv4Addr>,
+    /// IPv6 source address (default: the interface's global one), for IPv6 targets.
+    #[arg(long)]
+    pub source_ip6: Option<std::net::Ipv6Addr>,
+    /// Gateway MAC (default: from the neighbour table, resolved by ARP if missing).
+    #[arg(short = 'G', long)]
+    pub gateway_mac: Option<MacAddr>,
+    /// Source ports, FIRST-LAST. The default is the range Linux never hands out to its own
+    /// connections, so replies are never confused with the host's traffic; a range that
+    /// overlaps net.ipv4.ip_local_port_range is refused.
+    #[arg(long, default_value = "61000-65535")]
+    pub source_ports: PortRange,
+    /// AF_XDP attach mode: auto (native, falling back to generic), native, generic.
+    #[arg(long, default_value = "auto")]
+    pub xdp_mode: XdpMode,
+    /// Frames per batch handed to the kernel.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub batch: u32,
+    /// Continue an interrupted run from its checkpoint: give the same command (options the
+    /// checkpoint fixes may be left out) and another -o, or --append.
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// Where an interrupted run writes its checkpoint (default: sonde-scan.checkpoint.json or
+    /// sonde-grab.checkpoint.json).
+    #[arg(long)]
+    pub checkpoint: Option<PathBuf>,
+    /// Append the status line, once a second, to this CSV file.
+    #[arg(long)]
+    pub status_file: Option<PathBuf>,
+    /// Write the summary as one JSON object to this file.
+    #[arg(long)]
+    pub summary_json: Option<PathBuf>,
+    /// Print nothing but errors (no plan line, no status, no summary).
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// Where the run happens: a lab (and which), or the host's own network.
+pub struct Place {
+    pub lab: Option<LabStatus>,
+}
+
+impl Place {
+    /// Enters the lab named by --lab (or recognises the one sonde runs in). A dry run without
+    /// --lab stays where it is.
+    pub fn enter(args: &RunArgs) -> anyhow::Result<Place> {
+        let lab = match (&args.lab, sonde_lab::current_lab()) {
+            (Some(name), _) => {
+                let status = sonde_lab::status(name)?;
+                sonde_lab::enter_scan_ns(name)?;
+                Some(status)
+            }
+            (None, Some(name)) => Some(sonde_lab::status(&name)?),
+            (None, None) => None,
+        };
+        Ok(Place { lab })
+    }
+
+    pub fn scope(&self) -> Option<LabScope> {
+        let lab = self.lab.as_ref()?;
+        Some(LabScope {
+            name: lab.name.clone(),
+            population: lab.population.parse().ok()?,
+            population6: lab.population6.as_deref().and_then(|p| p.parse().ok()),
+        })
+    }
+}
+
+/// What `RunArgs` resolve to before the tool adds its own part.
+pub struct Resolved {
+    pub space: TargetSpace,
+    pub notes: Vec<String>,
+    pub host: Host,
+    pub seed: u64,
+    pub validator: Validator,
+    pub shard: (u32, u32),
+    pub resume: Option<Checkpoint>,
+}
+
+/// Resolves targets, shard, seed, key and host. `ports` are the tool's ports (`None`: the
+/// module has none, e.g. ICMP: port 0). `dryrun` sends nothing, so it may skip the large-scan
+/// confirmation and ARP.
+pub fn resolve(
+    args: &RunArgs,
+    place: &Place,
+    ports: Option<&str>,
+    dryrun: bool,
+) -> anyhow::Result<Resolved> {
+    let resume = args.resume.as_deref().map(Checkpoint::load).transpose()?;
+    let ports = match ports {
+        Some(text) => parse_ports(text)?,
+        None => vec![0],
+    };
+    let request = TargetRequest {
+        tokens: args.targets.clone(),
+        input_file: args.input_file.clone(),
+        ports,
+        allowlist: args.allowlist.clone(),
+        blocklists: args.blocklists.clone(),
+        default_blocklist: !args.no_default_blocklist,
+        system_blocklist: Some(PathBuf::from(SYSTEM_BLOCKLIST)),
+        lab: place.scope(),
+        large_scan_ok: args.confirm_large_scan || dryrun,
+    };
+    let plan = plan_targets(&request)?;
+    let shard = shard_from_env(args.shards, args.shard)?.unwrap_or((0, 1));
+    let seed = match (&resume, args.seed) {
+        (Some(c), _) => c.seed,
+        (None, Some(s)) => s,
+        (None, None) if shard.1 > 1 => bail!(
+            "--shards {} needs --seed: every shard must walk the same order, or targets are missed and probed twice",
+            shard.1
+        ),
+        (None, None) => Validator::random()?.key()[0],
+    };
+    // The key validates replies: random for every run, never derived from the seed (which is
+    // small and shared), kept by a resumed run.
+    let validator = match &resume {
+        Some(c) => Validator::new(c.key),
+        None => Validator::random().context("drawing the validation key")?,
+    };
+    let host_request = HostRequest {
+        iface: args.iface.clone(),
+        source_ip: args.source_ip,
+        source_ip6: args.source_ip6,
+        gateway_mac: args.gateway_mac,
+        quiet_network: dryrun,
+    };
+    let lab_iface = place.lab.as_ref().map(|l| l.scan_if.as_str());
+    let host = Host::resolve(&host_request, lab_iface)?;
+    if !dryrun {
+        check_source_ports(args.source_ports)?;
+    }
+    Ok(Resolved {
+        space: plan.space,
+        notes: plan.notes,
+        host,
+        seed,
+        validator,
+        shard,
+        resume,
+    })
+}
+
+impl Resolved {
+    /// The engine's plan from the resolved parts and the shared options.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_plan(
+        self,
+        tool: &str,
+        args: &RunArgs,
+        place: &Place,
+        rate: f64,
+        probes: u32,
+        v6: bool,
+        (backend, rx_backend): (BackendKind, BackendKind),
+    ) -> anyhow::Result<RunPlan> {
+        if v6 && self.host.src_ip6.is_none() {
+            bail!(
+                "IPv6 targets, but {} has no global IPv6 address: give one with --source-ip6",
+                self.host.iface
+            );
+        }
+        let queues = match &place.lab {
+            Some(lab) => lab.queues,
+            None => sonde_io::queue_count(&self.host.iface).unwrap_or(1),
+        };
+        if args.threads > queues {
+            bail!(
+                "--threads {} is more than the {queues} queues of {}: each sender needs a queue of its own (use --threads {queues} or fewer)",
+                args.threads,
+                self.host.iface
+            );
+        }
+        Ok(RunPlan {
+            space: self.space,
+            seed: self.seed,
+            key: self.validator.key(),
+            shard: self.shard,
+            threads: args.threads,
+            probes,
+            max_targets: args.max_targets,
+            rate,
+            batch: args.batch as usize,
+            cooldown: args.cooldown.max(0.0),
+            src_mac: self.host.src_mac,
+            gateway_mac: self.host.gateway_mac,
+            src_ip: Some(self.host.src_ip),
+            src_ip6: self.host.src_ip6.filter(|_| v6),
+            source_is_local: self.host.source_is_local,
+            iface: self.host.iface,
+            queues,
+            backend,
+            rx_backend,
+            xdp_mode: args.xdp_mode,
+            ports: args.source_ports,
+            resume: self.resume,
+            checkpoint: args
+                .checkpoint
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(format!("sonde-{tool}.checkpoint.json"))),
+            status_file: args.status_file.clone(),
+            quiet: args.quiet,
+        })
+    }
+}
+
+/// Checks a resumed run against its checkpoint, naming any option that conflicts.
+pub fn check_resume(plan: &RunPlan, args: &RunArgs, tool: &str, module: &str) -> anyhow::Result<()> {
+    let Some(c) = &plan.resume else {
+        return Ok(());
+    };
+    c.check_matches(&RunIdentity {
+        tool,
+        module,
+        targets: plan.space.len(),
+        shard: plan.shard,
+        probes: plan.probes,
+        threads: plan.threads,
+        seed: args.seed,
+    })
+}
+
+/// How an output file may be opened: refuses to overwrite an existing file unless --force, and
+/// appends with --append.
+pub fn output_mode(args: &RunArgs, parquet: bool) -> anyhow::Result<sonde_scan::output::OpenMode> {
+    use sonde_scan::output::OpenMode;
+    let Some(path) = args.output.as_deref().filter(|p| *p != Path::new("-")) else {
+        return Ok(OpenMode::Create);
+    };
+    let exists = path.exists();
+    match (exists, args.force, args.append) {
+        (true, _, true) if parquet => Err(anyhow!(
+            "cannot append to {}: parquet files cannot grow; write the rest to another file",
+            path.display()
+        )),
+        (true, _, true) => Ok(OpenMode::Append),
+        (true, true, _) => Ok(OpenMode::Create),
+        (true, false, false) => Err(anyhow!(
+            "output file {} exists: give another -o, or --append to add to it, or --force to overwrite it",
+            path.display()
+        )),
+        (false, _, _) => Ok(OpenMode::Create),
+    }
+}
+
+/// Packets per second from --rate, checked.
+pub fn checked_rate(rate: f64) -> anyhow::Result<f64> {
+    if !(rate >= 0.0 && rate.is_finite()) {
+        bail!("invalid --rate {rate}: give packets per second, or 0 for as fast as possible");
+    }
+    Ok(rate)
+}

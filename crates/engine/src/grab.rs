@@ -1,0 +1,726 @@
+//! The grab mode: the client half of TCP in user space. Discovery is the SYN: the same target
+//! feed, pacing, queues, status line and checkpoint as a scan, but a valid SYN-ACK opens a
+//! connection (in `sonde-tcp`'s engine), the request goes out in the handshake's ACK or right
+//! after it, the reply is reassembled, and one row per target says how it ended.
+//!
+//! One engine thread owns every connection (the reference design's one core): it receives from
+//! every queue, runs the timers, re-sends unanswered SYNs (statelessly: only the target's index
+//! waits), opens new connections as the table has room and the pace allows, and sends every
+//! segment of one pass in one batch.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use serde::Serialize;
+use sonde_io::{AnyRx, AnyTx, FrameTx};
+use sonde_meter::{peak_rss_bytes, Counter, Stopwatch};
+use sonde_scan::dedup::Dedup;
+use sonde_scan::output::{Row, RowWriter};
+use sonde_scan::reply::{Field, FieldType, Value};
+use sonde_tcp::{App, Engine, Outcome, Rx, Status, SynRetries};
+use sonde_wire::{arp, ethernet, EtherType, MacAddr};
+
+use crate::checkpoint::Checkpoint;
+use crate::feed::Feed;
+use crate::pace::Pacer;
+use crate::plan::{pin_to_cpu, RunPlan};
+use crate::queues::{open_queues, ReplyFilter};
+use crate::status::{per_second, Phase, StatusLine, StatusSource, Tick};
+use crate::stop::{Stop, StopReason};
+
+/// An application as grab uses it: the engine's request/complete seam plus its output fields.
+pub trait GrabApp: App + Send {
+    fn name(&self) -> &'static str;
+    /// The app's output fields, in the order `describe` fills them.
+    fn fields(&self) -> &'static [Field];
+    /// The app's field values for a reply's bytes.
+    fn describe(&self, received: &[u8]) -> Vec<Value>;
+}
+
+/// A grab, ready to run.
+pub struct GrabPlan<A: GrabApp> {
+    pub run: RunPlan,
+    pub tcp: sonde_tcp::Config,
+    pub app: A,
+    /// Extra SYNs per unanswered target, the first after `syn_timeout_us`, doubling.
+    pub syn_retries: u8,
+    pub syn_timeout_us: u64,
+    /// Answer ARP requests for this address (a source the kernel does not own).
+    pub arp_for: Option<Ipv4Addr>,
+    /// The output fields selected (see [`fields`] and the app's).
+    pub fields: Vec<&'static Field>,
+}
+
+const fn field(name: &'static str, kind: FieldType, help: &'static str) -> Field {
+    Field { name, kind, help }
+}
+
+/// The fields every grab row has, before the app's.
+pub const FIELDS: &[Field] = &[
+    field("saddr", FieldType::Str, "the target's address"),
+    field("dport", FieldType::Int, "the target's port"),
+    field("sport", FieldType::Int, "our source port"),
+    field(
+        "status",
+        FieldType::Str,
+        "success, refused, syn-timeout, data-timeout, reset, closed",
+    ),
+    field("rtt_us", FieldType::Int, "SYN to SYN-ACK, microseconds"),
+    field(
+        "t_first_byte_us",
+        FieldType::Int,
+        "SYN-ACK to the first reply byte, microseconds",
+    ),
+    field(
+        "t_total_us",
+        FieldType::Int,
+        "SYN-ACK to the end of the connection, microseconds",
+    ),
+    field("bytes", FieldType::Int, "reply bytes received in order"),
+    field(
+        "retransmits_received",
+        FieldType::Int,
+        "segments the server sent twice",
+    ),
+    field(
+        "ooo_segments",
+        FieldType::Int,
+        "segments that arrived ahead of a gap",
+    ),
+    field(
+        "timestamp",
+        FieldType::Int,
+        "end of the connection, microseconds since the Unix epoch",
+    ),
+];
+
+/// Counters the engine thread shares with the status line.
+#[derive(Default)]
+pub struct GrabCounts {
+    pub syn_sent: Counter,
+    pub finished: Counter,
+    pub success: Counter,
+    pub outstanding: Counter,
+    pub retransmits: Counter,
+    pub drops: Counter,
+    pub rows: Counter,
+}
+
+/// What a grab reports at the end (`--summary-json`).
+#[derive(Serialize, Clone, Debug, Default)]
+pub struct GrabSummary {
+    pub targets: u64,
+    pub syn_sent: u64,
+    pub syn_retransmitted: u64,
+    pub established: u64,
+    pub completed: u64,
+    pub success: u64,
+    pub refused: u64,
+    pub syn_timeouts: u64,
+    pub timeouts: u64,
+    pub resets: u64,
+    pub closed: u64,
+    pub retransmits_received: u64,
+    pub retransmits_sent: u64,
+    pub sack_blocks_sent: u64,
+    pub ooo_segments: u64,
+    pub table_full: u64,
+    pub invalid: u64,
+    pub drops: u64,
+    pub conn_per_s: f64,
+    pub wall_s: f64,
+    pub cpu_user_s: f64,
+    pub cpu_sys_s: f64,
+    pub cpu_us_per_conn: f64,
+    pub peak_outstanding: u64,
+    pub peak_rss_bytes: u64,
+    pub engine_bytes: u64,
+    pub interrupted: bool,
+    pub app: String,
+    pub backend: String,
+    pub checkpoint: Option<String>,
+}
+
+/// One output row: the connection's outcome and the app's fields.
+struct GrabRow<'a> {
+    outcome: &'a Outcome,
+    app_fields: &'static [Field],
+    app_values: &'a [Value],
+    timestamp_us: u64,
+}
+
+impl Row for GrabRow<'_> {
+    fn get(&self, name: &str) -> Value {
+        let o = self.outcome;
+        let int = |v: Option<u64>| v.map_or(Value::Null, Value::Int);
+        match name {
+            "saddr" => Value::Str(o.addr.to_string()),
+            "dport" => Value::Int(o.port.into()),
+            "sport" => Value::Int(o.sport.into()),
+            "status" => Value::Str(o.status.name().into()),
+            "rtt_us" => int(o.rtt_us),
+            "t_first_byte_us" => int(o.t_first_byte_us),
+            "t_total_us" => Value::Int(o.t_total_us),
+            "bytes" => Value::Int(o.bytes),
+            "retransmits_received" => Value::Int(o.retransmits_received.into()),
+            "ooo_segments" => Value::Int(o.ooo_segments.into()),
+            "timestamp" => Value::Int(self.timestamp_us),
+            _ => self
+                .app_fields
+                .iter()
+                .position(|f| f.name == name)
+                .and_then(|i| self.app_values.get(i).cloned())
+                .unwrap_or(Value::Null),
+        }
+    }
+}
+
+/// Runs the grab to its end (or `stop`): every target ends as one row in `writer`.
+pub fn run<A: GrabApp>(
+    plan: GrabPlan<A>,
+    writer: Box<dyn RowWriter + Send>,
+    stop: &Stop,
+) -> anyhow::Result<GrabSummary> {
+    let v4 = plan.run.space.ipv4_addresses() > 0;
+    let v6 = plan.run.space.ipv6_addresses() > 0;
+    let filter = ReplyFilter::for_tcp_client(&plan.run, v4, v6);
+    let mut filter = filter;
+    if plan.arp_for.is_some() {
+        filter.expr = format!("({}) or arp", filter.expr);
+    }
+    let queues = open_queues(&plan.run, &filter)?;
+    let tx = queues
+        .senders
+        .into_iter()
+        .next()
+        .context("grab needs one transmit queue")?;
+    let feed = Feed::open(&plan.run.feed_spec(), 0, plan.run.resumed_thread(0))?;
+    let total = feed.left();
+    let counts = Arc::new(GrabCounts::default());
+    let engine = Engine::new(plan.tcp.clone(), AppRef(&plan.app)).map_err(anyhow::Error::msg)?;
+    let status = StatusLine::new(
+        GrabStatus::new(counts.clone(), total),
+        plan.run.quiet,
+        plan.run.status_file.as_deref(),
+    )?;
+    let mut looper = Looper {
+        retries: SynRetries::new(plan.syn_retries, plan.syn_timeout_us),
+        answered: Dedup::for_space(&plan.run.space),
+        pacer: Pacer::new(plan.run.rate, plan.run.batch),
+        clock: Instant::now(),
+        plan: &plan,
+        engine,
+        tx,
+        rxs: queues.receivers,
+        feed,
+        writer,
+        counts,
+        status,
+        arps: Vec::new(),
+        resend: Vec::new(),
+        timed_out: Vec::new(),
+        app_values: Vec::new(),
+        syn_retransmitted: 0,
+        syn_timeouts: 0,
+        invalid: 0,
+    };
+    let watch = Stopwatch::start();
+    pin_to_cpu(0);
+    Pacer::tighten_timers();
+    let outcome = looper.run(stop);
+    let interrupted = stop.reason() != StopReason::None;
+    let checkpoint = if interrupted {
+        looper.save_checkpoint(true)?;
+        Some(plan.run.checkpoint.display().to_string())
+    } else {
+        None
+    };
+    outcome?;
+    let Looper {
+        writer,
+        engine,
+        mut status,
+        ..
+    } = looper;
+    writer.finish().context("finishing the output")?;
+    status.tick(Phase::Done, true)?;
+    let cpu = watch.cpu();
+    let stats = engine.stats();
+    let wall = watch.wall().as_secs_f64();
+    let cpu_s = cpu.total().as_secs_f64();
+    Ok(GrabSummary {
+        targets: plan.run.space.len(),
+        syn_sent: stats.syn_sent,
+        syn_retransmitted: status.source().syn_retransmitted,
+        established: stats.established,
+        completed: stats.completed,
+        success: stats.success,
+        refused: stats.refused,
+        syn_timeouts: status.source().syn_timeouts,
+        timeouts: stats.timeouts,
+        resets: stats.resets,
+        closed: stats.closed,
+        retransmits_received: stats.retransmits_received,
+        retransmits_sent: stats.retransmits_sent,
+        sack_blocks_sent: stats.sack_blocks_sent,
+        ooo_segments: stats.ooo_segments,
+        table_full: stats.table_full,
+        invalid: stats.invalid + status.source().invalid,
+        drops: status.source().counts.drops.get(),
+        conn_per_s: stats.success as f64 / wall.max(1e-9),
+        wall_s: wall,
+        cpu_user_s: cpu.user.as_secs_f64(),
+        cpu_sys_s: cpu.system.as_secs_f64(),
+        cpu_us_per_conn: cpu_s * 1e6 / (stats.success.max(1)) as f64,
+        peak_outstanding: stats.peak_outstanding,
+        peak_rss_bytes: peak_rss_bytes(),
+        engine_bytes: engine.memory_bytes() as u64,
+        interrupted,
+        app: plan.app.name().into(),
+        backend: plan.run.backend.name().into(),
+        checkpoint,
+    })
+}
+
+/// The plan's app, lent to the engine (which lives no longer than the plan).
+struct AppRef<'a, A>(&'a A);
+
+impl<A: App> App for AppRef<'_, A> {
+    fn write_request(&self, buf: &mut [u8], addr: IpAddr, port: u16) -> usize {
+        self.0.write_request(buf, addr, port)
+    }
+    fn max_request_len(&self) -> usize {
+        self.0.max_request_len()
+    }
+    fn is_complete(&self, received: &[u8]) -> bool {
+        self.0.is_complete(received)
+    }
+}
+
+/// The engine thread's state.
+struct Looper<'p, A: GrabApp> {
+    plan: &'p GrabPlan<A>,
+    engine: Engine<AppRef<'p, A>>,
+    retries: SynRetries,
+    /// Targets that answered (SYN-ACK or RST), by index: their SYNs are not sent again.
+    answered: Dedup,
+    pacer: Pacer,
+    clock: Instant,
+    tx: AnyTx,
+    rxs: Vec<AnyRx>,
+    feed: Feed,
+    writer: Box<dyn RowWriter + Send>,
+    counts: Arc<GrabCounts>,
+    status: StatusLine<GrabStatus>,
+    /// ARP requests to answer this pass.
+    arps: Vec<arp::Repr>,
+    /// Targets whose SYN is due again this pass.
+    resend: Vec<u64>,
+    /// Targets whose last SYN went unanswered.
+    timed_out: Vec<u64>,
+    app_values: Vec<Value>,
+    syn_retransmitted: u64,
+    syn_timeouts: u64,
+    invalid: u64,
+}
+
+impl<A: GrabApp> Looper<'_, A> {
+    fn now_us(&self) -> u64 {
+        self.clock.elapsed().as_micros() as u64
+    }
+
+    /// Passes until every target has ended. After a stop request no new target starts, and
+    /// the SYNs in flight and the open connections are seen through (bounded by their
+    /// timeouts); a second request ends everything at once.
+    fn run(&mut self, stop: &Stop) -> anyhow::Result<()> {
+        let mut draining = false;
+        loop {
+            if stop.is_set() && !draining {
+                draining = true;
+                self.save_checkpoint(false)?;
+                stop.rearm();
+                if !self.plan.run.quiet {
+                    eprintln!("grab: no new connections; finishing the open ones (Ctrl-C again to end them now)");
+                }
+            } else if stop.is_set() && draining {
+                self.abort();
+                return Ok(());
+            }
+            let busy = self.pass(!draining)?;
+            let idle = self.feed_exhausted(draining)
+                && self.retries.in_flight() == 0
+                && self.engine.outstanding() == 0
+                && self.engine.tx_pending() == 0;
+            if idle {
+                return Ok(());
+            }
+            self.tick_status()?;
+            if !busy {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    fn feed_exhausted(&self, draining: bool) -> bool {
+        draining || self.feed.is_done()
+    }
+
+    /// One pass: receive, timers, SYN retries, new SYNs, one transmit batch, rows. Returns
+    /// whether anything happened.
+    fn pass(&mut self, open_new: bool) -> anyhow::Result<bool> {
+        let received = self.receive()?;
+        let now = self.now_us();
+        self.engine.on_tick(now);
+        self.poll_retries(now);
+        let new = if open_new { self.room() } else { 0 };
+        let sent = self.transmit(new, now)?;
+        let rows = self.write_rows()?;
+        Ok(received + sent + rows > 0)
+    }
+
+    /// New SYNs this pass may send: table room, SYNs in flight, the pace.
+    fn room(&mut self) -> usize {
+        let cap = self.plan.tcp.max_outstanding;
+        let busy = self.engine.outstanding() + self.retries.in_flight();
+        let room = cap.saturating_sub(busy).min(self.pacer.burst());
+        if room == 0 || !self.pacer.is_due() {
+            return 0;
+        }
+        room
+    }
+
+    fn receive(&mut self) -> anyhow::Result<usize> {
+        let wait = if self.engine.tx_pending() > 0 || !self.feed.is_done() {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(1)
+        };
+        let Looper {
+            rxs,
+            engine,
+            answered,
+            arps,
+            plan,
+            clock,
+            invalid,
+            ..
+        } = self;
+        let now = clock.elapsed().as_micros() as u64;
+        let arp_for = plan.arp_for;
+        let space = &plan.run.space;
+        let n = sonde_io::rx_many(rxs, 256, wait, |_, frame| {
+            if let Some(ip) = arp_for {
+                if let Some(asker) = arp_request_for(frame, ip) {
+                    arps.push(asker);
+                    return;
+                }
+            }
+            match engine.on_frame(frame, now) {
+                Rx::Answered { addr, port } => match space.index_of(addr, port) {
+                    Some(index) => {
+                        answered.check_and_insert(index);
+                    }
+                    None => *invalid += 1,
+                },
+                Rx::Invalid => *invalid += 1,
+                Rx::NotOurs | Rx::Segment => {}
+            }
+        })?;
+        let drops: u64 = self.rxs.iter_mut().map(AnyRx::take_drops).sum();
+        self.counts.drops.add(drops);
+        Ok(n)
+    }
+
+    /// SYNs due again (unless their target answered), and targets that never answered.
+    fn poll_retries(&mut self, now: u64) {
+        let Looper {
+            retries,
+            answered,
+            resend,
+            timed_out,
+            ..
+        } = self;
+        retries.poll(
+            now,
+            |index| answered.contains(index),
+            |index| {
+                resend.push(index);
+                true
+            },
+            |index| timed_out.push(index),
+        );
+    }
+
+    /// Everything of this pass in one batch: ARP replies, the engine's segments, SYNs due
+    /// again, then `new` first SYNs.
+    fn transmit(&mut self, new: usize, now: u64) -> anyhow::Result<usize> {
+        let queued = self.arps.len() + self.engine.tx_pending() + self.resend.len() + new;
+        if queued == 0 {
+            return Ok(0);
+        }
+        let Looper {
+            tx,
+            engine,
+            arps,
+            resend,
+            feed,
+            retries,
+            plan,
+            ..
+        } = self;
+        let space = &plan.run.space;
+        let src_mac = plan.run.src_mac;
+        let (mut resent, mut opened) = (0, 0);
+        let mut sent = 0;
+        while sent < queued {
+            let n = tx.tx_batch(queued - sent, |_, buf| {
+                if let Some(request) = arps.pop() {
+                    return write_arp_reply(buf, src_mac, &request);
+                }
+                if engine.tx_pending() > 0 {
+                    return engine.write_tx(buf, now);
+                }
+                let index = match resend.pop() {
+                    Some(index) => {
+                        resent += 1;
+                        index
+                    }
+                    None => match feed.next_target() {
+                        Some(index) => {
+                            retries.sent(index, now);
+                            opened += 1;
+                            index
+                        }
+                        None => return 0,
+                    },
+                };
+                let (addr, port) = space.target_at(index);
+                engine.write_syn(buf, addr, port, now)
+            })?;
+            if n == 0 {
+                break;
+            }
+            sent += n;
+        }
+        self.pacer.charge(opened + resent);
+        self.syn_retransmitted += resent as u64;
+        self.counts.syn_sent.add((opened + resent) as u64);
+        Ok(sent)
+    }
+
+    /// One row per connection that ended, and per target that never answered.
+    fn write_rows(&mut self) -> anyhow::Result<usize> {
+        let epoch_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        let mut rows = 0;
+        let mut error = None;
+        let Looper {
+            engine,
+            writer,
+            plan,
+            app_values,
+            counts,
+            ..
+        } = self;
+        engine.drain_outcomes(|outcome, bytes| {
+            *app_values = if outcome.status == Status::Success || !bytes.is_empty() {
+                plan.app.describe(bytes)
+            } else {
+                Vec::new()
+            };
+            let row = GrabRow {
+                outcome,
+                app_fields: plan.app.fields(),
+                app_values,
+                timestamp_us: epoch_us,
+            };
+            counts.finished.add(1);
+            if outcome.status == Status::Success {
+                counts.success.add(1);
+            }
+            rows += 1;
+            if let Err(e) = writer.write(&row) {
+                error.get_or_insert(e);
+            }
+        });
+        for index in std::mem::take(&mut self.timed_out) {
+            let (addr, port) = self.plan.run.space.target_at(index);
+            let outcome = Outcome {
+                addr,
+                port,
+                sport: 0,
+                status: Status::SynTimeout,
+                rtt_us: None,
+                t_first_byte_us: None,
+                t_total_us: 0,
+                bytes: 0,
+                retransmits_received: 0,
+                ooo_segments: 0,
+            };
+            let row = GrabRow {
+                outcome: &outcome,
+                app_fields: self.plan.app.fields(),
+                app_values: &[],
+                timestamp_us: epoch_us,
+            };
+            self.syn_timeouts += 1;
+            self.counts.finished.add(1);
+            rows += 1;
+            if let Err(e) = self.writer.write(&row) {
+                error.get_or_insert(e);
+            }
+        }
+        match error {
+            Some(e) => Err(e.context("writing the output")),
+            None => Ok(rows),
+        }
+    }
+
+    fn tick_status(&mut self) -> anyhow::Result<()> {
+        self.counts
+            .outstanding
+            .set(self.engine.outstanding() as u64);
+        let stats = self.engine.stats();
+        self.counts.retransmits.set(stats.retransmits_received);
+        let s = self.status.source_mut();
+        s.syn_retransmitted = self.syn_retransmitted;
+        s.syn_timeouts = self.syn_timeouts;
+        s.invalid = self.invalid;
+        let done = s.done_fraction();
+        self.status.tick(Phase::Sending { done }, false)
+    }
+
+    /// Ends every connection now, putting unanswered targets back for a resume.
+    fn abort(&mut self) {
+        let now = self.now_us();
+        self.engine.abort_all(now);
+        let mut back = Vec::new();
+        let answered = &self.answered;
+        self.retries.poll(
+            u64::MAX,
+            |index| answered.contains(index),
+            |index| {
+                back.push(index);
+                true
+            },
+            |index| back.push(index),
+        );
+        self.feed.put_back(back);
+        let _ = self.write_rows();
+    }
+
+    fn save_checkpoint(&self, complete: bool) -> anyhow::Result<()> {
+        let run = &self.plan.run;
+        Checkpoint {
+            tool: "grab".into(),
+            seed: run.seed,
+            key: run.key,
+            module: self.plan.app.name().into(),
+            targets: run.space.len(),
+            shard: run.shard,
+            probes: run.probes,
+            sent: run.sent_before() + self.counts.syn_sent.get(),
+            threads: vec![self.feed.checkpoint()],
+            complete,
+        }
+        .save(&run.checkpoint)
+    }
+}
+
+/// An ARP request asking who has `ip`.
+fn arp_request_for(frame: &[u8], ip: Ipv4Addr) -> Option<arp::Repr> {
+    let eth = ethernet::Frame::new_checked(frame).ok()?;
+    if eth.ethertype() != EtherType::Arp {
+        return None;
+    }
+    let request = arp::Repr::parse(&arp::Packet::new_checked(eth.payload()).ok()?).ok()?;
+    (request.operation == arp::Operation::Request && request.target_ip == ip).then_some(request)
+}
+
+/// "The address asked for is at `our_mac`", to the asker.
+fn write_arp_reply(buf: &mut [u8], our_mac: MacAddr, request: &arp::Repr) -> usize {
+    let reply = request.reply(our_mac);
+    let len = ethernet::HEADER_LEN + reply.buffer_len();
+    let frame_len = len.max(60);
+    buf[..frame_len].fill(0);
+    ethernet::Repr {
+        src_addr: our_mac,
+        dst_addr: request.sender_mac,
+        ethertype: EtherType::Arp,
+    }
+    .emit(&mut ethernet::Frame::new_unchecked(&mut buf[..frame_len]));
+    reply.emit(&mut arp::Packet::new_unchecked(&mut buf[ethernet::HEADER_LEN..len]));
+    frame_len
+}
+
+/// Grab's part of the status line: connections per second, outstanding, success share,
+/// retransmissions, drops.
+struct GrabStatus {
+    counts: Arc<GrabCounts>,
+    total: u64,
+    last_finished: u64,
+    rate: f64,
+    syn_retransmitted: u64,
+    syn_timeouts: u64,
+    invalid: u64,
+}
+
+impl GrabStatus {
+    fn new(counts: Arc<GrabCounts>, total: u64) -> GrabStatus {
+        GrabStatus {
+            counts,
+            total,
+            last_finished: 0,
+            rate: 0.0,
+            syn_retransmitted: 0,
+            syn_timeouts: 0,
+            invalid: 0,
+        }
+    }
+
+    fn done_fraction(&self) -> f64 {
+        self.counts.finished.get() as f64 / self.total.max(1) as f64
+    }
+}
+
+impl StatusSource for GrabStatus {
+    fn csv_header(&self) -> &'static str {
+        "finished,conn_per_s,outstanding,success,syn_sent,syn_retransmitted,retransmits_received,drops"
+    }
+
+    fn sample(&mut self, tick: &Tick) -> (String, String) {
+        let c = &self.counts;
+        let finished = c.finished.get();
+        self.rate = (finished - self.last_finished) as f64 / tick.dt;
+        self.last_finished = finished;
+        let success = 100.0 * c.success.get() as f64 / finished.max(1) as f64;
+        let text = format!(
+            "done {finished} at {}; open {}; success {success:.2} %; SYNs {} ({} again); retransmits in {}; drops {}",
+            per_second(self.rate, "conn"),
+            c.outstanding.get(),
+            c.syn_sent.get(),
+            self.syn_retransmitted,
+            c.retransmits.get(),
+            c.drops.get()
+        );
+        let row = format!(
+            "{finished},{:.0},{},{},{},{},{},{}",
+            self.rate,
+            c.outstanding.get(),
+            c.success.get(),
+            c.syn_sent.get(),
+            self.syn_retransmitted,
+            c.retransmits.get(),
+            c.drops.get()
+        );
+        (text, row)
+    }
+
+    fn seconds_left(&self) -> Option<f64> {
+        let left = self.total.saturating_sub(self.counts.finished.get());
+        (self.rate > 0.0).then(|| left as f64 / self.rate)
+    }
+}

@@ -1,0 +1,25 @@
+//! The run loop `scan` and `grab` share, as a library.
+//!
+//! A run walks a target space (`sonde_scan::targets`) in a seeded random order, split into
+//! shards and sender threads ([`feed`]), paced to a rate ([`pace`]), through batched I/O
+//! backends ([`queues`]), with a status line ([`status`]), Ctrl-C handling ([`stop`]), a
+//! checkpoint to resume from ([`checkpoint`]) and a cooldown. Two modes plug into it:
+//!
+//! - [`scan`]: stateless probes; a probe module builds and classifies them.
+//! - [`grab`]: the user-space TCP client of `sonde-tcp` answers SYN-ACKs, sends requests and
+//!   reassembles replies.
+//!
+//! [`host`] finds the interface, addresses and gateway; [`targets`] turns what the user asked
+//! for into the target space, with the guardrails of responsible scanning.
+
+pub mod checkpoint;
+pub mod feed;
+pub mod grab;
+pub mod host;
+pub mod pace;
+pub mod plan;
+pub mod queues;
+pub mod scan;
+pub mod status;
+pub mod stop;
+pub mod targets;

@@ -1,0 +1,562 @@
+//! The scan mode: stateless probes. One pinned sender thread per queue walks its part of the
+//! permutation and writes probes straight into its transmit ring; one receiver thread reads
+//! the kernel-filtered replies, validates and classifies them with the probe module, drops
+//! duplicates and writes rows; the calling thread shows the status line.
+//!
+//! Where a packet is built: `sonde_scan::probe` (`Probe::write`); sent: [`Sender::run`];
+//! received: [`Receiver::run`]; classified: `Probe::classify`, then [`Receiver::handle`].
+
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use serde::Serialize;
+use sonde_io::{AnyRx, AnyTx, BackendKind, FrameTx};
+use sonde_meter::{peak_rss_bytes, Counter, Stopwatch};
+use sonde_scan::dedup::Dedup;
+use sonde_scan::output::{OutputFilter, RowWriter};
+use sonde_scan::probe::{ModuleKind, Probe, ProbeSetup, RstTemplate, Verdict};
+use sonde_wire::{ethernet, ipv4, ipv6, tcp, EtherType};
+
+use crate::checkpoint::{Checkpoint, ThreadCheckpoint};
+use crate::feed::Feed;
+use crate::pace::Pacer;
+use crate::plan::{pin_to_cpu, sender_cpu, RunPlan};
+use crate::queues::{open_queues, ReplyFilter};
+use crate::status::{per_second, Phase, StatusLine, StatusSource, Tick};
+use crate::stop::{Stop, StopReason};
+
+/// A scan, ready to run.
+pub struct ScanPlan {
+    pub run: RunPlan,
+    pub probe: Probe,
+    /// What the probe was built from (the RST template needs it too).
+    pub setup: ProbeSetup,
+    pub filter: OutputFilter,
+}
+
+/// Counters the threads share with the status line.
+#[derive(Default)]
+pub struct Counts {
+    pub sent: Counter,
+    pub received: Counter,
+    pub valid: Counter,
+    pub invalid: Counter,
+    pub hits: Counter,
+    pub repeats: Counter,
+    pub drops: Counter,
+    /// Later IP fragments of replies (they carry no ports, so cannot be validated).
+    pub fragments: Counter,
+}
+
+/// What a scan reports at the end (`--summary-json`).
+#[derive(Serialize, Clone, Debug)]
+pub struct ScanSummary {
+    pub targets: u64,
+    pub sent: u64,
+    pub wall_s: f64,
+    pub send_wall_s: f64,
+    pub pps: f64,
+    pub received: u64,
+    pub valid: u64,
+    pub invalid: u64,
+    pub hits: u64,
+    pub repeats: u64,
+    pub drops: u64,
+    pub fragments: u64,
+    pub cpu_user_s: f64,
+    pub cpu_sys_s: f64,
+    pub peak_rss_bytes: u64,
+    pub dedup_reserved_bytes: u64,
+    pub interrupted: bool,
+    pub module: String,
+    pub backend: String,
+    pub rx_backend: String,
+    pub rate_target_pps: f64,
+    /// Where the checkpoint went, when the scan was interrupted.
+    pub checkpoint: Option<String>,
+}
+
+/// Runs the scan until every target is probed (or `stop`), then receives for the cooldown,
+/// writes every row to `writer` and finishes it.
+pub fn run(
+    plan: ScanPlan,
+    writer: Box<dyn RowWriter + Send>,
+    stop: &Stop,
+) -> anyhow::Result<ScanSummary> {
+    let plan = Arc::new(plan);
+    let counts = Arc::new(Counts::default());
+    let clock = Instant::now();
+    let io = open_queues(&plan.run, &ReplyFilter::for_probe(&plan.run, &plan.probe))?;
+    let receiver = Receiver::open(&plan, io.receivers, writer, counts.clone(), clock)?;
+    let feeds = (0..plan.run.threads)
+        .map(|t| Feed::open(&plan.run.feed_spec(), t, plan.run.resumed_thread(t)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let total: u64 = feeds.iter().map(Feed::left).sum();
+    let watch = Stopwatch::start();
+    let states = Mutex::new(vec![None; feeds.len()]);
+    let receiving = Stop::manual();
+    let rx_thread = {
+        let (receiving, stop) = (receiving.clone(), stop.clone());
+        std::thread::spawn(move || receiver.run(&receiving, &stop))
+    };
+    let source = ScanStatus::new(counts.clone(), total);
+    let mut status = StatusLine::new(source, plan.run.quiet, plan.run.status_file.as_deref())?;
+    let send_start = Instant::now();
+    let send_result = send(&plan, io.senders, feeds, stop, &counts, &states, &mut status);
+    let send_wall = send_result
+        .as_ref()
+        .ok()
+        .and_then(|ends| ends.iter().max().copied())
+        .unwrap_or_else(Instant::now)
+        .duration_since(send_start);
+    let reason = stop.reason();
+    let interrupted = reason != StopReason::None;
+    let states: Vec<ThreadCheckpoint> = states.into_inner().expect("checkpoint lock").into_iter().flatten().collect();
+    let pps = counts.sent.get() as f64 / send_wall.as_secs_f64().max(1e-9);
+    status.source_mut().send_ended(pps);
+    if interrupted {
+        save_checkpoint(&plan, &states, counts.sent.get(), false)?;
+    }
+    if reason != StopReason::ReceiverFailed {
+        cooldown(&plan, stop, &mut status)?;
+    }
+    receiving.set(StopReason::Signal);
+    let rx_result = rx_thread.join().expect("receiver thread panicked");
+    let (writer, dedup) = match rx_result {
+        Ok(done) => done,
+        Err(e) => {
+            let at = plan.run.checkpoint.display();
+            return Err(e.context(format!(
+                "the receiver failed, so sending stopped after {} probes (checkpoint: {at})",
+                counts.sent.get()
+            )));
+        }
+    };
+    writer.finish().context("finishing the output")?;
+    status.tick(Phase::Done, true)?;
+    send_result?;
+    let checkpoint = if interrupted {
+        save_checkpoint(&plan, &states, counts.sent.get(), true)?;
+        Some(plan.run.checkpoint.display().to_string())
+    } else {
+        None
+    };
+    let cpu = watch.cpu();
+    Ok(ScanSummary {
+        targets: plan.run.space.len(),
+        sent: counts.sent.get(),
+        wall_s: watch.wall().as_secs_f64(),
+        send_wall_s: send_wall.as_secs_f64(),
+        pps,
+        received: counts.received.get(),
+        valid: counts.valid.get(),
+        invalid: counts.invalid.get(),
+        hits: counts.hits.get(),
+        repeats: counts.repeats.get(),
+        drops: counts.drops.get(),
+        fragments: counts.fragments.get(),
+        cpu_user_s: cpu.user.as_secs_f64(),
+        cpu_sys_s: cpu.system.as_secs_f64(),
+        peak_rss_bytes: peak_rss_bytes(),
+        dedup_reserved_bytes: dedup.reserved_bytes(),
+        interrupted,
+        module: plan.probe.name().into(),
+        backend: plan.run.backend.name().into(),
+        rx_backend: plan.run.rx_backend.name().into(),
+        rate_target_pps: plan.run.rate,
+        checkpoint,
+    })
+}
+
+/// Runs the sender threads to the end (or the stop), ticking the status line meanwhile;
+/// returns when each sender finished.
+fn send(
+    plan: &ScanPlan,
+    queues: Vec<AnyTx>,
+    feeds: Vec<Feed>,
+    stop: &Stop,
+    counts: &Counts,
+    states: &Mutex<Vec<Option<ThreadCheckpoint>>>,
+    status: &mut StatusLine<ScanStatus>,
+) -> anyhow::Result<Vec<Instant>> {
+    let clock = Instant::now();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = queues
+            .into_iter()
+            .zip(feeds)
+            .enumerate()
+            .map(|(t, (tx, feed))| {
+                scope.spawn(move || {
+                    let mut sender = Sender {
+                        plan,
+                        tx,
+                        feed,
+                        clock,
+                        pacer: Pacer::new(plan.run.rate / f64::from(plan.run.threads), plan.run.batch),
+                    };
+                    let result = sender.run(t, stop, &counts.sent);
+                    states.lock().expect("checkpoint lock")[t] = Some(sender.feed.checkpoint());
+                    result.map(|()| Instant::now())
+                })
+            })
+            .collect();
+        while handles.iter().any(|h| !h.is_finished()) {
+            std::thread::sleep(Duration::from_millis(50));
+            let done = status.source().done_fraction();
+            status.tick(Phase::Sending { done }, false)?;
+        }
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("sender thread panicked"))
+            .collect()
+    })
+}
+
+/// One sender thread: its feed, its queue, its pace.
+struct Sender<'a> {
+    plan: &'a ScanPlan,
+    tx: AnyTx,
+    feed: Feed,
+    clock: Instant,
+    pacer: Pacer,
+}
+
+impl Sender<'_> {
+    fn run(&mut self, thread: usize, stop: &Stop, sent: &Counter) -> anyhow::Result<()> {
+        pin_to_cpu(sender_cpu(thread));
+        Pacer::tighten_timers();
+        loop {
+            if !self.pacer.wait(stop.flag()) {
+                break;
+            }
+            self.feed.fill(self.pacer.burst());
+            if self.feed.pending().is_empty() {
+                break;
+            }
+            let now_us = self.clock.elapsed().as_micros() as u32;
+            let (space, probe, pending) = (&self.plan.run.space, &self.plan.probe, self.feed.pending());
+            let n = self.tx.tx_batch(pending.len(), |i, buf| {
+                let (addr, port) = space.target_at(pending[i]);
+                probe.write(buf, addr, port, now_us)
+            })?;
+            self.feed.accept(n);
+            self.pacer.charge(n);
+            sent.add(n as u64);
+        }
+        self.pacer.finish(stop.flag());
+        self.tx.flush()?;
+        Ok(())
+    }
+}
+
+/// Keeps receiving for the cooldown; a second Ctrl-C ends it early.
+fn cooldown(
+    plan: &ScanPlan,
+    stop: &Stop,
+    status: &mut StatusLine<ScanStatus>,
+) -> anyhow::Result<()> {
+    let interrupted = stop.is_set();
+    stop.rearm();
+    let until = Instant::now() + Duration::from_secs_f64(plan.run.cooldown);
+    if interrupted && !plan.run.quiet {
+        eprintln!(
+            "scan: sending stopped; receiving for {:.0} s more (Ctrl-C again to stop now)",
+            plan.run.cooldown
+        );
+    }
+    while Instant::now() < until && !stop.is_set() {
+        std::thread::sleep(Duration::from_millis(50));
+        status.tick(Phase::Cooldown { until }, false)?;
+    }
+    Ok(())
+}
+
+fn save_checkpoint(
+    plan: &ScanPlan,
+    threads: &[ThreadCheckpoint],
+    sent: u64,
+    complete: bool,
+) -> anyhow::Result<()> {
+    let checkpoint = Checkpoint {
+        tool: "scan".into(),
+        seed: plan.run.seed,
+        key: plan.run.key,
+        module: plan.probe.name().into(),
+        targets: plan.run.space.len(),
+        shard: plan.run.shard,
+        probes: plan.run.probes,
+        sent: plan.run.sent_before() + sent,
+        threads: threads.to_vec(),
+        complete,
+    };
+    checkpoint.save(&plan.run.checkpoint)
+}
+
+/// The receiving side: kernel-filtered frames in, validated rows out.
+struct Receiver {
+    rxs: Vec<AnyRx>,
+    /// The RSTs for SYN-ACKs the kernel does not see (or whose source it does not own).
+    rst: Option<(AnyTx, RstTemplate)>,
+    plan: Arc<ScanPlan>,
+    writer: Box<dyn RowWriter + Send>,
+    dedup: Dedup,
+    counts: Arc<Counts>,
+    clock: Instant,
+    resets: Vec<(IpAddr, u16, u16, u32)>,
+}
+
+impl Receiver {
+    fn open(
+        plan: &Arc<ScanPlan>,
+        rxs: Vec<AnyRx>,
+        writer: Box<dyn RowWriter + Send>,
+        counts: Arc<Counts>,
+        clock: Instant,
+    ) -> anyhow::Result<Receiver> {
+        // When the source address is the host's own and the kernel sees the SYN-ACKs, it resets
+        // them itself; behind the XDP reply filter it never sees them, so sonde must.
+        let run = &plan.run;
+        let kernel_resets = run.source_is_local && run.rx_backend != BackendKind::Xdp;
+        let rst = match plan.probe.kind() {
+            ModuleKind::TcpSyn if !kernel_resets => Some((
+                AnyTx::open(BackendKind::Mmsg, &run.io_config(0))?,
+                RstTemplate::new(&plan.setup),
+            )),
+            _ => None,
+        };
+        Ok(Receiver {
+            rxs,
+            rst,
+            plan: plan.clone(),
+            writer,
+            dedup: Dedup::for_space(&run.space),
+            counts,
+            clock,
+            resets: Vec::with_capacity(256),
+        })
+    }
+
+    /// Receives until `receiving` is set. A failure (e.g. the output cannot be written) stops
+    /// the senders at once through `stop` and is returned.
+    fn run(
+        mut self,
+        receiving: &Stop,
+        stop: &Stop,
+    ) -> anyhow::Result<(Box<dyn RowWriter + Send>, Dedup)> {
+        while !receiving.is_set() {
+            if let Err(e) = self.pass() {
+                stop.set(StopReason::ReceiverFailed);
+                return Err(e);
+            }
+        }
+        self.writer.flush_rows()?;
+        Ok((self.writer, self.dedup))
+    }
+
+    /// One batch from the receivers (waiting up to 50 ms for it), handled.
+    fn pass(&mut self) -> anyhow::Result<()> {
+        // Clocks are read once per batch, when its first frame is handed over (not before the
+        // wait for it, which would make RTTs negative).
+        let mut stamp: Option<(u32, u64)> = None;
+        let mut error = None;
+        let clock = self.clock;
+        let Receiver {
+            rxs,
+            plan,
+            writer,
+            dedup,
+            counts,
+            resets,
+            rst,
+            ..
+        } = self;
+        let mut handler = Handler {
+            plan,
+            writer: writer.as_mut(),
+            dedup,
+            counts,
+            resets,
+            reset_synacks: rst.is_some(),
+        };
+        let handled = sonde_io::rx_many(rxs, 256, Duration::from_millis(50), |_, frame| {
+            let (now_us, epoch_us) = *stamp.get_or_insert_with(|| {
+                let epoch = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_micros() as u64);
+                (clock.elapsed().as_micros() as u32, epoch)
+            });
+            if let Err(e) = handler.handle(frame, now_us, epoch_us) {
+                error.get_or_insert(e);
+            }
+        })?;
+        if let Some(e) = error {
+            return Err(e);
+        }
+        self.counts.received.add(handled as u64);
+        self.send_resets()?;
+        let drops: u64 = self.rxs.iter_mut().map(AnyRx::take_drops).sum();
+        self.counts.drops.add(drops);
+        Ok(())
+    }
+
+    fn send_resets(&mut self) -> anyhow::Result<()> {
+        let Some((tx, template)) = &mut self.rst else {
+            return Ok(());
+        };
+        let resets = &self.resets;
+        let mut done = 0;
+        while done < resets.len() {
+            done += tx.tx_batch(resets.len() - done, |i, buf| {
+                let (target, port, sport, seq) = resets[done + i];
+                template.write(buf, target, port, sport, seq)
+            })?;
+        }
+        self.resets.clear();
+        Ok(())
+    }
+}
+
+/// What handling one frame needs, borrowed from the receiver for one batch.
+struct Handler<'a> {
+    plan: &'a ScanPlan,
+    writer: &'a mut dyn RowWriter,
+    dedup: &'a mut Dedup,
+    counts: &'a Counts,
+    resets: &'a mut Vec<(IpAddr, u16, u16, u32)>,
+    reset_synacks: bool,
+}
+
+impl Handler<'_> {
+    /// One received frame: validate and classify, check it answers a target of this scan,
+    /// count, deduplicate, reset a SYN-ACK, write.
+    fn handle(&mut self, frame: &[u8], now_us: u32, epoch_us: u64) -> anyhow::Result<()> {
+        let mut reply = match self.plan.probe.classify(frame, now_us) {
+            Verdict::NotOurs => return Ok(()),
+            Verdict::Fragment => {
+                self.counts.fragments.add(1);
+                return Ok(());
+            }
+            Verdict::Invalid => {
+                self.counts.invalid.add(1);
+                return Ok(());
+            }
+            Verdict::Valid(r) => r,
+        };
+        // A reply validates against the key, but only a target of this scan can send one.
+        let Some(index) = self.plan.run.space.index_of(reply.saddr, reply.sport) else {
+            self.counts.invalid.add(1);
+            return Ok(());
+        };
+        self.counts.valid.add(1);
+        reply.timestamp_us = epoch_us;
+        reply.repeat = self.dedup.check_and_insert(index);
+        if reply.repeat {
+            self.counts.repeats.add(1);
+        } else if reply.success {
+            self.counts.hits.add(1);
+        }
+        if self.reset_synacks && reply.classification == "synack" && !reply.repeat {
+            if let Some(ack) = synack_ack(frame) {
+                self.resets
+                    .push((reply.saddr, reply.sport, reply.dport, ack));
+            }
+        }
+        if self.plan.filter.matches(&reply) {
+            self.writer.write(&reply)?;
+        }
+        Ok(())
+    }
+}
+
+/// The ACK number of a TCP segment in an Ethernet frame (IPv4 or IPv6 without extension
+/// headers, as SYN-ACKs come): the sequence number our RST must carry.
+fn synack_ack(frame: &[u8]) -> Option<u32> {
+    let eth = ethernet::Frame::new_checked(frame).ok()?;
+    let ack = |l4: &[u8]| tcp::Packet::new_checked(l4).ok().map(|t| t.ack_number());
+    match eth.ethertype() {
+        EtherType::Ipv4 => ack(ipv4::Packet::new_checked(eth.payload()).ok()?.payload()),
+        EtherType::Ipv6 => ack(ipv6::Packet::new_checked(eth.payload()).ok()?.payload()),
+        _ => None,
+    }
+}
+
+/// The scan's part of the status line: send and receive rates, validation, drops, hit rate.
+struct ScanStatus {
+    counts: Arc<Counts>,
+    total: u64,
+    last_sent: u64,
+    last_received: u64,
+    send_rate: f64,
+    /// The send phase's rate over its exact duration, once it has ended.
+    final_pps: Option<f64>,
+}
+
+impl ScanStatus {
+    fn new(counts: Arc<Counts>, total: u64) -> ScanStatus {
+        ScanStatus {
+            counts,
+            total,
+            last_sent: 0,
+            last_received: 0,
+            send_rate: 0.0,
+            final_pps: None,
+        }
+    }
+
+    fn done_fraction(&self) -> f64 {
+        if self.total == 0 {
+            1.0
+        } else {
+            self.counts.sent.get() as f64 / self.total as f64
+        }
+    }
+
+    fn send_ended(&mut self, pps: f64) {
+        self.final_pps = Some(pps);
+    }
+}
+
+impl StatusSource for ScanStatus {
+    fn csv_header(&self) -> &'static str {
+        "sent,send_pps,received,recv_pps,valid,invalid,hits,repeats,drops,fragments"
+    }
+
+    fn sample(&mut self, tick: &Tick) -> (String, String) {
+        let c = &self.counts;
+        let (sent, received) = (c.sent.get(), c.received.get());
+        self.send_rate = match self.final_pps {
+            Some(pps) => pps,
+            None => (sent - self.last_sent) as f64 / tick.dt,
+        };
+        let recv_rate = (received - self.last_received) as f64 / tick.dt;
+        (self.last_sent, self.last_received) = (sent, received);
+        let hit_rate = 100.0 * c.hits.get() as f64 / sent.max(1) as f64;
+        let send_label = if self.final_pps.is_some() { "sent" } else { "send" };
+        let text = format!(
+            "{send_label} {sent} at {}; recv {received} at {}; valid {}, invalid {}; drops {}; hits {hit_rate:.2} %",
+            per_second(self.send_rate, "p"),
+            per_second(recv_rate, "p"),
+            c.valid.get(),
+            c.invalid.get(),
+            c.drops.get(),
+        );
+        let row = format!(
+            "{sent},{:.0},{received},{recv_rate:.0},{},{},{},{},{},{}",
+            self.send_rate,
+            c.valid.get(),
+            c.invalid.get(),
+            c.hits.get(),
+            c.repeats.get(),
+            c.drops.get(),
+            c.fragments.get()
+        );
+        (text, row)
+    }
+
+    fn seconds_left(&self) -> Option<f64> {
+        let left = self.total.saturating_sub(self.counts.sent.get());
+        (self.send_rate > 0.0).then(|| left as f64 / self.send_rate)
+    }
+}

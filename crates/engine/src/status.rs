@@ -1,0 +1,190 @@
+//! The live status line, once a second on stderr (and with `--status-file`, as a CSV row): the
+//! same frame for every tool — elapsed time, progress, time left or the cooldown's countdown —
+//! around what the tool itself reports (a [`StatusSource`]).
+
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+/// Where a run is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Phase {
+    /// Sending; the fraction done (0..=1).
+    Sending { done: f64 },
+    /// Sending has ended; still receiving until the deadline.
+    Cooldown { until: Instant },
+    /// The run has ended: the last line, with the final figures.
+    Done,
+}
+
+/// One status tick, as a source sees it.
+pub struct Tick {
+    /// Seconds since the run started.
+    pub elapsed: f64,
+    /// Seconds since the previous tick.
+    pub dt: f64,
+    pub phase: Phase,
+}
+
+/// What a tool reports on its status line.
+pub trait StatusSource {
+    /// The CSV header of its columns (after `elapsed_s,phase,percent_done`).
+    fn csv_header(&self) -> &'static str;
+    /// Its part of the line as text, and the same figures as a CSV row. Rates are the source's
+    /// to compute (it knows which counters matter, and when its own sending ended).
+    fn sample(&mut self, tick: &Tick) -> (String, String);
+    /// Seconds of sending left at the current pace, if the source can tell.
+    fn seconds_left(&self) -> Option<f64>;
+}
+
+pub struct StatusLine<S: StatusSource> {
+    source: S,
+    start: Instant,
+    last: Instant,
+    quiet: bool,
+    file: Option<std::io::BufWriter<std::fs::File>>,
+    last_text: String,
+}
+
+impl<S: StatusSource> StatusLine<S> {
+    pub fn new(source: S, quiet: bool, file: Option<&Path>) -> anyhow::Result<Self> {
+        let file = match file {
+            Some(path) => {
+                let mut f = std::io::BufWriter::new(
+                    std::fs::File::create(path)
+                        .with_context(|| format!("creating {}", path.display()))?,
+                );
+                writeln!(f, "elapsed_s,phase,percent_done,{}", source.csv_header())?;
+                Some(f)
+            }
+            None => None,
+        };
+        let now = Instant::now();
+        Ok(StatusLine {
+            source,
+            start: now,
+            last: now,
+            quiet,
+            file,
+            last_text: String::new(),
+        })
+    }
+
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+
+    pub fn source_mut(&mut self) -> &mut S {
+        &mut self.source
+    }
+
+    /// Prints a line if a second has passed since the last (or `force`). A forced line whose
+    /// figures equal the last one's is not printed again.
+    pub fn tick(&mut self, phase: Phase, force: bool) -> anyhow::Result<()> {
+        let now = Instant::now();
+        let dt = now.duration_since(self.last);
+        if dt < Duration::from_secs(1) && !force {
+            return Ok(());
+        }
+        let tick = Tick {
+            elapsed: now.duration_since(self.start).as_secs_f64(),
+            dt: dt.as_secs_f64().max(1e-6),
+            phase,
+        };
+        let (text, row) = self.source.sample(&tick);
+        let (phase_name, percent, where_) = match phase {
+            Phase::Sending { done } => {
+                let left = match self.source.seconds_left() {
+                    Some(s) => format!("{} left", human_seconds(s)),
+                    None => "sending".into(),
+                };
+                ("sending", 100.0 * done.clamp(0.0, 1.0), left)
+            }
+            Phase::Cooldown { until } => {
+                let left = until.saturating_duration_since(now).as_secs_f64();
+                ("cooldown", 100.0, format!("receiving, {} left", human_seconds(left)))
+            }
+            Phase::Done => ("done", 100.0, "done".to_string()),
+        };
+        let line = format!("{:>5} {percent:>5.1}% ({where_}); {text}", human_seconds(tick.elapsed));
+        if !self.quiet && !(force && text == self.last_text) {
+            eprintln!("{line}");
+        }
+        self.last_text = text;
+        if let Some(f) = &mut self.file {
+            writeln!(f, "{:.3},{phase_name},{percent:.2},{row}", tick.elapsed)?;
+            f.flush()?;
+        }
+        self.last = now;
+        Ok(())
+    }
+}
+
+/// `0.4 s`, `12 s`, `3 min 20 s`, `2 h 05 min`.
+pub fn human_seconds(s: f64) -> String {
+    if s < 9.95 {
+        format!("{s:.1} s")
+    } else if s < 60.0 {
+        format!("{s:.0} s")
+    } else if s < 3600.0 {
+        format!("{} min {:02.0} s", (s / 60.0) as u64, s % 60.0)
+    } else {
+        format!("{} h {:02} min", (s / 3600.0) as u64, ((s % 3600.0) / 60.0) as u64)
+    }
+}
+
+/// A rate with one unit style everywhere: `182 p/s`, `2.0 kp/s`, `1.23 Mp/s`.
+pub fn per_second(rate: f64, unit: &str) -> String {
+    if rate >= 1e6 {
+        format!("{:.2} M{unit}/s", rate / 1e6)
+    } else if rate >= 1e3 {
+        format!("{:.1} k{unit}/s", rate / 1e3)
+    } else {
+        format!("{rate:.0} {unit}/s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixed(u64);
+    impl StatusSource for Fixed {
+        fn csv_header(&self) -> &'static str {
+            "n"
+        }
+        fn sample(&mut self, _: &Tick) -> (String, String) {
+            (format!("n {}", self.0), self.0.to_string())
+        }
+        fn seconds_left(&self) -> Option<f64> {
+            Some(3.0)
+        }
+    }
+
+    #[test]
+    fn units_are_spaced_alike() {
+        assert_eq!(per_second(182.0, "p"), "182 p/s");
+        assert_eq!(per_second(2_000.0, "p"), "2.0 kp/s");
+        assert_eq!(per_second(1_234_567.0, "p"), "1.23 Mp/s");
+        assert_eq!(human_seconds(0.16), "0.2 s");
+        assert_eq!(human_seconds(200.0), "3 min 20 s");
+    }
+
+    #[test]
+    fn the_file_gets_every_tick_with_its_phase() {
+        let path = std::env::temp_dir().join(format!("sonde-status-{}.csv", std::process::id()));
+        let mut s = StatusLine::new(Fixed(5), true, Some(&path)).unwrap();
+        s.tick(Phase::Sending { done: 0.5 }, true).unwrap();
+        let until = Instant::now() + Duration::from_secs(4);
+        s.tick(Phase::Cooldown { until }, true).unwrap();
+        drop(s);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "elapsed_s,phase,percent_done,n");
+        assert!(lines[1].ends_with(",sending,50.00,5"), "{text}");
+        assert!(lines[2].ends_with(",cooldown,100.00,5"), "{text}");
+        std::fs::remove_file(&path).unwrap();
+    }
+}
