@@ -34,6 +34,9 @@ pub struct Reply {
     pub udp_len: Option<u16>,
     pub dns_rcode: Option<u8>,
     pub dns_answers: Option<u16>,
+    /// The answer came in IP fragments: only the first, which carries the transport header,
+    /// was read (so `udp_len` is what the UDP header claims, not what arrived).
+    pub fragmented: bool,
 }
 
 /// A field's value, typed, for writers and filters.
@@ -108,6 +111,11 @@ pub const FIELDS: &[Field] = &[
     ),
     field("dns_rcode", FieldType::Int, "DNS response code (dns)"),
     field("dns_answers", FieldType::Int, "DNS answer count (dns)"),
+    field(
+        "fragmented",
+        FieldType::Bool,
+        "the answer came in IP fragments; only the first was read (udp, dns)",
+    ),
 ];
 
 impl Reply {
@@ -136,6 +144,7 @@ impl Reply {
             "udp_len" => int(self.udp_len.map(u64::from)),
             "dns_rcode" => int(self.dns_rcode.map(u64::from)),
             "dns_answers" => int(self.dns_answers.map(u64::from)),
+            "fragmented" => Value::Bool(self.fragmented),
             _ => Value::Null,
         }
     }
@@ -164,6 +173,7 @@ impl Reply {
             udp_len: None,
             dns_rcode: None,
             dns_answers: None,
+            fragmented: false,
         }
     }
 }

@@ -2,10 +2,17 @@
 
 mod output_fields {
     use sonde_scan::output::{select_fields, DEFAULT_FIELDS};
+    use sonde_scan::probe::ModuleKind;
     use sonde_scan::FIELDS;
 
+    const TCP: ModuleKind = ModuleKind::TcpSyn;
+
     fn names(spec: Option<&str>) -> Vec<&'static str> {
-        select_fields(spec)
+        names_for(spec, TCP)
+    }
+
+    fn names_for(spec: Option<&str>, module: ModuleKind) -> Vec<&'static str> {
+        select_fields(spec, module)
             .unwrap()
             .iter()
             .map(|f| f.name)
@@ -17,6 +24,40 @@ mod output_fields {
         assert_eq!(names(None), DEFAULT_FIELDS);
         assert_eq!(names(None).first(), Some(&"saddr"));
         assert_eq!(names(None).last(), Some(&"timestamp"));
+    }
+
+    #[test]
+    fn default_is_the_module_s_set() {
+        for module in ModuleKind::ALL {
+            assert_eq!(names_for(None, module), module.default_fields(), "{module}");
+            assert_eq!(names_for(None, module).first(), Some(&"saddr"));
+        }
+        assert_eq!(
+            names_for(None, ModuleKind::IcmpEcho),
+            [
+                "saddr",
+                "daddr",
+                "classification",
+                "success",
+                "repeat",
+                "ttl",
+                "ipid",
+                "icmp_type",
+                "icmp_code",
+                "rtt_us",
+                "timestamp"
+            ]
+        );
+        let dns = names_for(None, ModuleKind::Dns);
+        for name in ["udp_len", "dns_rcode", "dns_answers", "fragmented"] {
+            assert!(dns.contains(&name), "{name}");
+        }
+        assert!(!dns.contains(&"tcp_mss") && !dns.contains(&"window"));
+        // An explicit list is the same whatever the module.
+        assert_eq!(
+            names_for(Some("saddr,ttl"), ModuleKind::Dns),
+            ["saddr", "ttl"]
+        );
     }
 
     #[test]
@@ -36,7 +77,9 @@ mod output_fields {
 
     #[test]
     fn unknown_name_is_named_with_the_known_ones() {
-        let err = select_fields(Some("saddr,bogus")).unwrap_err().to_string();
+        let err = select_fields(Some("saddr,bogus"), TCP)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`bogus`"), "{err}");
         assert!(err.contains("saddr, sport, daddr"), "{err}");
         assert!(!err.contains('\n'), "one line: {err}");
@@ -44,9 +87,11 @@ mod output_fields {
 
     #[test]
     fn empty_and_repeated_names_are_refused() {
-        assert!(select_fields(Some("")).is_err());
-        assert!(select_fields(Some("saddr,,sport")).is_err());
-        let err = select_fields(Some("saddr,saddr")).unwrap_err().to_string();
+        assert!(select_fields(Some(""), TCP).is_err());
+        assert!(select_fields(Some("saddr,,sport"), TCP).is_err());
+        let err = select_fields(Some("saddr,saddr"), TCP)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`saddr`"), "{err}");
     }
 }

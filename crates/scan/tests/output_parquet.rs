@@ -9,6 +9,7 @@ mod output_parquet {
     use parquet::file::reader::{FileReader, SerializedFileReader};
     use parquet::record::Field as Cell;
     use sonde_scan::output::{open_writer, select_fields, OutputFormat, ROW_GROUP_ROWS};
+    use sonde_scan::probe::ModuleKind;
     use sonde_scan::Reply;
 
     /// A unique temp file, removed when dropped (also when a test fails).
@@ -72,7 +73,7 @@ mod output_parquet {
     #[test]
     fn hundred_thousand_rows_read_back() {
         let file = TempFile::new("100k");
-        let fields = select_fields(Some(SPEC)).unwrap();
+        let fields = select_fields(Some(SPEC), ModuleKind::TcpSyn).unwrap();
         let mut writer = open_writer(OutputFormat::Parquet, Some(file.path()), fields).unwrap();
         for i in 0..ROWS {
             writer.write(&row(i)).unwrap();
@@ -102,7 +103,7 @@ mod output_parquet {
     #[test]
     fn schema_has_typed_optional_columns() {
         let file = TempFile::new("schema");
-        let fields = select_fields(Some(SPEC)).unwrap();
+        let fields = select_fields(Some(SPEC), ModuleKind::TcpSyn).unwrap();
         let mut writer = open_writer(OutputFormat::Parquet, Some(file.path()), fields).unwrap();
         writer.write(&row(1)).unwrap();
         writer.finish().unwrap();
@@ -135,7 +136,7 @@ mod output_parquet {
     #[test]
     fn empty_file_and_flushed_groups_are_valid() {
         let empty = TempFile::new("empty");
-        let fields = || select_fields(Some(SPEC)).unwrap();
+        let fields = || select_fields(Some(SPEC), ModuleKind::TcpSyn).unwrap();
         open_writer(OutputFormat::Parquet, Some(empty.path()), fields())
             .unwrap()
             .finish()

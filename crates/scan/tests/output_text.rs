@@ -6,6 +6,7 @@ mod output_text {
     use std::time::{SystemTime, UNIX_EPOCH};
 
     use sonde_scan::output::{open_writer, select_fields, OutputFormat};
+    use sonde_scan::probe::ModuleKind;
     use sonde_scan::Reply;
 
     /// A unique temp file, removed when dropped (also when a test fails).
@@ -52,7 +53,7 @@ mod output_text {
     /// Writes the example row and `second_row` as `format` and returns the file's text.
     fn write_two(format: OutputFormat, tag: &str) -> String {
         let file = TempFile::new(tag);
-        let fields = select_fields(Some(SPEC)).unwrap();
+        let fields = select_fields(Some(SPEC), ModuleKind::TcpSyn).unwrap();
         let mut writer = open_writer(format, Some(file.path()), fields).unwrap();
         writer.write(&Reply::example()).unwrap();
         writer.write(&second_row()).unwrap();
@@ -103,7 +104,7 @@ mod output_text {
     fn flush_rows_makes_whole_rows_visible() {
         for format in [OutputFormat::Csv, OutputFormat::Ndjson] {
             let file = TempFile::new(&format!("flush.{format}"));
-            let fields = select_fields(None).unwrap();
+            let fields = select_fields(None, ModuleKind::TcpSyn).unwrap();
             let mut writer = open_writer(format, Some(file.path()), fields).unwrap();
             for _ in 0..1000 {
                 writer.write(&Reply::example()).unwrap();
@@ -120,7 +121,7 @@ mod output_text {
     #[test]
     fn empty_csv_still_has_its_header() {
         let file = TempFile::new("empty.csv");
-        let fields = select_fields(Some("saddr,ttl")).unwrap();
+        let fields = select_fields(Some("saddr,ttl"), ModuleKind::TcpSyn).unwrap();
         open_writer(OutputFormat::Csv, Some(file.path()), fields)
             .unwrap()
             .finish()
@@ -153,7 +154,7 @@ mod output_text {
 
     #[test]
     fn parquet_needs_a_file() {
-        let fields = || select_fields(None).unwrap();
+        let fields = || select_fields(None, ModuleKind::TcpSyn).unwrap();
         let err = open_writer(OutputFormat::Parquet, None, fields())
             .err()
             .unwrap();
@@ -167,7 +168,7 @@ mod output_text {
         let file = TempFile::new("bad.csv");
         let no_fields = open_writer(OutputFormat::Csv, Some(file.path()), Vec::new());
         assert!(no_fields.is_err());
-        let saddr = select_fields(Some("saddr")).unwrap()[0];
+        let saddr = select_fields(Some("saddr"), ModuleKind::TcpSyn).unwrap()[0];
         let twice = open_writer(OutputFormat::Csv, Some(file.path()), vec![saddr, saddr]);
         assert!(twice.err().unwrap().to_string().contains("`saddr`"));
     }

@@ -190,4 +190,81 @@ mod targets {
         let mut cursor = s.permutation(1).iter();
         assert!(cursor.by_ref().take(1000).all(|i| i < 1 << 48));
     }
+
+    /// `index_of` inverts `target_at` over `s`: for `samples` indexes spread over the whole
+    /// space (all of them when the space is smaller), and both ends.
+    fn round_trips(s: &TargetSpace, samples: u64) {
+        let step = (s.len() / samples).max(1);
+        let picks = (0..s.len()).step_by(step as usize).chain([s.len() - 1]);
+        for i in picks {
+            let (a, port) = s.target_at(i);
+            assert_eq!(s.index_of(a, port), Some(i), "index {i}: {a} port {port}");
+        }
+    }
+
+    #[test]
+    fn index_of_inverts_target_at_over_mixed_spaces() {
+        let mixed = space(
+            &[
+                "198.18.0.0/30",
+                "198.18.0.9-198.18.0.20",
+                "198.18.3.0/24",
+                "198.19.255.255",
+                "2001:2::1",
+                "2001:2::/126",
+                "2001:2:0:ff::9",
+            ],
+            None,
+            &["198.18.3.128/27"],
+            &[443, 22, 80],
+        )
+        .unwrap();
+        round_trips(&mixed, mixed.len());
+        let one_port = space(&["198.18.0.0/15", "2001:2::/120"], None, &[], &[53]).unwrap();
+        round_trips(&one_port, 50_000);
+        let icmp = space(&["198.18.0.0/20", "2001:2::7"], None, &[], &[0]).unwrap();
+        round_trips(&icmp, icmp.len());
+        let wide = space(&["0.0.0.0/0"], None, &[], &[1, 2, 3, 65535]).unwrap();
+        round_trips(&wide, 100_000);
+        // Pseudo-random indexes, not just evenly spaced ones.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let i = x % wide.len();
+            let (a, port) = wide.target_at(i);
+            assert_eq!(wide.index_of(a, port), Some(i));
+        }
+    }
+
+    #[test]
+    fn index_of_is_none_outside_the_space() {
+        let s = space(
+            &["198.18.0.0/30", "198.18.0.9-198.18.0.20", "2001:2::/126"],
+            None,
+            &["198.18.0.10"],
+            &[22, 80],
+        )
+        .unwrap();
+        for (a, port) in [
+            ("198.18.0.1", 443),    // a port not probed
+            ("198.18.0.4", 80),     // between the intervals
+            ("198.18.0.10", 80),    // blocked
+            ("198.18.0.21", 22),    // past the last interval
+            ("198.17.255.255", 22), // before the first
+            ("0.0.0.0", 22),
+            ("255.255.255.255", 80),
+            ("2001:2::4", 80), // past the IPv6 list
+            ("2001:1::", 22),  // before it
+            ("::ffff:198.18.0.1", 80),
+        ] {
+            assert_eq!(s.index_of(addr(a), port), None, "{a} port {port}");
+        }
+        assert_eq!(s.index_of(addr("198.18.0.9"), 22), Some(8));
+        assert_eq!(s.address_index(addr("2001:2::3")), Some(s.addresses() - 1));
+        let v6_only = space(&["2001:2::5"], None, &[], &[80]).unwrap();
+        assert_eq!(v6_only.index_of(addr("198.18.0.1"), 80), None);
+        assert_eq!(v6_only.index_of(addr("2001:2::5"), 80), Some(0));
+    }
 }

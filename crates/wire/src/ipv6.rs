@@ -1,9 +1,12 @@
-//! IPv6 fixed headers (RFC 8200).
+//! IPv6 fixed headers (RFC 8200), and the walk over extension headers to the
+//! upper-layer header.
 //!
-//! Extension headers are not walked: [`Packet::next_header`] tells what
-//! follows the fixed header, and the payload starts right after it. The
-//! payload is bounded by the payload-length field, so link-layer padding is
-//! ignored.
+//! [`Packet::next_header`] tells what follows the fixed header and
+//! [`Packet::payload`] starts right after it; [`Packet::upper_layer`] walks
+//! the hop-by-hop, routing, fragment and destination-options headers (at most
+//! [`MAX_EXTENSION_HEADERS`]) to the transport header and reports the fragment
+//! header on the way. The payload is bounded by the payload-length field, so
+//! link-layer padding is ignored.
 
 use std::net::Ipv6Addr;
 
@@ -27,6 +30,68 @@ mod field {
 }
 
 const FLOW_MASK: u32 = 0x000f_ffff;
+
+/// Most extension headers [`Packet::upper_layer`] walks: more is not a packet
+/// any host sends in earnest, and the bound keeps the walk short.
+pub const MAX_EXTENSION_HEADERS: usize = 8;
+
+/// Length of a fragment header.
+pub const FRAGMENT_HEADER_LEN: usize = 8;
+
+/// The fields of a fragment header (RFC 8200 section 4.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FragmentHeader {
+    /// Where this fragment's data starts in the fragmentable part of the
+    /// original packet, in bytes (a multiple of 8).
+    pub offset: u16,
+    /// More fragments follow (the M flag).
+    pub more: bool,
+    /// Identification shared by the fragments of one packet.
+    pub ident: u32,
+}
+
+impl FragmentHeader {
+    /// Reads a fragment header; `header` holds its [`FRAGMENT_HEADER_LEN`]
+    /// bytes.
+    fn read(header: &[u8]) -> FragmentHeader {
+        let word = read_u16(header, 2..4);
+        FragmentHeader {
+            offset: word & 0xfff8,
+            more: word & 1 != 0,
+            ident: read_u32(header, 4..8),
+        }
+    }
+}
+
+/// Where the upper-layer header starts, past the extension headers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct UpperLayer {
+    /// The header after the last extension header walked: TCP, UDP,
+    /// ICMPv6, or any header this walk does not know (AH, ESP, no next
+    /// header). For a fragment other than the first it is the protocol the
+    /// reassembled packet carries, whose middle this fragment holds.
+    pub protocol: Protocol,
+    /// Offset of that header (or of a later fragment's data) from the start
+    /// of the IPv6 packet; at most [`HEADER_LEN`] plus the payload length.
+    pub offset: usize,
+    /// The fragment header, when the packet is a fragment.
+    pub fragment: Option<FragmentHeader>,
+}
+
+/// Length of the extension header of type `protocol` that starts `header`,
+/// or `None` if `protocol` is not one this walk follows.
+fn extension_len(protocol: Protocol, header: &[u8]) -> Option<Result<usize>> {
+    match protocol {
+        Protocol::HOPOPT | Protocol::IPV6_ROUTE | Protocol::IPV6_OPTS => Some(
+            header
+                .get(1)
+                .map(|&units| 8 + 8 * usize::from(units))
+                .ok_or(Error::Truncated),
+        ),
+        Protocol::IPV6_FRAG => Some(Ok(FRAGMENT_HEADER_LEN)),
+        _ => None,
+    }
+}
 
 /// A view of an IPv6 packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,6 +200,44 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// The payload, bounded by the payload-length field.
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[field::PAYLOAD..self.payload_end()]
+    }
+
+    /// Walks the hop-by-hop, routing, fragment and destination-options
+    /// headers to the upper-layer header. The walk stops after the fragment
+    /// header of a fragment other than the first: what follows it is the
+    /// middle of the packet, not headers.
+    ///
+    /// Errors: [`Error::Truncated`] when an extension header runs past the
+    /// payload, [`Error::Malformed`] for a second fragment header, and
+    /// [`Error::Unsupported`] past [`MAX_EXTENSION_HEADERS`].
+    pub fn upper_layer(&self) -> Result<UpperLayer> {
+        let payload = self.payload();
+        let mut walk = UpperLayer {
+            protocol: self.next_header(),
+            offset: HEADER_LEN,
+            fragment: None,
+        };
+        for _ in 0..=MAX_EXTENSION_HEADERS {
+            let rest = &payload[walk.offset - HEADER_LEN..];
+            let Some(len) = extension_len(walk.protocol, rest) else {
+                return Ok(walk);
+            };
+            let header = rest.get(..len?).ok_or(Error::Truncated)?;
+            let this = walk.protocol;
+            walk.protocol = Protocol(header[0]);
+            walk.offset += header.len();
+            if this == Protocol::IPV6_FRAG {
+                if walk.fragment.is_some() {
+                    return Err(Error::Malformed);
+                }
+                let fragment = FragmentHeader::read(header);
+                walk.fragment = Some(fragment);
+                if fragment.offset != 0 {
+                    return Ok(walk);
+                }
+            }
+        }
+        Err(Error::Unsupported)
     }
 }
 
@@ -359,6 +462,162 @@ mod tests {
                 Packet::new_checked(&IPV6_TCP_SYN[..len]),
                 Err(Error::Truncated)
             );
+        }
+    }
+
+    /// DNS answer [2001:db8::7]:53 -> [2001:db8::a]:61000, first fragment:
+    /// fragment header (offset 0, M set, ident 0xdeadbeef), then a UDP header
+    /// whose length (1500) runs past this fragment, then 16 bytes of DNS.
+    const FIRST_FRAGMENT: [u8; 72] = [
+        0x60, 0x00, 0x00, 0x00, 0x00, 0x20, 0x2c, 0x3a, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x07, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, // fixed header
+        0x11, 0x00, 0x00, 0x01, 0xde, 0xad, 0xbe, 0xef, // fragment: UDP, offset 0, M
+        0x00, 0x35, 0xee, 0x48, 0x05, 0xdc, 0x12, 0x34, // UDP 53 -> 61000, length 1500
+        0xbe, 0xef, 0x81, 0x80, 0x00, 0x01, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00, 0x07, 0x65, 0x78,
+        0x61,
+    ];
+
+    /// A later fragment of the same packet: offset 1448 (181 units), M clear,
+    /// then 8 bytes from the middle of the answer.
+    const LATER_FRAGMENT: [u8; 56] = [
+        0x60, 0x00, 0x00, 0x00, 0x00, 0x10, 0x2c, 0x3a, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x07, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, // fixed header
+        0x11, 0x00, 0x05, 0xa8, 0xde, 0xad, 0xbe, 0xef, // fragment: UDP, offset 1448
+        0x11, 0x00, 0x00, 0x00, 0x3a, 0x00, 0x05, 0xa8, // data that looks like headers
+    ];
+
+    /// UDP behind a hop-by-hop header (8 bytes, PadN) and a destination
+    /// options header (16 bytes, PadN).
+    const OPTIONS_THEN_UDP: [u8; 72] = [
+        0x60, 0x00, 0x00, 0x00, 0x00, 0x20, 0x00, 0x40, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x07, 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x0a, // fixed header: hop-by-hop
+        0x3c, 0x00, 0x01, 0x04, 0x00, 0x00, 0x00, 0x00, // hop-by-hop -> destination options
+        0x11, 0x01, 0x01, 0x0c, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, // destination options (16 bytes) -> UDP
+        0x00, 0x35, 0xee, 0x48, 0x00, 0x08, 0x00, 0x00, // UDP, no payload
+    ];
+
+    #[test]
+    fn upper_layer_of_a_plain_packet_is_right_after_the_header() {
+        for fixture in FIXTURES {
+            let packet = Packet::new_checked(fixture).unwrap();
+            let upper = packet.upper_layer().unwrap();
+            assert_eq!(
+                (upper.protocol, upper.offset, upper.fragment),
+                (packet.next_header(), HEADER_LEN, None)
+            );
+        }
+    }
+
+    #[test]
+    fn first_fragment_leads_to_its_transport_header() {
+        let packet = Packet::new_checked(&FIRST_FRAGMENT[..]).unwrap();
+        assert_eq!(packet.next_header(), Protocol::IPV6_FRAG);
+        let upper = packet.upper_layer().unwrap();
+        assert_eq!((upper.protocol, upper.offset), (Protocol::UDP, 48));
+        assert_eq!(
+            upper.fragment,
+            Some(FragmentHeader {
+                offset: 0,
+                more: true,
+                ident: 0xdead_beef
+            })
+        );
+        assert_eq!(&FIRST_FRAGMENT[upper.offset..upper.offset + 2], &[0, 53]);
+    }
+
+    #[test]
+    fn later_fragment_stops_after_the_fragment_header() {
+        let packet = Packet::new_checked(&LATER_FRAGMENT[..]).unwrap();
+        let upper = packet.upper_layer().unwrap();
+        // The data after the fragment header starts with 0x11 and 0x3a bytes that would read as
+        // further headers; the walk must not look at them.
+        assert_eq!((upper.protocol, upper.offset), (Protocol::UDP, 48));
+        assert_eq!(
+            upper.fragment,
+            Some(FragmentHeader {
+                offset: 1448,
+                more: false,
+                ident: 0xdead_beef
+            })
+        );
+    }
+
+    #[test]
+    fn options_headers_are_skipped() {
+        let packet = Packet::new_checked(&OPTIONS_THEN_UDP[..]).unwrap();
+        let upper = packet.upper_layer().unwrap();
+        assert_eq!(
+            (upper.protocol, upper.offset, upper.fragment),
+            (Protocol::UDP, 64, None)
+        );
+        assert_eq!(&OPTIONS_THEN_UDP[64..66], &[0, 53]);
+    }
+
+    #[test]
+    fn broken_extension_chains_are_errors() {
+        // The destination options header claims 32 bytes but the payload ends 24 bytes on.
+        let mut long = OPTIONS_THEN_UDP;
+        long[49] = 3;
+        let packet = Packet::new_checked(&long[..]).unwrap();
+        assert_eq!(packet.upper_layer(), Err(Error::Truncated));
+        // A payload length that cuts the hop-by-hop header short.
+        let mut short = OPTIONS_THEN_UDP;
+        short[5] = 1;
+        let packet = Packet::new_checked(&short[..]).unwrap();
+        assert_eq!(packet.upper_layer(), Err(Error::Truncated));
+        // A second fragment header after a first fragment's.
+        let mut twice = FIRST_FRAGMENT;
+        twice[40] = Protocol::IPV6_FRAG.0;
+        let packet = Packet::new_checked(&twice[..]).unwrap();
+        assert_eq!(packet.upper_layer(), Err(Error::Malformed));
+    }
+
+    #[test]
+    fn the_walk_is_bounded() {
+        // Nine destination-options headers of 8 bytes each, then UDP: one too many.
+        let chain = |headers: usize| {
+            let mut buf = OPTIONS_THEN_UDP[..HEADER_LEN].to_vec();
+            buf[6] = Protocol::IPV6_OPTS.0;
+            for i in 0..headers {
+                let next = if i + 1 == headers {
+                    Protocol::UDP
+                } else {
+                    Protocol::IPV6_OPTS
+                };
+                buf.extend_from_slice(&[next.0, 0, 1, 4, 0, 0, 0, 0]);
+            }
+            buf.extend_from_slice(&OPTIONS_THEN_UDP[64..]);
+            let len = (buf.len() - HEADER_LEN) as u16;
+            Packet::new_unchecked(&mut buf[..]).set_payload_len(len);
+            buf
+        };
+        let most = chain(MAX_EXTENSION_HEADERS);
+        let upper = Packet::new_checked(&most[..]).unwrap().upper_layer();
+        assert_eq!(
+            upper.map(|u| (u.protocol, u.offset)),
+            Ok((Protocol::UDP, HEADER_LEN + 8 * MAX_EXTENSION_HEADERS))
+        );
+        let too_many = chain(MAX_EXTENSION_HEADERS + 1);
+        let packet = Packet::new_checked(&too_many[..]).unwrap();
+        assert_eq!(packet.upper_layer(), Err(Error::Unsupported));
+    }
+
+    #[test]
+    fn upper_layer_never_panics_and_stays_inside_the_payload() {
+        for fixture in [&FIRST_FRAGMENT[..], &LATER_FRAGMENT, &OPTIONS_THEN_UDP] {
+            for_each_mutation(fixture, |bytes| {
+                let Ok(packet) = Packet::new_checked(bytes) else {
+                    return;
+                };
+                if let Ok(upper) = packet.upper_layer() {
+                    assert!(upper.offset <= HEADER_LEN + packet.payload().len());
+                }
+            });
         }
     }
 

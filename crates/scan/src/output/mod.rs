@@ -23,7 +23,7 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::reply::{Field, Reply, Value};
 
-pub use fields::{select_fields, DEFAULT_FIELDS};
+pub use fields::{select_fields, DEFAULT_FIELDS, DNS_FIELDS, ICMP_FIELDS, UDP_FIELDS};
 pub use filter::OutputFilter;
 
 /// Rows per parquet row group; also the most rows a parquet writer holds in memory.

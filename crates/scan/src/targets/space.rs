@@ -144,6 +144,35 @@ impl TargetSpace {
         Ipv4Addr::from(self.v4[i].0 + (index - self.v4_before[i]) as u32)
     }
 
+    /// The index of (`addr`, `port`): the inverse of [`TargetSpace::target_at`], or `None` when
+    /// the pair is not in the space (a reply from an address or port that was never probed).
+    #[inline]
+    pub fn index_of(&self, addr: IpAddr, port: u16) -> Option<u64> {
+        let port_index = self.ports.binary_search(&port).ok()? as u64;
+        Some(self.address_index(addr)? * self.ports.len() as u64 + port_index)
+    }
+
+    /// The index of `addr` among the addresses (`addr_at`'s inverse): a binary search over the
+    /// IPv4 intervals, or over the sorted IPv6 list.
+    #[inline]
+    pub fn address_index(&self, addr: IpAddr) -> Option<u64> {
+        match addr {
+            IpAddr::V4(a) => {
+                let a = u32::from(a);
+                let i = self
+                    .v4
+                    .partition_point(|&(start, _)| start <= a)
+                    .checked_sub(1)?;
+                let (start, end) = self.v4[i];
+                (a <= end).then(|| self.v4_before[i] + u64::from(a - start))
+            }
+            IpAddr::V6(a) => {
+                let i = self.v6.binary_search(&u128::from(a)).ok()?;
+                Some(self.v4_count + i as u64)
+            }
+        }
+    }
+
     /// For the operator: `65,536 addresses × 1 port = 65,536 probes`.
     pub fn describe(&self) -> String {
         format!(
