@@ -16,8 +16,7 @@ use sonde_io::{AnyRx, AnyTx, BackendKind, FrameTx};
 use sonde_meter::{peak_rss_bytes, Counter, Stopwatch};
 use sonde_scan::dedup::Dedup;
 use sonde_scan::output::{OutputFilter, RowWriter};
-use sonde_scan::probe::{ModuleKind, Probe, ProbeSetup, RstTemplate, Verdict};
-use sonde_wire::{ethernet, ipv4, ipv6, tcp, EtherType};
+use sonde_scan::probe::{tcp_ack_number, ModuleKind, Probe, ProbeSetup, RstTemplate, Verdict};
 
 use crate::checkpoint::{Checkpoint, ThreadCheckpoint};
 use crate::feed::Feed;
@@ -458,7 +457,7 @@ impl Handler<'_> {
             self.counts.hits.add(1);
         }
         if self.reset_synacks && reply.classification == "synack" && !reply.repeat {
-            if let Some(ack) = synack_ack(frame) {
+            if let Some(ack) = tcp_ack_number(frame) {
                 self.resets
                     .push((reply.saddr, reply.sport, reply.dport, ack));
             }
@@ -467,18 +466,6 @@ impl Handler<'_> {
             self.writer.write(&reply)?;
         }
         Ok(())
-    }
-}
-
-/// The ACK number of a TCP segment in an Ethernet frame (IPv4 or IPv6 without extension
-/// headers, as SYN-ACKs come): the sequence number our RST must carry.
-fn synack_ack(frame: &[u8]) -> Option<u32> {
-    let eth = ethernet::Frame::new_checked(frame).ok()?;
-    let ack = |l4: &[u8]| tcp::Packet::new_checked(l4).ok().map(|t| t.ack_number());
-    match eth.ethertype() {
-        EtherType::Ipv4 => ack(ipv4::Packet::new_checked(eth.payload()).ok()?.payload()),
-        EtherType::Ipv6 => ack(ipv6::Packet::new_checked(eth.payload()).ok()?.payload()),
-        _ => None,
     }
 }
 

@@ -86,6 +86,17 @@ impl Dedup {
         }
     }
 
+    /// Whether target `index` has been recorded (within the window, for a window).
+    #[inline]
+    pub fn contains(&self, index: u64) -> bool {
+        match self {
+            Dedup::Bitmap(bits) => bits
+                .get((index >> 6) as usize)
+                .is_some_and(|w| w & (1u64 << (index & 63)) != 0),
+            Dedup::Window { seen, .. } => seen.contains(&index),
+        }
+    }
+
     /// Bytes the structure reserves: the bitmap's full size (resident or not), or the window's
     /// hash table (a key and a control byte per bucket) and queue.
     pub fn reserved_bytes(&self) -> u64 {
@@ -116,6 +127,16 @@ mod tests {
         assert_eq!(d.reserved_bytes(), 32);
         let s = space(&["198.18.0.0/24"], &[22, 80, 443]);
         assert_eq!(Dedup::for_space(&s).reserved_bytes(), 96);
+    }
+
+    #[test]
+    fn contains_reads_without_recording() {
+        for mut d in [Dedup::for_space(&space(&["198.18.0.0/24"], &[80])), Dedup::window(4)] {
+            assert!(!d.contains(7));
+            assert!(!d.contains(7), "a read records nothing");
+            d.check_and_insert(7);
+            assert!(d.contains(7) && !d.contains(6) && !d.contains(1 << 40));
+        }
     }
 
     #[test]

@@ -184,7 +184,7 @@ mod tests {
     #[test]
     fn appending_to_csv_writes_no_second_header() {
         let path = std::env::temp_dir().join(format!("sonde-append-{}.csv", std::process::id()));
-        let fields = select_fields(Some("saddr,sport")).unwrap();
+        let fields = select_fields(Some("saddr,sport"), crate::probe::ModuleKind::TcpSyn).unwrap();
         for mode in [OpenMode::Create, OpenMode::Append] {
             let mut w =
                 open_writer_with(OutputFormat::Csv, Some(&path), fields.clone(), mode).unwrap();
