@@ -13,15 +13,18 @@ use std::time::{Duration, Instant};
 
 use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, SockaddrIn};
 use nix::sys::time::{TimeVal, TimeValLike};
-use sonde_io::{AnyRx, BackendKind, FilterSpec, FrameRx, FrameTx, IoConfig, XdpMode};
+use sonde_craft::cookie::PortRange;
+use sonde_io::{AnyRx, BackendKind, FilterSpec, FrameRx, FrameTx, IoConfig, TcpTake, XdpMode};
 
 use common::{can_run_labs, sonde, Lab};
 
 const SCAN_IP: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 1);
+/// sonde's own source ports, which the filter takes replies to.
+const OURS: PortRange = PortRange::DEFAULT;
 /// Local ports inside sonde's source-port range (the filter takes replies to them)…
-const IN_RANGE: u16 = 45_678;
-/// …and outside it (replies go to the kernel); one more per round.
-const OUT_OF_RANGE: u16 = 61_234;
+const IN_RANGE: u16 = 62_345;
+/// …and outside it, in Linux's ephemeral range (replies go to the kernel); one more per round.
+const OUT_OF_RANGE: u16 = 45_678;
 
 /// A TCP connection from `local` to `remote`, giving up after `timeout`.
 fn connect_from(local: u16, remote: SocketAddrV4, timeout: Duration) -> nix::Result<TcpStream> {
@@ -82,11 +85,11 @@ fn tcp_spec() -> FilterSpec {
     FilterSpec {
         ipv4: Some(SCAN_IP),
         ipv6: None,
-        tcp: true,
+        tcp: TcpTake::SynAckOrRst,
         udp: false,
         icmp: false,
         icmp6: false,
-        ports: (32768, 60999),
+        ports: (OURS.first, OURS.last),
     }
 }
 
@@ -164,7 +167,7 @@ fn run_in_scan_ns(lab: &str, target: Ipv4Addr, macs: Macs) {
     assert!(!link_details().contains("prog/xdp"), "{}", link_details());
 
     // Every other backend opens plainly and takes the tcpdump expression.
-    let expr = format!("ip and dst host {SCAN_IP} and tcp and dst portrange 32768-60999");
+    let expr = format!("ip and dst host {SCAN_IP} and tcp and dst portrange {OURS}");
     let ring = AnyRx::open_filtered(BackendKind::Ring, &IoConfig::new("sx0"), &tcp_spec(), &expr)
         .expect("a filtered ring receiver");
     assert!(!ring.describe().contains("reply filter"));
@@ -219,7 +222,7 @@ fn round_trip(target: Ipv4Addr, mode: XdpMode, how: &str, round: u16) {
     let mut cfg = IoConfig::new("sx0");
     cfg.xdp_mode = mode;
     let spec = tcp_spec();
-    let expr = format!("ip and dst host {SCAN_IP} and tcp and dst portrange 32768-60999");
+    let expr = format!("ip and dst host {SCAN_IP} and tcp and dst portrange {OURS}");
     let mut rx = AnyRx::open_filtered(BackendKind::Xdp, &cfg, &spec, &expr)
         .expect("opening the filtered AF_XDP receiver");
     let desc = rx.describe();
@@ -253,10 +256,7 @@ fn round_trip(target: Ipv4Addr, mode: XdpMode, how: &str, round: u16) {
     );
     for f in &frames {
         let (_, _, dst, dport, _) = tcp_of(f).expect("only TCP is taken");
-        assert!(
-            dst == SCAN_IP && (32768..=60999).contains(&dport),
-            "{dst}:{dport}"
-        );
+        assert!(dst == SCAN_IP && OURS.contains(dport), "{dst}:{dport}");
     }
     eprintln!(
         "port {in_range}: connect failed as expected ({}), {synacks} SYN-ACK(s) on AF_XDP",
@@ -363,7 +363,7 @@ fn two_queues(lab: &str, target: Ipv4Addr, _macs: Macs) {
 
     // Handshakes from several ports: the lab spreads its replies over its queues, and every
     // SYN-ACK must reach one of the two sockets.
-    let ports: Vec<u16> = (50_000..50_016).collect();
+    let ports: Vec<u16> = (62_000..62_016).collect();
     let mut pending = Vec::new();
     for &port in &ports {
         let fd: OwnedFd = socket::socket(

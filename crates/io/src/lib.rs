@@ -32,7 +32,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub use xdp::XdpMode;
-pub use xdp_filter::FilterSpec;
+pub use xdp_filter::{FilterSpec, TcpTake};
 
 /// Largest frame any backend accepts (a full Ethernet frame without FCS).
 pub const MAX_FRAME: usize = 1514;

@@ -251,7 +251,11 @@ fn filter_spec(plan: &ScanPlan) -> sonde_io::FilterSpec {
     let v4 = plan.space.ipv4_addresses() > 0;
     let v6 = plan.module6.is_some();
     let (tcp, udp) = (
-        plan.module_kind == TcpSyn,
+        if plan.module_kind == TcpSyn {
+            sonde_io::TcpTake::SynAckOrRst
+        } else {
+            sonde_io::TcpTake::None
+        },
         matches!(plan.module_kind, Udp | Dns),
     );
     let icmp = plan.module_kind != TcpSyn;
