@@ -95,7 +95,7 @@ pub fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
         events: libc::POLLIN,
         revents: 0,
     };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    let ms = timeout_ms(timeout);
     // SAFETY: `pfd` is one valid pollfd and the count passed is 1.
     let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
     match rc {
@@ -110,6 +110,12 @@ pub fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
             }
         }
     }
+}
+
+/// `timeout` in whole milliseconds for poll(2), rounded up (a wait of 0.5 ms is one of 1 ms, not
+/// none) and capped at i32::MAX.
+pub fn timeout_ms(timeout: Duration) -> i32 {
+    timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
 }
 
 /// Whether a send error only means "the queue is full right now": back off and retry.

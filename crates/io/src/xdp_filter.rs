@@ -249,6 +249,24 @@ impl ReplyFilter {
         check(unsafe { bpf::bpf_prog_test_run_opts(self.prog.as_raw_fd(), &mut opts) })?;
         Ok(opts.retval)
     }
+
+    /// Runs the program on `count` copies of `frame` as if they had arrived on queue 0 of the
+    /// calling thread's `lo` (BPF_F_TEST_XDP_LIVE_FRAMES): what it redirects really reaches
+    /// the AF_XDP socket in `xsks_map` at queue 0, which must be bound to that `lo`.
+    #[cfg(test)]
+    pub(crate) fn inject(&self, frame: &[u8], count: u32) -> io::Result<()> {
+        let mut opts = bpf::bpf_test_run_opts {
+            sz: std::mem::size_of::<bpf::bpf_test_run_opts>() as _,
+            data_in: frame.as_ptr().cast(),
+            data_size_in: frame.len() as u32,
+            repeat: count as i32,
+            flags: bpf::BPF_F_TEST_XDP_LIVE_FRAMES,
+            ..Default::default()
+        };
+        // SAFETY: `frame` outlives the call, which only reads `data_size_in` bytes of it; live
+        // mode has no output buffer.
+        check(unsafe { bpf::bpf_prog_test_run_opts(self.prog.as_raw_fd(), &mut opts) }).map(drop)
+    }
 }
 
 /// The reply filter attached to one interface, shared by the receivers of its queues; dropping
@@ -265,6 +283,12 @@ impl Attached {
         self.filter
             .add_socket(queue, xsk)
             .map_err(|e| anyhow!("cannot add the AF_XDP socket to sonde's XDP reply filter: {e}"))
+    }
+
+    /// See [`ReplyFilter::inject`].
+    #[cfg(test)]
+    pub(crate) fn inject(&self, frame: &[u8], count: u32) -> io::Result<()> {
+        self.filter.inject(frame, count)
     }
 }
 
@@ -636,16 +660,19 @@ mod tests {
         .unwrap();
     }
 
-    /// `take(frame, what)` asserts the filter redirects `frame`, `pass(frame, what)` that it
-    /// leaves it to the OS stack.
-    fn judge(f: &ReplyFilter) -> (impl Fn(Vec<u8>, &str) + '_, impl Fn(Vec<u8>, &str) + '_) {
+    /// Asserts the filter's verdict on a frame; `what` names the frame in a failure.
+    type Verdict<'a> = Box<dyn Fn(Vec<u8>, &str) + 'a>;
+
+    /// `(take, pass)`: `take(frame, what)` asserts the filter redirects `frame`,
+    /// `pass(frame, what)` that it leaves it to the OS stack.
+    fn judge(f: &ReplyFilter) -> (Verdict<'_>, Verdict<'_>) {
         let take = move |frame: Vec<u8>, what: &str| {
             assert_eq!(f.test_run(&frame).unwrap(), XDP_REDIRECT, "take {what}")
         };
         let pass = move |frame: Vec<u8>, what: &str| {
             assert_eq!(f.test_run(&frame).unwrap(), XDP_PASS, "pass {what}")
         };
-        (take, pass)
+        (Box::new(take), Box::new(pass))
     }
 
     #[test]
