@@ -14,6 +14,16 @@
 //! | `pcap`   | libpcap `pcap_sendpacket`, one call per frame           | one per frame    |
 //! | `mem`    | in-process queue, for tests                             | none             |
 //!
+//! Receiving is the mirror image: [`FrameRx::rx_batch`] hands over what one receiver holds,
+//! [`rx_many`] serves several (one per queue) from one thread without starving any, and
+//! [`AnyRx::take_drop_counts`] says what the kernel dropped and why. For `xdp`, sonde's own XDP
+//! program decides what is received at all ([`FilterSpec`]); [`queue_count`] says how many
+//! queues (so AF_XDP sockets) an interface has.
+//!
+//! Every socket this crate opens is close-on-exec (also those libxdp and libpcap open without
+//! it), so a child process never holds one, or an AF_XDP socket's queue. (libpcap 1.10 also
+//! opens an eventfd without it, out of the pcap crate's reach; it holds nothing.)
+//!
 //! All `unsafe` code of sonde lives in this crate; each block carries a `// SAFETY:` line.
 
 pub mod filter;
@@ -67,7 +77,9 @@ pub trait FrameTx {
 /// Batch receive.
 pub trait FrameRx {
     /// Calls `on_frame` for up to `max` received frames, waiting at most `timeout` for the
-    /// first one. Returns how many frames were passed to `on_frame`.
+    /// first one. Returns how many frames were passed to `on_frame`. A zero `timeout` never
+    /// waits (AF_XDP, `ring` and `mem` then make no system call at all). To serve several
+    /// receivers from one thread, use [`rx_many`].
     fn rx_batch<F: FnMut(&[u8])>(
         &mut self,
         max: usize,
@@ -195,6 +207,31 @@ impl AnyTx {
             AnyTx::Sendto(_) => "AF_PACKET sendto per frame".into(),
             AnyTx::Pcap(_) => "libpcap pcap_sendpacket per frame".into(),
             AnyTx::Mem(_) => "in-memory queue".into(),
+        }
+    }
+}
+
+#[cfg(test)]
+impl AnyTx {
+    fn raw_fd(&self) -> RawFd {
+        match self {
+            AnyTx::Xdp(t) => t.raw_fd(),
+            AnyTx::Ring(t) => t.raw_fd(),
+            AnyTx::Mmsg(t) => t.raw_fd(),
+            AnyTx::Sendto(t) => t.raw_fd(),
+            AnyTx::Pcap(t) => t.raw_fd(),
+            AnyTx::Mem(t) => t.raw_fd(),
+        }
+    }
+
+    fn kind_name(&self) -> &'static str {
+        match self {
+            AnyTx::Xdp(_) => "xdp",
+            AnyTx::Ring(_) => "ring",
+            AnyTx::Mmsg(_) => "mmsg",
+            AnyTx::Sendto(_) => "sendto",
+            AnyTx::Pcap(_) => "pcap",
+            AnyTx::Mem(_) => "mem",
         }
     }
 }
@@ -479,6 +516,52 @@ mod tests {
             assert_eq!(frame.len(), MAX_FRAME, "{what}: frame {i}'s length");
             assert!(frame == &want, "{what}: frame {i}'s bytes differ");
         }
+    }
+
+    #[test]
+    fn every_backend_descriptor_closes_on_exec() {
+        // A child process started by any thread would otherwise hold the sockets (an AF_XDP
+        // socket's queue stays busy until the child exits).
+        in_private_netns(|| {
+            let mut cfg = IoConfig::new("lo");
+            cfg.xdp_mode = XdpMode::Generic;
+            cfg.ring_frames = 64;
+            let spec = FilterSpec {
+                ipv4: Some(test_support::SCAN4),
+                ipv6: None,
+                tcp: TcpTake::All,
+                udp: false,
+                icmp: false,
+                icmp6: false,
+                ports: (61000, 65535),
+            };
+            // Every backend open at once (AF_XDP as a pair: one socket per queue).
+            let mut open: Vec<(AnyTx, AnyRx)> = BackendKind::NETWORK
+                .into_iter()
+                .filter(|&kind| kind != BackendKind::Xdp)
+                .map(|kind| {
+                    let tx = AnyTx::open(kind, &cfg).unwrap();
+                    (tx, AnyRx::open(kind, &cfg).unwrap())
+                })
+                .collect();
+            open.push(open_xdp_pair(&cfg, &spec).unwrap());
+            let mem = mem::pair(4);
+            let mut fds = vec![("mem", mem.0.raw_fd()), ("mem", mem.1.raw_fd())];
+            for (tx, rx) in &open {
+                fds.push((tx.kind_name(), tx.raw_fd()));
+                fds.push((tx.kind_name(), rx.raw_fd()));
+            }
+            for (kind, fd) in fds {
+                // SAFETY: F_GETFD takes and returns plain integers.
+                let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+                assert!(flags >= 0, "{kind}: fd {fd} is not open");
+                assert!(
+                    flags & libc::FD_CLOEXEC != 0,
+                    "{kind}: fd {fd} is inherited by children"
+                );
+            }
+            drop((open, mem));
+        });
     }
 
     #[test]

@@ -25,14 +25,18 @@ fn pcap_error(iface: &str, err: pcap::Error) -> anyhow::Error {
 
 fn open_capture(cfg: &IoConfig, timeout_ms: i32) -> anyhow::Result<pcap::Capture<pcap::Active>> {
     crate::packet_socket::ifindex(&cfg.iface)?;
-    pcap::Capture::from_device(cfg.iface.as_str())
+    let cap = pcap::Capture::from_device(cfg.iface.as_str())
         .and_then(|c| {
             c.snaplen(MAX_FRAME as i32 + 4)
                 .immediate_mode(true)
                 .timeout(timeout_ms)
                 .open()
         })
-        .map_err(|e| pcap_error(&cfg.iface, e))
+        .map_err(|e| pcap_error(&cfg.iface, e))?;
+    // libpcap opens its socket without SOCK_CLOEXEC.
+    crate::packet_socket::set_cloexec(cap.as_raw_fd())
+        .map_err(|e| anyhow!("libpcap on {}: {e}", cfg.iface))?;
+    Ok(cap)
 }
 
 pub struct PcapTx {
@@ -51,6 +55,13 @@ impl PcapTx {
             cap,
             buf: Box::new([0; MAX_FRAME]),
         })
+    }
+}
+
+#[cfg(test)]
+impl PcapTx {
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        self.cap.as_raw_fd()
     }
 }
 

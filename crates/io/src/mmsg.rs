@@ -72,6 +72,11 @@ impl MmsgTx {
         })
     }
 
+    #[cfg(test)]
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+
     /// Sends messages `from..to`; returns how many the kernel took (0 when its queue is full).
     fn send_range(&mut self, from: usize, to: usize) -> io::Result<usize> {
         let msgs = self.slab.msgs[from..].as_mut_ptr();

@@ -39,7 +39,13 @@ pub fn open_bound(iface: &str, protocol: u16) -> anyhow::Result<OwnedFd> {
     let index = ifindex(iface)?;
     let proto_be = protocol.to_be();
     // SAFETY: plain socket(2) call; the result is checked before use.
-    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(proto_be)) };
+    let raw = unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            i32::from(proto_be),
+        )
+    };
     if raw < 0 {
         return Err(open_error(
             "opening an AF_PACKET socket",
@@ -68,6 +74,19 @@ pub fn open_bound(iface: &str, protocol: u16) -> anyhow::Result<OwnedFd> {
         ));
     }
     Ok(fd)
+}
+
+/// Marks `fd` close-on-exec, for descriptors that libraries (libxdp, libpcap) open without it:
+/// a child process would otherwise hold the socket (and an AF_XDP socket's queue) until it
+/// exits.
+pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: F_GETFD/F_SETFD take and return plain integers; a bad fd yields -1.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// setsockopt(2) with a plain-data value.

@@ -125,6 +125,11 @@ impl RingTx {
         })
     }
 
+    #[cfg(test)]
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+
     fn slot_offset(&self, index: usize) -> usize {
         index * TX_FRAME_SIZE
     }

@@ -20,6 +20,11 @@ impl SendtoTx {
         })
     }
 
+    #[cfg(test)]
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+
     fn send_one(&mut self, len: usize) -> io::Result<bool> {
         let len = len.min(MAX_FRAME);
         // SAFETY: `buf` is valid for `len` ≤ MAX_FRAME bytes; the socket is bound, so no address.

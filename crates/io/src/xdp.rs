@@ -236,6 +236,9 @@ impl XskPort {
         // sharing does not apply.
         let (tx, rx, rings) =
             unsafe { Socket::new(sock_cfg, &umem, &name, cfg.queue) }.map_err(socket_error)?;
+        // libxdp opens the socket without SOCK_CLOEXEC: a child process started by any thread
+        // would inherit it and keep the queue busy until it exits.
+        crate::packet_socket::set_cloexec(tx.fd().as_raw_fd())?;
         let (fill, comp) = rings.ok_or_else(|| io::Error::other("UMEM rings missing"))?;
         let budget = set_tx_budget(&tx, ring.get());
         let how = format!("AF_XDP, {attempt}{budget}");
@@ -321,6 +324,11 @@ impl XdpTx {
 
     pub fn describe(&self) -> String {
         self.how.clone()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        self.rings.tx.fd().as_raw_fd()
     }
 
     /// Takes back the frames whose transmission the kernel has completed.
