@@ -14,25 +14,43 @@
 //! | `pcap`   | libpcap `pcap_sendpacket`, one call per frame           | one per frame    |
 //! | `mem`    | in-process queue, for tests                             | none             |
 //!
+//! Receiving is the mirror image: [`FrameRx::rx_batch`] hands over what one receiver holds,
+//! [`rx_many`] serves several (one per queue) from one thread without starving any, and
+//! [`AnyRx::take_drop_counts`] says what the kernel dropped and why. For `xdp`, sonde's own XDP
+//! program decides what is received at all ([`FilterSpec`]); [`queue_count`] says how many
+//! queues (so AF_XDP sockets) an interface has.
+//!
+//! Every socket this crate opens is close-on-exec (also those libxdp and libpcap open without
+//! it), so a child process never holds one, or an AF_XDP socket's queue. (libpcap 1.10 also
+//! opens an eventfd without it, out of the pcap crate's reach; it holds nothing.)
+//!
 //! All `unsafe` code of sonde lives in this crate; each block carries a `// SAFETY:` line.
 
 pub mod filter;
+mod iface;
 mod libpcap;
+mod many;
 pub mod mem;
 mod mmsg;
 mod packet_socket;
 mod ring;
 mod sendto;
+#[cfg(test)]
+mod test_support;
 pub mod xdp;
 mod xdp_filter;
 
 use std::fmt;
 use std::io;
+use std::ops::AddAssign;
+use std::os::fd::RawFd;
 use std::str::FromStr;
 use std::time::Duration;
 
+pub use iface::queue_count;
+pub use many::rx_many;
 pub use xdp::XdpMode;
-pub use xdp_filter::FilterSpec;
+pub use xdp_filter::{FilterSpec, TcpTake};
 
 /// Largest frame any backend accepts (a full Ethernet frame without FCS).
 pub const MAX_FRAME: usize = 1514;
@@ -41,10 +59,11 @@ pub const MAX_FRAME: usize = 1514;
 pub trait FrameTx {
     /// Builds up to `count` frames in place and hands them to the kernel.
     ///
-    /// `fill(i, buf)` writes frame `i` (0-based within this batch) into `buf`, which is at least
-    /// [`MAX_FRAME`] bytes long, and returns the frame's length. `fill` is called exactly once for
-    /// each accepted frame, in order; the return value says how many were accepted (fewer than
-    /// `count` when the ring is full: call again).
+    /// `fill(i, buf)` writes frame `i` (0-based within this batch) into `buf`, which is exactly
+    /// [`MAX_FRAME`] bytes long, and returns the frame's length. A length beyond `buf` is clamped
+    /// to it: the frame sent is then the whole buffer, and nothing past it is ever read. `fill`
+    /// is called exactly once for each accepted frame, in order; the return value says how many
+    /// were accepted (fewer than `count` when the ring is full: call again).
     fn tx_batch<F: FnMut(usize, &mut [u8]) -> usize>(
         &mut self,
         count: usize,
@@ -58,7 +77,9 @@ pub trait FrameTx {
 /// Batch receive.
 pub trait FrameRx {
     /// Calls `on_frame` for up to `max` received frames, waiting at most `timeout` for the
-    /// first one. Returns how many frames were passed to `on_frame`.
+    /// first one. Returns how many frames were passed to `on_frame`. A zero `timeout` never
+    /// waits (AF_XDP, `ring` and `mem` then make no system call at all). To serve several
+    /// receivers from one thread, use [`rx_many`].
     fn rx_batch<F: FnMut(&[u8])>(
         &mut self,
         max: usize,
@@ -190,6 +211,31 @@ impl AnyTx {
     }
 }
 
+#[cfg(test)]
+impl AnyTx {
+    fn raw_fd(&self) -> RawFd {
+        match self {
+            AnyTx::Xdp(t) => t.raw_fd(),
+            AnyTx::Ring(t) => t.raw_fd(),
+            AnyTx::Mmsg(t) => t.raw_fd(),
+            AnyTx::Sendto(t) => t.raw_fd(),
+            AnyTx::Pcap(t) => t.raw_fd(),
+            AnyTx::Mem(t) => t.raw_fd(),
+        }
+    }
+
+    fn kind_name(&self) -> &'static str {
+        match self {
+            AnyTx::Xdp(_) => "xdp",
+            AnyTx::Ring(_) => "ring",
+            AnyTx::Mmsg(_) => "mmsg",
+            AnyTx::Sendto(_) => "sendto",
+            AnyTx::Pcap(_) => "pcap",
+            AnyTx::Mem(_) => "mem",
+        }
+    }
+}
+
 impl FrameTx for AnyTx {
     #[inline]
     fn tx_batch<F: FnMut(usize, &mut [u8]) -> usize>(
@@ -285,13 +331,40 @@ impl AnyRx {
         }
     }
 
-    /// Frames the kernel dropped for this receiver since the last call (ring full, socket
-    /// buffer full); 0 where the backend cannot tell.
+    /// How many frames the kernel dropped for this receiver since the last call, in total
+    /// ([`RxDrops::total`] of [`AnyRx::take_drop_counts`], which this resets too).
     pub fn take_drops(&mut self) -> u64 {
+        self.take_drop_counts().total()
+    }
+
+    /// What the kernel dropped for this receiver since the last call, by cause: AF_XDP from
+    /// `XDP_STATISTICS`, AF_PACKET (`ring`, `mmsg`) from `PACKET_STATISTICS`, libpcap from
+    /// its statistics; zeros where the backend cannot tell (`mem`). One system call: call it
+    /// once per status interval, not per batch.
+    pub fn take_drop_counts(&mut self) -> RxDrops {
+        let socket_full = |fd| RxDrops {
+            ring_full: packet_socket::take_drops(fd),
+            ..RxDrops::default()
+        };
         match self {
-            AnyRx::Ring(r) => packet_socket::take_drops(r.raw_fd()),
-            AnyRx::Mmsg(r) => packet_socket::take_drops(r.raw_fd()),
-            _ => 0,
+            AnyRx::Xdp(r) => r.take_drops(),
+            AnyRx::Ring(r) => socket_full(r.raw_fd()),
+            AnyRx::Mmsg(r) => socket_full(r.raw_fd()),
+            AnyRx::Pcap(r) => r.take_drops(),
+            AnyRx::Mem(_) => RxDrops::default(),
+        }
+    }
+
+    /// The descriptor `poll(2)` reports readable while frames wait for this receiver (the
+    /// AF_XDP or packet socket, libpcap's descriptor, the in-memory queue's eventfd). It stays
+    /// owned by the receiver. See [`rx_many`], which waits on several at once.
+    pub fn raw_fd(&self) -> RawFd {
+        match self {
+            AnyRx::Xdp(r) => r.raw_fd(),
+            AnyRx::Ring(r) => r.raw_fd(),
+            AnyRx::Mmsg(r) => r.raw_fd(),
+            AnyRx::Pcap(r) => r.raw_fd(),
+            AnyRx::Mem(r) => r.raw_fd(),
         }
     }
 
@@ -307,6 +380,74 @@ impl AnyRx {
             ),
             AnyRx::Mem(_) => Ok(()),
         }
+    }
+}
+
+/// Frames the kernel dropped for a receiver, by cause (see [`AnyRx::take_drop_counts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxDrops {
+    /// The receiver did not keep up: its ring or socket buffer was full. AF_XDP: the RX ring
+    /// (`rx_ring_full`); AF_PACKET and libpcap: the socket's ring or buffer (`tp_drops`).
+    pub ring_full: u64,
+    /// AF_XDP `rx_dropped`: the kernel had no free UMEM frame to copy the frame into (the fill
+    /// ring was empty: frames were handed back too slowly), or the frame was larger than a UMEM
+    /// frame.
+    pub no_buffer: u64,
+    /// AF_XDP `rx_invalid_descs`: frames dropped for an invalid descriptor (a bug, if ever).
+    pub invalid: u64,
+    /// AF_XDP `rx_fill_ring_empty_descs`: how often the kernel found the fill ring empty. A
+    /// cause, not a count of lost frames, and not part of [`RxDrops::total`]: in copy mode each
+    /// is a frame also counted in `no_buffer`; in zero-copy mode the driver left frames on the
+    /// NIC, which counts what it drops in its own statistics (`ethtool -S`).
+    pub fill_ring_empty: u64,
+}
+
+impl RxDrops {
+    /// Frames lost: `ring_full + no_buffer + invalid`.
+    pub fn total(&self) -> u64 {
+        self.ring_full + self.no_buffer + self.invalid
+    }
+
+    /// What was added to cumulative counters since `earlier` (counters never go back; a reset
+    /// socket counts as zero).
+    pub(crate) fn since(&self, earlier: &RxDrops) -> RxDrops {
+        RxDrops {
+            ring_full: self.ring_full.saturating_sub(earlier.ring_full),
+            no_buffer: self.no_buffer.saturating_sub(earlier.no_buffer),
+            invalid: self.invalid.saturating_sub(earlier.invalid),
+            fill_ring_empty: self.fill_ring_empty.saturating_sub(earlier.fill_ring_empty),
+        }
+    }
+}
+
+impl AddAssign for RxDrops {
+    fn add_assign(&mut self, other: RxDrops) {
+        self.ring_full += other.ring_full;
+        self.no_buffer += other.no_buffer;
+        self.invalid += other.invalid;
+        self.fill_ring_empty += other.fill_ring_empty;
+    }
+}
+
+impl fmt::Display for RxDrops {
+    /// E.g. "12 (ring full 10, no UMEM frame 2)": the total, then each non-zero cause.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.total())?;
+        let causes = [
+            ("ring full", self.ring_full),
+            ("no UMEM frame", self.no_buffer),
+            ("invalid descriptor", self.invalid),
+            ("fill ring found empty", self.fill_ring_empty),
+        ];
+        let mut sep = " (";
+        for (what, n) in causes.into_iter().filter(|&(_, n)| n > 0) {
+            write!(f, "{sep}{what} {n}")?;
+            sep = ", ";
+        }
+        if sep == ", " {
+            f.write_str(")")?;
+        }
+        Ok(())
     }
 }
 
@@ -330,7 +471,131 @@ impl FrameRx for AnyRx {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
+    use crate::test_support::in_private_netns;
+
+    /// IEEE 802 local experimental ethertype: no protocol stack looks at these frames.
+    const EXPERIMENTAL: u16 = 0x88b5;
+
+    /// Fills `buf` with a frame of the experimental ethertype whose payload counts up from
+    /// `seed`.
+    fn pattern(buf: &mut [u8], seed: u8) {
+        buf[..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xaa, 0x02, 0, 0, 0, 0, 0xbb]);
+        buf[12..14].copy_from_slice(&EXPERIMENTAL.to_be_bytes());
+        for (i, b) in buf[14..].iter_mut().enumerate() {
+            *b = seed.wrapping_add(i as u8);
+        }
+    }
+
+    /// Lengths a careless `fill` returns: one byte too many, and absurdly many.
+    const OVERLONG: [usize; 2] = [MAX_FRAME + 1, usize::MAX];
+
+    /// Sends one frame per length of OVERLONG, numbered from `seed`.
+    fn send_overlong(tx: &mut impl FrameTx, seed: u8) {
+        let mut sent = 0;
+        while sent < OVERLONG.len() {
+            sent += tx
+                .tx_batch(OVERLONG.len() - sent, |i, buf| {
+                    assert_eq!(buf.len(), MAX_FRAME, "fill gets MAX_FRAME bytes");
+                    pattern(buf, seed + (sent + i) as u8);
+                    OVERLONG[sent + i]
+                })
+                .expect("an overlong fill length is clamped, not an error");
+        }
+        tx.flush().unwrap();
+    }
+
+    /// Every frame must be exactly the MAX_FRAME bytes `fill` wrote, nothing past them.
+    fn assert_clamped(frames: &[Vec<u8>], seed: u8, what: &str) {
+        assert_eq!(frames.len(), OVERLONG.len(), "{what}: frames received");
+        for (i, frame) in frames.iter().enumerate() {
+            let mut want = vec![0; MAX_FRAME];
+            pattern(&mut want, seed + i as u8);
+            assert_eq!(frame.len(), MAX_FRAME, "{what}: frame {i}'s length");
+            assert!(frame == &want, "{what}: frame {i}'s bytes differ");
+        }
+    }
+
+    #[test]
+    fn every_backend_descriptor_closes_on_exec() {
+        // A child process started by any thread would otherwise hold the sockets (an AF_XDP
+        // socket's queue stays busy until the child exits).
+        in_private_netns(|| {
+            let mut cfg = IoConfig::new("lo");
+            cfg.xdp_mode = XdpMode::Generic;
+            cfg.ring_frames = 64;
+            let spec = FilterSpec {
+                ipv4: Some(test_support::SCAN4),
+                ipv6: None,
+                tcp: TcpTake::All,
+                udp: false,
+                icmp: false,
+                icmp6: false,
+                ports: (61000, 65535),
+            };
+            // Every backend open at once (AF_XDP as a pair: one socket per queue).
+            let mut open: Vec<(AnyTx, AnyRx)> = BackendKind::NETWORK
+                .into_iter()
+                .filter(|&kind| kind != BackendKind::Xdp)
+                .map(|kind| {
+                    let tx = AnyTx::open(kind, &cfg).unwrap();
+                    (tx, AnyRx::open(kind, &cfg).unwrap())
+                })
+                .collect();
+            open.push(open_xdp_pair(&cfg, &spec).unwrap());
+            let mem = mem::pair(4);
+            let mut fds = vec![("mem", mem.0.raw_fd()), ("mem", mem.1.raw_fd())];
+            for (tx, rx) in &open {
+                fds.push((tx.kind_name(), tx.raw_fd()));
+                fds.push((tx.kind_name(), rx.raw_fd()));
+            }
+            for (kind, fd) in fds {
+                // SAFETY: F_GETFD takes and returns plain integers.
+                let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+                assert!(flags >= 0, "{kind}: fd {fd} is not open");
+                assert!(
+                    flags & libc::FD_CLOEXEC != 0,
+                    "{kind}: fd {fd} is inherited by children"
+                );
+            }
+            drop((open, mem));
+        });
+    }
+
+    #[test]
+    fn every_backend_clamps_a_fill_length_beyond_the_buffer() {
+        let (mut a, mut b) = mem::pair(8);
+        send_overlong(&mut a, 0);
+        let mut frames = Vec::new();
+        b.rx_batch(8, Duration::ZERO, |f| frames.push(f.to_vec()))
+            .unwrap();
+        assert_clamped(&frames, 0, "mem");
+
+        in_private_netns(|| {
+            let mut cfg = IoConfig::new("lo");
+            cfg.xdp_mode = XdpMode::Generic;
+            cfg.ring_frames = 64;
+            // A ring receiver reports each frame's whole length (up to 2 KiB here), so a frame
+            // sent longer than MAX_FRAME would show.
+            let mut rx = AnyRx::open(BackendKind::Ring, &cfg).unwrap();
+            rx.set_filter(&format!("ether proto {EXPERIMENTAL}"))
+                .unwrap();
+            for (k, kind) in BackendKind::NETWORK.into_iter().enumerate() {
+                let seed = 16 * k as u8;
+                let mut tx = AnyTx::open(kind, &cfg).unwrap();
+                send_overlong(&mut tx, seed);
+                let mut frames = Vec::new();
+                let end = Instant::now() + Duration::from_secs(3);
+                while frames.len() < OVERLONG.len() && Instant::now() < end {
+                    rx.rx_batch(8, Duration::from_millis(50), |f| frames.push(f.to_vec()))
+                        .unwrap();
+                }
+                assert_clamped(&frames, seed, kind.name());
+            }
+        });
+    }
 
     #[test]
     fn backend_names_round_trip() {

@@ -2,11 +2,13 @@
 //! `pcap_sendpacket` per frame, as WinPcap's classic path was.
 
 use std::io;
-use std::time::Duration;
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 
-use crate::{FrameRx, FrameTx, IoConfig, MAX_FRAME};
+use crate::packet_socket::poll_readable;
+use crate::{FrameRx, FrameTx, IoConfig, RxDrops, MAX_FRAME};
 
 fn pcap_error(iface: &str, err: pcap::Error) -> anyhow::Error {
     let text = err.to_string();
@@ -23,14 +25,18 @@ fn pcap_error(iface: &str, err: pcap::Error) -> anyhow::Error {
 
 fn open_capture(cfg: &IoConfig, timeout_ms: i32) -> anyhow::Result<pcap::Capture<pcap::Active>> {
     crate::packet_socket::ifindex(&cfg.iface)?;
-    pcap::Capture::from_device(cfg.iface.as_str())
+    let cap = pcap::Capture::from_device(cfg.iface.as_str())
         .and_then(|c| {
             c.snaplen(MAX_FRAME as i32 + 4)
                 .immediate_mode(true)
                 .timeout(timeout_ms)
                 .open()
         })
-        .map_err(|e| pcap_error(&cfg.iface, e))
+        .map_err(|e| pcap_error(&cfg.iface, e))?;
+    // libpcap opens its socket without SOCK_CLOEXEC.
+    crate::packet_socket::set_cloexec(cap.as_raw_fd())
+        .map_err(|e| anyhow!("libpcap on {}: {e}", cfg.iface))?;
+    Ok(cap)
 }
 
 pub struct PcapTx {
@@ -52,6 +58,13 @@ impl PcapTx {
     }
 }
 
+#[cfg(test)]
+impl PcapTx {
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        self.cap.as_raw_fd()
+    }
+}
+
 impl FrameTx for PcapTx {
     fn tx_batch<F: FnMut(usize, &mut [u8]) -> usize>(
         &mut self,
@@ -59,7 +72,7 @@ impl FrameTx for PcapTx {
         mut fill: F,
     ) -> io::Result<usize> {
         for i in 0..count {
-            let len = fill(i, &mut self.buf[..]);
+            let len = fill(i, &mut self.buf[..]).min(MAX_FRAME);
             loop {
                 match self.cap.sendpacket(&self.buf[..len]) {
                     Ok(()) => break,
@@ -76,11 +89,33 @@ impl FrameTx for PcapTx {
     }
 }
 
+/// A non-blocking capture: waiting is a poll(2) on its descriptor, so a zero timeout never
+/// blocks and several receivers can be waited on at once.
 pub struct PcapRx {
     cap: pcap::Capture<pcap::Active>,
+    /// libpcap's drop count (cumulative, 32 bits) when last read.
+    drops_seen: u32,
 }
 
 impl PcapRx {
+    pub fn raw_fd(&self) -> RawFd {
+        self.cap.as_raw_fd()
+    }
+
+    /// Frames the kernel dropped for this capture since the last call (its socket buffer or
+    /// ring was full).
+    pub fn take_drops(&mut self) -> RxDrops {
+        let Ok(stats) = self.cap.stats() else {
+            return RxDrops::default();
+        };
+        let new = stats.dropped.wrapping_sub(self.drops_seen);
+        self.drops_seen = stats.dropped;
+        RxDrops {
+            ring_full: u64::from(new),
+            ..RxDrops::default()
+        }
+    }
+
     pub fn set_filter(&mut self, expr: &str) -> anyhow::Result<()> {
         self.cap
             .filter(expr, true)
@@ -91,7 +126,8 @@ impl PcapRx {
         let cap = open_capture(cfg, 10)?;
         cap.direction(pcap::Direction::In)
             .map_err(|e| pcap_error(&cfg.iface, e))?;
-        Ok(PcapRx { cap })
+        let cap = cap.setnonblock().map_err(|e| pcap_error(&cfg.iface, e))?;
+        Ok(PcapRx { cap, drops_seen: 0 })
     }
 }
 
@@ -102,7 +138,7 @@ impl FrameRx for PcapRx {
         timeout: Duration,
         mut on_frame: F,
     ) -> io::Result<usize> {
-        let deadline = std::time::Instant::now() + timeout;
+        let deadline = Instant::now() + timeout;
         let mut got = 0;
         while got < max {
             match self.cap.next_packet() {
@@ -110,10 +146,13 @@ impl FrameRx for PcapRx {
                     on_frame(p.data);
                     got += 1;
                 }
+                // Non-blocking: nothing waiting. Wait only while nothing has been read yet.
                 Err(pcap::Error::TimeoutExpired) => {
-                    if got > 0 || std::time::Instant::now() >= deadline {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if got > 0 || left.is_zero() {
                         break;
                     }
+                    poll_readable(self.cap.as_raw_fd(), left)?;
                 }
                 Err(e) => return Err(io::Error::other(e.to_string())),
             }

@@ -45,12 +45,13 @@ impl Slab {
         &self.bufs[i * MAX_FRAME..i * MAX_FRAME + len.min(MAX_FRAME)]
     }
 
-    /// Points message `i` at frame `i` with length `len`.
+    /// Points message `i` at frame `i` with length `len` (at most the frame's buffer).
     fn point(&mut self, i: usize, len: usize) {
         let base = self.bufs.as_mut_ptr();
         // SAFETY: i < capacity, so the offset stays inside `bufs`.
         self.iov[i].iov_base = unsafe { base.add(i * MAX_FRAME) }.cast();
-        self.iov[i].iov_len = len;
+        // The kernel reads (or writes) iov_len bytes: never more than the frame's buffer.
+        self.iov[i].iov_len = len.min(MAX_FRAME);
         let hdr = &mut self.msgs[i].msg_hdr;
         hdr.msg_iov = &mut self.iov[i];
         hdr.msg_iovlen = 1;
@@ -69,6 +70,11 @@ impl MmsgTx {
             fd: open_bound(&cfg.iface, 0)?,
             slab: Slab::new(cfg.batch.min(4096)),
         })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
     }
 
     /// Sends messages `from..to`; returns how many the kernel took (0 when its queue is full).
@@ -95,7 +101,8 @@ impl FrameTx for MmsgTx {
     ) -> io::Result<usize> {
         let n = count.min(self.slab.capacity());
         for i in 0..n {
-            let len = fill(i, self.slab.frame_mut(i));
+            // Never past the frame's buffer, whatever `fill` claims.
+            let len = fill(i, self.slab.frame_mut(i)).min(MAX_FRAME);
             self.slab.point(i, len);
         }
         let mut sent = 0;
@@ -147,7 +154,8 @@ impl FrameRx for MmsgRx {
         timeout: Duration,
         mut on_frame: F,
     ) -> io::Result<usize> {
-        if !poll_readable(self.fd.as_raw_fd(), timeout)? {
+        // A zero timeout goes straight to the non-blocking recvmmsg.
+        if !timeout.is_zero() && !poll_readable(self.fd.as_raw_fd(), timeout)? {
             return Ok(0);
         }
         let n = max.min(self.slab.capacity());

@@ -39,7 +39,13 @@ pub fn open_bound(iface: &str, protocol: u16) -> anyhow::Result<OwnedFd> {
     let index = ifindex(iface)?;
     let proto_be = protocol.to_be();
     // SAFETY: plain socket(2) call; the result is checked before use.
-    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(proto_be)) };
+    let raw = unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            i32::from(proto_be),
+        )
+    };
     if raw < 0 {
         return Err(open_error(
             "opening an AF_PACKET socket",
@@ -70,6 +76,19 @@ pub fn open_bound(iface: &str, protocol: u16) -> anyhow::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Marks `fd` close-on-exec, for descriptors that libraries (libxdp, libpcap) open without it:
+/// a child process would otherwise hold the socket (and an AF_XDP socket's queue) until it
+/// exits.
+pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: F_GETFD/F_SETFD take and return plain integers; a bad fd yields -1.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// setsockopt(2) with a plain-data value.
 pub fn set_option<T: Copy>(fd: RawFd, level: i32, name: i32, value: &T) -> io::Result<()> {
     // SAFETY: `value` points to a live `T` whose size is passed alongside it.
@@ -95,7 +114,7 @@ pub fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
         events: libc::POLLIN,
         revents: 0,
     };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    let ms = timeout_ms(timeout);
     // SAFETY: `pfd` is one valid pollfd and the count passed is 1.
     let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
     match rc {
@@ -110,6 +129,12 @@ pub fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
             }
         }
     }
+}
+
+/// `timeout` in whole milliseconds for poll(2), rounded up (a wait of 0.5 ms is one of 1 ms, not
+/// none) and capped at i32::MAX.
+pub fn timeout_ms(timeout: Duration) -> i32 {
+    timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
 }
 
 /// Whether a send error only means "the queue is full right now": back off and retry.

@@ -125,6 +125,11 @@ impl RingTx {
         })
     }
 
+    #[cfg(test)]
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+
     fn slot_offset(&self, index: usize) -> usize {
         index * TX_FRAME_SIZE
     }
@@ -330,9 +335,13 @@ impl FrameRx for RingRx {
         let mut got = 0;
         while got < max {
             let ready = self.left_in_block > 0 || self.open_block();
-            // Wait for the kernel only while nothing has been read yet.
+            // Wait for the kernel only while nothing has been read yet (and never for a zero
+            // timeout: then no system call is made at all).
             if !ready
-                && (got > 0 || !poll_readable(self.fd.as_raw_fd(), timeout)? || !self.open_block())
+                && (got > 0
+                    || timeout.is_zero()
+                    || !poll_readable(self.fd.as_raw_fd(), timeout)?
+                    || !self.open_block())
             {
                 break;
             }

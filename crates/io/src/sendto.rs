@@ -20,7 +20,13 @@ impl SendtoTx {
         })
     }
 
+    #[cfg(test)]
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+
     fn send_one(&mut self, len: usize) -> io::Result<bool> {
+        let len = len.min(MAX_FRAME);
         // SAFETY: `buf` is valid for `len` ≤ MAX_FRAME bytes; the socket is bound, so no address.
         let rc = unsafe { libc::send(self.fd.as_raw_fd(), self.buf.as_ptr().cast(), len, 0) };
         if rc >= 0 {
@@ -41,7 +47,8 @@ impl FrameTx for SendtoTx {
         mut fill: F,
     ) -> io::Result<usize> {
         for i in 0..count {
-            let len = fill(i, &mut self.buf[..]);
+            // Never past the buffer, whatever `fill` claims.
+            let len = fill(i, &mut self.buf[..]).min(MAX_FRAME);
             // A frame that was filled has been accepted: retry it until the kernel takes it.
             while !self.send_one(len)? {
                 std::thread::yield_now();

@@ -23,8 +23,9 @@ use xsk_rs::config::{
 };
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
 
+use crate::packet_socket::timeout_ms;
 use crate::xdp_filter::{Attached, FilterSpec};
-use crate::{FrameRx, FrameTx, IoConfig, MAX_FRAME};
+use crate::{FrameRx, FrameTx, IoConfig, RxDrops, MAX_FRAME};
 
 const FRAME_SIZE: u32 = 2048;
 /// Linux ≥ 6.17 lets a copy-mode socket send more than 32 frames per wake-up
@@ -32,6 +33,10 @@ const FRAME_SIZE: u32 = 2048;
 const XDP_MAX_TX_SKB_BUDGET: i32 = 9;
 /// Bound on wake-ups spent draining one batch in copy mode.
 const MAX_KICKS_PER_BATCH: usize = 256;
+/// Right after an AF_XDP socket closes its queue can be busy for a moment: opening retries a
+/// busy queue this often, this long apart, in all (not per attach mode tried).
+const BUSY_RETRIES: u32 = 20;
+const BUSY_WAIT: Duration = Duration::from_millis(50);
 
 /// How to attach: native (driver) XDP, generic (SKB) XDP, or native with fallback.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,26 +151,38 @@ impl XskPort {
             Steering::Own { native: false } => XdpMode::Generic,
             Steering::None | Steering::Libxdp => cfg.xdp_mode,
         };
-        let mut last_err = String::new();
+        let (mut last_err, mut busy, mut busy_retries) = (String::new(), false, 0);
         for attempt in attempts(mode) {
-            // Right after a native-mode socket closes the queue can be busy for a moment.
-            for _ in 0..20 {
+            loop {
                 match Self::try_open(cfg, frames, both, steering, attempt) {
                     Ok(port) => return Ok(port),
                     Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                        last_err = e.to_string();
-                        std::thread::sleep(Duration::from_millis(50));
+                        (last_err, busy) = (format!("{attempt}: {e}"), true);
+                        if busy_retries == BUSY_RETRIES {
+                            break;
+                        }
+                        busy_retries += 1;
+                        std::thread::sleep(BUSY_WAIT);
                     }
                     Err(e) if e.raw_os_error() == Some(libc::EPERM) => bail!(
                         "AF_XDP on {}: permission denied: needs CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF (run as root); or try --backend ring",
                         cfg.iface
                     ),
                     Err(e) => {
-                        last_err = format!("{attempt}: {e}");
+                        (last_err, busy) = (format!("{attempt}: {e}"), false);
                         break;
                     }
                 }
             }
+        }
+        if busy {
+            let waited = u64::from(busy_retries) * BUSY_WAIT.as_millis() as u64;
+            return Err(crate::iface::busy_queue_error(
+                &cfg.iface, cfg.queue, waited,
+            ));
+        }
+        if let Some(e) = crate::iface::missing_queue_error(&cfg.iface, cfg.queue) {
+            return Err(e);
         }
         Err(anyhow!(
             "the kernel refused an AF_XDP socket on {} queue {} ({last_err}); try --backend ring",
@@ -219,6 +236,9 @@ impl XskPort {
         // sharing does not apply.
         let (tx, rx, rings) =
             unsafe { Socket::new(sock_cfg, &umem, &name, cfg.queue) }.map_err(socket_error)?;
+        // libxdp opens the socket without SOCK_CLOEXEC: a child process started by any thread
+        // would inherit it and keep the queue busy until it exits.
+        crate::packet_socket::set_cloexec(tx.fd().as_raw_fd())?;
         let (fill, comp) = rings.ok_or_else(|| io::Error::other("UMEM rings missing"))?;
         let budget = set_tx_budget(&tx, ring.get());
         let how = format!("AF_XDP, {attempt}{budget}");
@@ -306,6 +326,11 @@ impl XdpTx {
         self.how.clone()
     }
 
+    #[cfg(test)]
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        self.rings.tx.fd().as_raw_fd()
+    }
+
     /// Takes back the frames whose transmission the kernel has completed.
     fn reclaim(&mut self) {
         // SAFETY: `completed` holds descriptors of this socket's own UMEM.
@@ -387,7 +412,8 @@ impl FrameTx for XdpTx {
                 // SAFETY: the descriptor came off the free list: neither ring owns the frame.
                 let mut data = unsafe { self.umem.data_mut(&mut desc) };
                 data.cursor().set_pos(MAX_FRAME);
-                let len = fill(i, data.contents_mut());
+                // The UMEM frame is larger than what `fill` was given: clamp to that.
+                let len = fill(i, data.contents_mut()).min(MAX_FRAME);
                 data.cursor().set_pos(len);
             }
             self.posted.push(desc);
@@ -422,6 +448,8 @@ pub struct XdpRx {
     _idle: Option<TxRings>,
     how: String,
     received: Vec<FrameDesc>,
+    /// The socket's drop counters (cumulative, as the kernel keeps them) when last read.
+    drops_seen: RxDrops,
 }
 
 impl XdpRx {
@@ -497,7 +525,36 @@ impl XdpRx {
             _idle: idle,
             how,
             received: vec![FrameDesc::default(); frames.len()],
+            drops_seen: RxDrops::default(),
         })
+    }
+
+    /// The socket's descriptor, readable while received frames wait in its RX ring.
+    pub fn raw_fd(&self) -> RawFd {
+        self.rings.rx.fd().as_raw_fd()
+    }
+
+    /// What the kernel dropped for this socket since the last call (`XDP_STATISTICS`); zeros if
+    /// it cannot tell.
+    pub fn take_drops(&mut self) -> RxDrops {
+        let Ok(stats) = self.rings.rx.fd().xdp_statistics() else {
+            return RxDrops::default();
+        };
+        let now = RxDrops {
+            ring_full: stats.rx_ring_full(),
+            no_buffer: stats.rx_dropped(),
+            invalid: stats.rx_invalid_descs(),
+            fill_ring_empty: stats.rx_fill_ring_empty_descs(),
+        };
+        let new = now.since(&self.drops_seen);
+        self.drops_seen = now;
+        new
+    }
+
+    /// The reply filter this receiver is behind (tests inject frames through it).
+    #[cfg(test)]
+    pub(crate) fn filter(&self) -> Arc<Attached> {
+        self.filter.clone().expect("a filtered receiver")
     }
 
     /// Puts the socket `fd` into the reply filter's map: from now on its frames arrive here.
@@ -573,13 +630,13 @@ impl FrameRx for XdpRx {
         mut on_frame: F,
     ) -> io::Result<usize> {
         let max = max.min(self.received.len());
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: `received` only ever holds descriptors of this socket's UMEM.
-        let n = unsafe {
-            self.rings
-                .rx
-                .poll_and_consume(&mut self.received[..max], ms)?
-        };
+        let mut n = unsafe { self.rings.rx.consume(&mut self.received[..max]) };
+        // Only an empty ring is waited on (a zero timeout never makes a system call here).
+        if n == 0 && max > 0 && !timeout.is_zero() && self.rings.rx.poll(timeout_ms(timeout))? {
+            // SAFETY: as above.
+            n = unsafe { self.rings.rx.consume(&mut self.received[..max]) };
+        }
         for desc in &self.received[..n] {
             // SAFETY: the kernel handed these frames to us; nothing else accesses them now.
             let data = unsafe { self.umem.data(desc) };
@@ -594,5 +651,110 @@ impl FrameRx for XdpRx {
             self.rings.fill.wakeup(self.rings.rx.fd_mut(), 0)?;
         }
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{in_private_netns, synack, SCAN4};
+    use crate::{RxDrops, TcpTake};
+
+    /// A generic-mode configuration on `lo` with rings of `frames` entries.
+    fn lo(frames: u32) -> IoConfig {
+        let mut cfg = IoConfig::new("lo");
+        cfg.xdp_mode = XdpMode::Generic;
+        cfg.ring_frames = frames;
+        cfg
+    }
+
+    fn syn_scan() -> FilterSpec {
+        FilterSpec {
+            ipv4: Some(SCAN4),
+            ipv6: None,
+            tcp: TcpTake::SynAckOrRst,
+            udp: false,
+            icmp: false,
+            icmp6: false,
+            ports: (61000, 65535),
+        }
+    }
+
+    #[test]
+    fn drops_are_counted_by_cause_and_taken_as_deltas() {
+        in_private_netns(|| {
+            let mut rx = XdpRx::open_filtered(&lo(64), &syn_scan()).unwrap();
+            let filter = rx.filter();
+            assert_eq!(rx.take_drops(), RxDrops::default());
+            // 64 UMEM frames, none handed back: 64 of 100 replies fit, 36 are lost.
+            filter.inject(&synack(SCAN4, 62000), 100).unwrap();
+            let drops = rx.take_drops();
+            eprintln!("100 frames into 64 UMEM frames: dropped {drops}");
+            assert_eq!(drops.total(), 36, "{drops:?}");
+            assert_eq!(drops.invalid, 0, "{drops:?}");
+            assert!(
+                drops.fill_ring_empty > 0 || drops.ring_full > 0,
+                "the cause is missing: {drops:?}"
+            );
+            assert_eq!(rx.take_drops(), RxDrops::default(), "only what is new");
+            assert_eq!(rx.rx_batch(1000, Duration::ZERO, |_| ()).unwrap(), 64);
+            // Read frames go back to the fill ring: the next replies all arrive.
+            filter.inject(&synack(SCAN4, 62001), 10).unwrap();
+            let mut ports = Vec::new();
+            let got = rx
+                .rx_batch(1000, Duration::ZERO, |f| {
+                    ports.push(u16::from_be_bytes([f[36], f[37]]))
+                })
+                .unwrap();
+            assert_eq!((got, ports), (10, vec![62001; 10]));
+            assert_eq!(rx.take_drops(), RxDrops::default());
+        });
+    }
+
+    #[test]
+    fn a_zero_timeout_receive_returns_what_waits_and_never_blocks() {
+        in_private_netns(|| {
+            let mut rx = XdpRx::open_filtered(&lo(64), &syn_scan()).unwrap();
+            assert_eq!(rx.rx_batch(64, Duration::ZERO, |_| ()).unwrap(), 0);
+            rx.filter().inject(&synack(SCAN4, 62000), 3).unwrap();
+            assert_eq!(rx.rx_batch(2, Duration::ZERO, |_| ()).unwrap(), 2);
+            assert_eq!(rx.rx_batch(64, Duration::ZERO, |_| ()).unwrap(), 1);
+            // The filter still decides: a reply to an ephemeral port never arrives.
+            rx.filter().inject(&synack(SCAN4, 45000), 3).unwrap();
+            assert_eq!(
+                rx.rx_batch(64, Duration::from_millis(20), |_| ()).unwrap(),
+                0
+            );
+        });
+    }
+
+    #[test]
+    fn a_busy_or_missing_queue_is_named_in_one_line() {
+        in_private_netns(|| {
+            let first = XdpTx::open(&lo(64)).unwrap();
+            let err = XdpTx::open(&lo(64))
+                .err()
+                .expect("a second socket on lo queue 0");
+            let text = format!("{err:#}");
+            eprintln!("{text}");
+            assert!(
+                text.contains("lo queue 0")
+                    && text.contains("busy")
+                    && text.contains("one per queue")
+                    && text.contains("lo has 1 queue"),
+                "{text}"
+            );
+            assert!(!text.contains('\n'), "{text}");
+            drop(first);
+            let mut beyond = lo(64);
+            beyond.queue = 1;
+            let err = XdpTx::open(&beyond).err().expect("lo has no queue 1");
+            let text = format!("{err:#}");
+            eprintln!("{text}");
+            assert!(
+                text.contains("no queue 1") && text.contains("lo has 1 queue"),
+                "{text}"
+            );
+        });
     }
 }

@@ -33,21 +33,51 @@ const CFG_MAP: &CStr = c"filter_cfg";
 /// `max_entries` of `xsks_map`: the highest queue the filter serves, plus one.
 pub(crate) const MAX_QUEUES: u32 = 64;
 
-const TAKE_TCP: u32 = 1 << 0;
+/// `filter_cfg.protos` bits of reply_filter.c.
+const TAKE_TCP_SYNACK_RST: u32 = 1 << 0;
 const TAKE_UDP: u32 = 1 << 1;
 const TAKE_ICMP: u32 = 1 << 2;
 const TAKE_ICMP6: u32 = 1 << 3;
+const TAKE_TCP_ALL: u32 = 1 << 4;
+
+/// Which TCP segments to the port range the reply filter takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TcpTake {
+    /// No TCP at all.
+    #[default]
+    None,
+    /// Only what can answer a SYN probe: a SYN-ACK (SYN and ACK both set) or a RST (RST set).
+    /// Any other segment to those ports (a stray ACK, data or FIN of some connection) goes on to
+    /// the OS stack. What a SYN scan asks for.
+    SynAckOrRst,
+    /// Every segment: what a user-space TCP client (`grab`) asks for, since it owns its
+    /// connections on these ports end to end and the OS stack must see none of them.
+    All,
+}
 
 /// What the reply filter hands to the AF_XDP socket. A frame is taken when it is addressed to
 /// `ipv4` or `ipv6` and is of a protocol set here; TCP and UDP also need a destination port in
-/// `ports` (inclusive). Taken ICMP is echo reply and the errors that quote a datagram
-/// (types 0, 3, 4, 11, 12); taken ICMPv6 is errors and echo reply (types 1–4, 129), never
-/// neighbour discovery. Everything else goes to the OS stack.
+/// `ports` (inclusive), and TCP a segment of the kind `tcp` says. Taken ICMP is echo reply and
+/// the errors that quote a datagram (types 0, 3, 4, 11, 12); taken ICMPv6 is errors and echo
+/// reply (types 1–4, 129), never neighbour discovery. Everything else goes to the OS stack.
+///
+/// `ports` should be sonde's own source ports (`sonde_craft::cookie::PortRange::DEFAULT`,
+/// 61000–65535, outside Linux's ephemeral range): with those, whatever the filter takes cannot
+/// belong to one of the host's own connections.
+///
+/// Fragments: only the first fragment of a datagram carries its transport header, so the filter
+/// takes a first fragment (IPv4 MF set and offset 0; IPv6 a fragment header with offset 0) when
+/// that header shows a reply, and passes every later fragment (offset ≠ 0) to the OS stack,
+/// which never completes the datagram. A receiver thus sees only the first fragment of a
+/// fragmented reply, and should count those (IPv4: MF set; IPv6: a fragment header) rather than
+/// parse them as whole. IPv6 extension headers (hop-by-hop, routing, fragment, destination
+/// options) are walked to find the transport header, up to six of them; a packet with more, or
+/// with any other extension header (AH, ESP, …), goes to the OS stack.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FilterSpec {
     pub ipv4: Option<Ipv4Addr>,
     pub ipv6: Option<Ipv6Addr>,
-    pub tcp: bool,
+    pub tcp: TcpTake,
     pub udp: bool,
     pub icmp: bool,
     pub icmp6: bool,
@@ -74,18 +104,20 @@ impl FilterSpec {
         if self.ipv4.is_none() && self.ipv6.is_none() {
             bail!("the XDP reply filter needs an IPv4 or IPv6 address to take replies for");
         }
-        if !(self.tcp || self.udp || self.icmp || self.icmp6) {
+        let tcp = self.tcp != TcpTake::None;
+        if !(tcp || self.udp || self.icmp || self.icmp6) {
             bail!("the XDP reply filter takes no protocol: set tcp, udp, icmp or icmp6");
         }
         let (lo, hi) = self.ports;
-        if (self.tcp || self.udp) && lo > hi {
+        if (tcp || self.udp) && lo > hi {
             bail!("the XDP reply filter's port range {lo}-{hi} is empty");
         }
         let bit = |on: bool, b: u32| if on { b } else { 0 };
         Ok(FilterCfg {
             ipv4: self.ipv4.map_or(0, |a| u32::from_ne_bytes(a.octets())),
             ipv6: self.ipv6.map_or([0; 16], |a| a.octets()),
-            protos: bit(self.tcp, TAKE_TCP)
+            protos: bit(self.tcp == TcpTake::SynAckOrRst, TAKE_TCP_SYNACK_RST)
+                | bit(self.tcp == TcpTake::All, TAKE_TCP_ALL)
                 | bit(self.udp, TAKE_UDP)
                 | bit(self.icmp, TAKE_ICMP)
                 | bit(self.icmp6, TAKE_ICMP6),
@@ -217,6 +249,24 @@ impl ReplyFilter {
         check(unsafe { bpf::bpf_prog_test_run_opts(self.prog.as_raw_fd(), &mut opts) })?;
         Ok(opts.retval)
     }
+
+    /// Runs the program on `count` copies of `frame` as if they had arrived on queue 0 of the
+    /// calling thread's `lo` (BPF_F_TEST_XDP_LIVE_FRAMES): what it redirects really reaches
+    /// the AF_XDP socket in `xsks_map` at queue 0, which must be bound to that `lo`.
+    #[cfg(test)]
+    pub(crate) fn inject(&self, frame: &[u8], count: u32) -> io::Result<()> {
+        let mut opts = bpf::bpf_test_run_opts {
+            sz: std::mem::size_of::<bpf::bpf_test_run_opts>() as _,
+            data_in: frame.as_ptr().cast(),
+            data_size_in: frame.len() as u32,
+            repeat: count as i32,
+            flags: bpf::BPF_F_TEST_XDP_LIVE_FRAMES,
+            ..Default::default()
+        };
+        // SAFETY: `frame` outlives the call, which only reads `data_size_in` bytes of it; live
+        // mode has no output buffer.
+        check(unsafe { bpf::bpf_prog_test_run_opts(self.prog.as_raw_fd(), &mut opts) }).map(drop)
+    }
 }
 
 /// The reply filter attached to one interface, shared by the receivers of its queues; dropping
@@ -233,6 +283,12 @@ impl Attached {
         self.filter
             .add_socket(queue, xsk)
             .map_err(|e| anyhow!("cannot add the AF_XDP socket to sonde's XDP reply filter: {e}"))
+    }
+
+    /// See [`ReplyFilter::inject`].
+    #[cfg(test)]
+    pub(crate) fn inject(&self, frame: &[u8], count: u32) -> io::Result<()> {
+        self.filter.inject(frame, count)
     }
 }
 
@@ -402,16 +458,27 @@ mod tests {
     const SCAN6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 0xffff, 0, 0, 0, 1);
     const OTHER4: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 2);
     const OTHER6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 0xffff, 0, 0, 0, 2);
+    /// sonde's default source ports (`PortRange::DEFAULT` of sonde-craft).
+    const PORTS: (u16, u16) = (61000, 65535);
+    /// A port inside them, and one of Linux's ephemeral ports (32768–60999), outside.
+    const OURS: u16 = 62000;
+    const EPHEMERAL: u16 = 45000;
+
+    const SYN: u8 = 0x02;
+    const RST: u8 = 0x04;
+    const ACK: u8 = 0x10;
+    const FIN: u8 = 0x01;
+    const PSH: u8 = 0x08;
 
     fn spec() -> FilterSpec {
         FilterSpec {
             ipv4: Some(SCAN4),
             ipv6: Some(SCAN6),
-            tcp: true,
+            tcp: TcpTake::SynAckOrRst,
             udp: true,
             icmp: true,
             icmp6: true,
-            ports: (32768, 60999),
+            ports: PORTS,
         }
     }
 
@@ -421,7 +488,7 @@ mod tests {
         let cfg = spec().to_cfg().unwrap();
         assert_eq!(cfg.ipv4.to_ne_bytes(), [198, 19, 255, 1]);
         assert_eq!(cfg.protos, 0b1111);
-        assert_eq!((cfg.port_lo, cfg.port_hi), (32768, 60999));
+        assert_eq!((cfg.port_lo, cfg.port_hi), PORTS);
         let only_tcp4 = FilterSpec {
             ipv6: None,
             udp: false,
@@ -430,7 +497,17 @@ mod tests {
             ..spec()
         };
         let cfg = only_tcp4.to_cfg().unwrap();
-        assert_eq!((cfg.ipv6, cfg.protos), ([0; 16], TAKE_TCP));
+        assert_eq!((cfg.ipv6, cfg.protos), ([0; 16], TAKE_TCP_SYNACK_RST));
+        let all_tcp = FilterSpec {
+            tcp: TcpTake::All,
+            ..only_tcp4.clone()
+        };
+        assert_eq!(all_tcp.to_cfg().unwrap().protos, TAKE_TCP_ALL);
+        let no_tcp = FilterSpec {
+            tcp: TcpTake::None,
+            ..spec()
+        };
+        assert_eq!(no_tcp.to_cfg().unwrap().protos, 0b1110);
         let bad = [
             FilterSpec {
                 ipv4: None,
@@ -446,7 +523,13 @@ mod tests {
                 ..spec()
             },
             FilterSpec {
-                tcp: false,
+                ports: (2, 1),
+                udp: false,
+                tcp: TcpTake::All,
+                ..spec()
+            },
+            FilterSpec {
+                tcp: TcpTake::None,
                 udp: false,
                 icmp: false,
                 icmp6: false,
@@ -466,24 +549,24 @@ mod tests {
         f
     }
 
-    fn l4(proto: u8, dport: u16, icmp_type: u8) -> Vec<u8> {
-        match proto {
-            6 => {
-                let mut h = vec![0; 20];
-                h[0..2].copy_from_slice(&80u16.to_be_bytes());
-                h[2..4].copy_from_slice(&dport.to_be_bytes());
-                h[12] = 5 << 4;
-                h[13] = 0x12;
-                h
-            }
-            17 => {
-                let mut h = vec![0; 8];
-                h[0..2].copy_from_slice(&53u16.to_be_bytes());
-                h[2..4].copy_from_slice(&dport.to_be_bytes());
-                h
-            }
-            _ => vec![icmp_type, 0, 0, 0, 0, 0, 0, 0],
-        }
+    fn tcp(dport: u16, flags: u8) -> Vec<u8> {
+        let mut h = vec![0; 20];
+        h[0..2].copy_from_slice(&80u16.to_be_bytes());
+        h[2..4].copy_from_slice(&dport.to_be_bytes());
+        h[12] = 5 << 4;
+        h[13] = flags;
+        h
+    }
+
+    fn udp(dport: u16) -> Vec<u8> {
+        let mut h = vec![0; 8];
+        h[0..2].copy_from_slice(&53u16.to_be_bytes());
+        h[2..4].copy_from_slice(&dport.to_be_bytes());
+        h
+    }
+
+    fn icmp(kind: u8) -> Vec<u8> {
+        vec![kind, 0, 0, 0, 0, 0, 0, 0]
     }
 
     fn v4(dst: Ipv4Addr, proto: u8, options: usize, frag_off: u16, payload: &[u8]) -> Vec<u8> {
@@ -505,6 +588,7 @@ mod tests {
         f
     }
 
+    /// An IPv6 frame whose first next-header is `next`; `payload` holds any extension headers.
     fn v6(dst: Ipv6Addr, next: u8, payload: &[u8]) -> Vec<u8> {
         let mut f = eth(0x86dd);
         let mut ip = vec![0; 40];
@@ -519,7 +603,29 @@ mod tests {
         f
     }
 
-    fn can_load() -> bool {
+    /// A hop-by-hop, routing or destination options header of `(units + 1) * 8` bytes.
+    fn opt_hdr(next: u8, units: u8) -> Vec<u8> {
+        let mut h = vec![0; (usize::from(units) + 1) * 8];
+        h[0] = next;
+        h[1] = units;
+        h[2] = 1; // a PadN option filling the rest
+        h[3] = (h.len() - 4) as u8;
+        h
+    }
+
+    /// A fragment header: offset in 8-octet units, `more` the M flag.
+    fn frag_hdr(next: u8, offset: u16, more: bool) -> Vec<u8> {
+        let field = (offset << 3) | u16::from(more);
+        let mut h = vec![next, 0, 0, 0, 0xab, 0xcd, 0xef, 0x01];
+        h[2..4].copy_from_slice(&field.to_be_bytes());
+        h
+    }
+
+    fn cat(parts: &[&[u8]]) -> Vec<u8> {
+        parts.concat()
+    }
+
+    pub(crate) fn can_load() -> bool {
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
         if !root {
@@ -554,74 +660,295 @@ mod tests {
         .unwrap();
     }
 
+    /// Asserts the filter's verdict on a frame; `what` names the frame in a failure.
+    type Verdict<'a> = Box<dyn Fn(Vec<u8>, &str) + 'a>;
+
+    /// `(take, pass)`: `take(frame, what)` asserts the filter redirects `frame`,
+    /// `pass(frame, what)` that it leaves it to the OS stack.
+    fn judge(f: &ReplyFilter) -> (Verdict<'_>, Verdict<'_>) {
+        let take = move |frame: Vec<u8>, what: &str| {
+            assert_eq!(f.test_run(&frame).unwrap(), XDP_REDIRECT, "take {what}")
+        };
+        let pass = move |frame: Vec<u8>, what: &str| {
+            assert_eq!(f.test_run(&frame).unwrap(), XDP_PASS, "pass {what}")
+        };
+        (Box::new(take), Box::new(pass))
+    }
+
     #[test]
-    fn takes_exactly_the_scans_replies() {
+    fn takes_exactly_the_replies() {
         if !can_load() {
             return;
         }
         with_filter(spec(), |f| {
-            let run = |frame: &[u8]| f.test_run(frame).unwrap();
-            let take = |frame: Vec<u8>, what: &str| assert_eq!(run(&frame), XDP_REDIRECT, "{what}");
-            let pass = |frame: Vec<u8>, what: &str| assert_eq!(run(&frame), XDP_PASS, "{what}");
+            let (take, pass) = judge(f);
+            let synack = SYN | ACK;
             // IPv4 TCP/UDP: address and both ends of the port range.
-            take(v4(SCAN4, 6, 0, 0, &l4(6, 32768, 0)), "tcp lo");
-            take(v4(SCAN4, 6, 0, 0, &l4(6, 60999, 0)), "tcp hi");
-            take(v4(SCAN4, 17, 0, 0, &l4(17, 40000, 0)), "udp");
-            take(
-                v4(SCAN4, 6, 12, 0, &l4(6, 40000, 0)),
-                "tcp after IP options",
-            );
-            take(v4(SCAN4, 6, 0, 0x2000, &l4(6, 40000, 0)), "first fragment");
-            pass(v4(SCAN4, 6, 0, 0, &l4(6, 32767, 0)), "tcp below range");
-            pass(v4(SCAN4, 6, 0, 0, &l4(6, 61000, 0)), "tcp above range");
-            pass(v4(SCAN4, 6, 0, 0, &l4(6, 22, 0)), "tcp port 22");
-            pass(v4(OTHER4, 6, 0, 0, &l4(6, 40000, 0)), "other address");
-            pass(v4(SCAN4, 6, 0, 0x0010, &l4(6, 40000, 0)), "later fragment");
+            take(v4(SCAN4, 6, 0, 0, &tcp(PORTS.0, synack)), "tcp lo");
+            take(v4(SCAN4, 6, 0, 0, &tcp(PORTS.1, synack)), "tcp hi");
+            take(v4(SCAN4, 17, 0, 0, &udp(OURS)), "udp");
+            take(v4(SCAN4, 6, 12, 0, &tcp(OURS, synack)), "after IP options");
+            pass(v4(SCAN4, 6, 0, 0, &tcp(PORTS.0 - 1, synack)), "below range");
+            pass(v4(SCAN4, 6, 0, 0, &tcp(EPHEMERAL, synack)), "ephemeral");
+            pass(v4(SCAN4, 6, 0, 0, &tcp(22, synack)), "tcp port 22");
+            pass(v4(SCAN4, 17, 0, 0, &udp(EPHEMERAL)), "udp ephemeral");
+            pass(v4(OTHER4, 6, 0, 0, &tcp(OURS, synack)), "other address");
             pass(v4(SCAN4, 47, 0, 0, &[0; 20]), "gre");
             // ICMP: replies and errors, not requests.
             for t in [0, 3, 4, 11, 12] {
-                take(v4(SCAN4, 1, 0, 0, &l4(1, 0, t)), &format!("icmp type {t}"));
+                take(v4(SCAN4, 1, 0, 0, &icmp(t)), &format!("icmp type {t}"));
             }
             for t in [8, 13, 5] {
-                pass(v4(SCAN4, 1, 0, 0, &l4(1, 0, t)), &format!("icmp type {t}"));
+                pass(v4(SCAN4, 1, 0, 0, &icmp(t)), &format!("icmp type {t}"));
             }
             // IPv6.
-            take(v6(SCAN6, 6, &l4(6, 50000, 0)), "tcp6");
-            take(v6(SCAN6, 17, &l4(17, 32768, 0)), "udp6");
-            pass(v6(SCAN6, 17, &l4(17, 1000, 0)), "udp6 outside range");
-            pass(v6(OTHER6, 6, &l4(6, 50000, 0)), "tcp6 other address");
-            pass(v6(SCAN6, 0, &l4(6, 50000, 0)), "hop-by-hop header first");
+            take(v6(SCAN6, 6, &tcp(OURS, synack)), "tcp6");
+            take(v6(SCAN6, 17, &udp(PORTS.0)), "udp6");
+            pass(v6(SCAN6, 17, &udp(1000)), "udp6 outside range");
+            pass(v6(OTHER6, 6, &tcp(OURS, synack)), "tcp6 other address");
             for t in [1, 2, 3, 4, 129] {
-                take(v6(SCAN6, 58, &l4(58, 0, t)), &format!("icmp6 type {t}"));
+                take(v6(SCAN6, 58, &icmp(t)), &format!("icmp6 type {t}"));
             }
-            for t in [128, 133, 134, 135, 136, 137] {
-                pass(v6(SCAN6, 58, &l4(58, 0, t)), &format!("icmp6 type {t}"));
+            for t in [128, 133, 134, 135, 136, 137, 143] {
+                pass(v6(SCAN6, 58, &icmp(t)), &format!("icmp6 type {t}"));
             }
             // ICMP of the wrong family is not taken.
-            pass(v4(SCAN4, 58, 0, 0, &l4(58, 0, 129)), "icmp6 in ipv4");
-            pass(v6(SCAN6, 1, &l4(1, 0, 0)), "icmp in ipv6");
+            pass(v4(SCAN4, 58, 0, 0, &icmp(129)), "icmp6 in ipv4");
+            pass(v6(SCAN6, 1, &icmp(0)), "icmp in ipv6");
             // Truncated and odd frames.
-            let tcp = v4(SCAN4, 6, 0, 0, &l4(6, 40000, 0));
-            pass(tcp[..14 + 20 + 3].to_vec(), "truncated before the port");
-            take(tcp[..14 + 20 + 4].to_vec(), "ports present, rest missing");
-            pass(tcp[..14 + 19].to_vec(), "truncated IPv4 header");
-            let mut bad_ihl = tcp.clone();
+            let frame = v4(SCAN4, 6, 0, 0, &tcp(OURS, synack));
+            pass(frame[..14 + 20 + 3].to_vec(), "truncated before the port");
+            pass(frame[..14 + 20 + 13].to_vec(), "truncated before the flags");
+            take(
+                frame[..14 + 20 + 14].to_vec(),
+                "flags present, rest missing",
+            );
+            pass(frame[..14 + 19].to_vec(), "truncated IPv4 header");
+            let mut bad_ihl = frame.clone();
             bad_ihl[14] = 0x44;
             pass(bad_ihl, "IHL below 5");
-            let mut long_ihl = tcp.clone();
+            let mut long_ihl = frame.clone();
             long_ihl[14] = 0x4f;
             pass(long_ihl, "IHL beyond the frame");
-            let mut not_v4 = tcp.clone();
+            let mut not_v4 = frame.clone();
             not_v4[14] = 0x65;
             pass(not_v4, "version 6 in an IPv4 frame");
             pass(
-                v6(SCAN6, 6, &l4(6, 50000, 0))[..14 + 39].to_vec(),
+                v6(SCAN6, 6, &tcp(OURS, synack))[..14 + 39].to_vec(),
                 "truncated IPv6",
             );
             pass(eth(0x0806).into_iter().chain([0; 28]).collect(), "arp");
             let mut vlan = eth(0x8100);
-            vlan.extend_from_slice(&tcp[12..]);
+            vlan.extend_from_slice(&frame[12..]);
             pass(vlan, "vlan-tagged");
+        });
+    }
+
+    /// Every combination of TCP flags a segment of an ordinary connection carries, and whether
+    /// a SYN scan's filter takes it (only SYN-ACK and RST kinds).
+    const SEGMENTS: [(u8, &str, bool); 9] = [
+        (SYN | ACK, "SYN-ACK", true),
+        (RST, "RST", true),
+        (RST | ACK, "RST-ACK", true),
+        (SYN | ACK | PSH, "SYN-ACK-PSH", true),
+        (SYN, "SYN", false),
+        (ACK, "ACK", false),
+        (PSH | ACK, "data", false),
+        (FIN | ACK, "FIN-ACK", false),
+        (0, "no flags", false),
+    ];
+
+    #[test]
+    fn a_syn_scan_takes_only_synacks_and_resets() {
+        if !can_load() {
+            return;
+        }
+        with_filter(spec(), |f| {
+            let (take, pass) = judge(f);
+            for (flags, what, taken) in SEGMENTS {
+                let (frame4, frame6) = (
+                    v4(SCAN4, 6, 0, 0, &tcp(OURS, flags)),
+                    v6(SCAN6, 6, &tcp(OURS, flags)),
+                );
+                if taken {
+                    take(frame4, what);
+                    take(frame6, what);
+                } else {
+                    pass(frame4, what);
+                    pass(frame6, what);
+                }
+                // Outside the range nothing is taken, whatever the flags.
+                pass(v4(SCAN4, 6, 0, 0, &tcp(EPHEMERAL, flags)), what);
+            }
+        });
+    }
+
+    #[test]
+    fn a_tcp_client_takes_every_segment_to_its_ports() {
+        if !can_load() {
+            return;
+        }
+        let all = FilterSpec {
+            tcp: TcpTake::All,
+            ..spec()
+        };
+        with_filter(all, |f| {
+            let (take, pass) = judge(f);
+            for (flags, what, _) in SEGMENTS {
+                take(v4(SCAN4, 6, 0, 0, &tcp(OURS, flags)), what);
+                take(v6(SCAN6, 6, &tcp(OURS, flags)), what);
+                pass(v4(SCAN4, 6, 0, 0, &tcp(EPHEMERAL, flags)), what);
+                pass(v6(SCAN6, 6, &tcp(EPHEMERAL, flags)), what);
+            }
+            // The ports are enough: every segment to them is the client's.
+            let frame = v4(SCAN4, 6, 0, 0, &tcp(OURS, ACK));
+            take(frame[..14 + 20 + 4].to_vec(), "ports present, rest missing");
+        });
+        let none = FilterSpec {
+            tcp: TcpTake::None,
+            ..spec()
+        };
+        with_filter(none, |f| {
+            let (take, pass) = judge(f);
+            for (flags, what, _) in SEGMENTS {
+                pass(v4(SCAN4, 6, 0, 0, &tcp(OURS, flags)), what);
+            }
+            take(v4(SCAN4, 17, 0, 0, &udp(OURS)), "udp still");
+        });
+    }
+
+    #[test]
+    fn ipv4_first_fragments_are_judged_later_ones_passed() {
+        if !can_load() {
+            return;
+        }
+        with_filter(spec(), |f| {
+            let (take, pass) = judge(f);
+            const MF: u16 = 0x2000;
+            let synack = tcp(OURS, SYN | ACK);
+            take(v4(SCAN4, 6, 0, MF, &synack), "first fragment of a SYN-ACK");
+            take(v4(SCAN4, 17, 0, MF, &udp(OURS)), "first fragment of UDP");
+            take(
+                v4(SCAN4, 1, 0, MF, &icmp(3)),
+                "first fragment of an ICMP error",
+            );
+            pass(
+                v4(SCAN4, 6, 0, MF, &tcp(OURS, ACK)),
+                "first fragment, not a reply",
+            );
+            pass(
+                v4(SCAN4, 6, 0, MF, &tcp(EPHEMERAL, SYN | ACK)),
+                "first, other port",
+            );
+            pass(v4(SCAN4, 6, 0, MF, &synack[..3]), "first, ports cut off");
+            pass(v4(SCAN4, 6, 0, MF, &synack[..13]), "first, flags cut off");
+            // A later fragment's payload is the middle of the datagram: even bytes that look
+            // like a reply's header are not one.
+            pass(v4(SCAN4, 6, 0, MF | 1, &synack), "middle fragment");
+            pass(v4(SCAN4, 6, 0, 185, &synack), "last fragment");
+            pass(v4(SCAN4, 17, 0, 0x1fff, &udp(OURS)), "largest offset");
+            // DF alone is no fragment.
+            take(v4(SCAN4, 6, 0, 0x4000, &synack), "don't fragment");
+        });
+    }
+
+    #[test]
+    fn ipv6_extension_headers_are_walked() {
+        if !can_load() {
+            return;
+        }
+        with_filter(spec(), |f| {
+            let (take, pass) = judge(f);
+            let (hop, routing, fragment, dest) = (0u8, 43u8, 44u8, 60u8);
+            let synack = tcp(OURS, SYN | ACK);
+            take(
+                v6(SCAN6, hop, &cat(&[&opt_hdr(6, 0), &synack])),
+                "hop-by-hop",
+            );
+            take(
+                v6(
+                    SCAN6,
+                    dest,
+                    &cat(&[&opt_hdr(routing, 1), &opt_hdr(6, 2), &synack]),
+                ),
+                "destination options, routing",
+            );
+            take(
+                v6(SCAN6, hop, &cat(&[&opt_hdr(58, 0), &icmp(129)])),
+                "hop-by-hop, echo reply",
+            );
+            pass(
+                v6(SCAN6, hop, &cat(&[&opt_hdr(58, 0), &icmp(143)])),
+                "hop-by-hop, MLDv2 report",
+            );
+            pass(
+                v6(SCAN6, hop, &cat(&[&opt_hdr(6, 0), &tcp(OURS, ACK)])),
+                "hop-by-hop, ACK",
+            );
+            pass(
+                v6(
+                    SCAN6,
+                    hop,
+                    &cat(&[&opt_hdr(6, 0), &tcp(EPHEMERAL, SYN | ACK)]),
+                ),
+                "hop-by-hop, other port",
+            );
+            // Fragments: the first (offset 0) is judged, later ones passed.
+            take(
+                v6(SCAN6, fragment, &cat(&[&frag_hdr(6, 0, true), &synack])),
+                "first fragment",
+            );
+            take(
+                v6(SCAN6, fragment, &cat(&[&frag_hdr(17, 0, true), &udp(OURS)])),
+                "first fragment of UDP",
+            );
+            take(
+                v6(
+                    SCAN6,
+                    hop,
+                    &cat(&[&opt_hdr(fragment, 0), &frag_hdr(6, 0, true), &synack]),
+                ),
+                "hop-by-hop, first fragment",
+            );
+            pass(
+                v6(SCAN6, fragment, &cat(&[&frag_hdr(6, 1, true), &synack])),
+                "middle fragment",
+            );
+            pass(
+                v6(SCAN6, fragment, &cat(&[&frag_hdr(6, 8191, false), &synack])),
+                "last fragment",
+            );
+            // Six extension headers are walked, a seventh is one too many.
+            let chain = |n: usize| {
+                let mut payload = Vec::new();
+                for i in 0..n {
+                    payload.extend(opt_hdr(if i + 1 == n { 6 } else { dest }, 0));
+                }
+                payload.extend_from_slice(&synack);
+                v6(SCAN6, dest, &payload)
+            };
+            take(chain(6), "six extension headers");
+            pass(chain(7), "seven extension headers");
+            // Truncated and unknown headers.
+            let frame = v6(SCAN6, hop, &cat(&[&opt_hdr(6, 1), &synack]));
+            pass(frame[..14 + 40 + 1].to_vec(), "extension header cut off");
+            pass(frame[..14 + 40 + 16 + 3].to_vec(), "ports cut off after it");
+            let mut overlong = opt_hdr(6, 0);
+            overlong[1] = 200;
+            pass(
+                v6(SCAN6, hop, &cat(&[&overlong, &synack])),
+                "extension header longer than the frame",
+            );
+            pass(
+                v6(SCAN6, fragment, &frag_hdr(6, 0, true)[..7]),
+                "fragment header cut off",
+            );
+            pass(v6(SCAN6, 51, &cat(&[&opt_hdr(6, 1), &synack])), "AH");
+            pass(v6(SCAN6, 59, &synack), "no next header");
+            pass(
+                v6(OTHER6, hop, &cat(&[&opt_hdr(6, 0), &synack])),
+                "other address",
+            );
         });
     }
 
@@ -639,23 +966,23 @@ mod tests {
         };
         with_filter(tcp4, |f| {
             let run = |frame: Vec<u8>| f.test_run(&frame).unwrap();
-            assert_eq!(run(v4(SCAN4, 6, 0, 0, &l4(6, 40000, 0))), XDP_REDIRECT);
-            assert_eq!(run(v4(SCAN4, 17, 0, 0, &l4(17, 40000, 0))), XDP_PASS);
-            assert_eq!(run(v4(SCAN4, 1, 0, 0, &l4(1, 0, 0))), XDP_PASS);
-            assert_eq!(run(v6(SCAN6, 6, &l4(6, 40000, 0))), XDP_PASS);
+            assert_eq!(run(v4(SCAN4, 6, 0, 0, &tcp(OURS, RST))), XDP_REDIRECT);
+            assert_eq!(run(v4(SCAN4, 17, 0, 0, &udp(OURS))), XDP_PASS);
+            assert_eq!(run(v4(SCAN4, 1, 0, 0, &icmp(0))), XDP_PASS);
+            assert_eq!(run(v6(SCAN6, 6, &tcp(OURS, RST))), XDP_PASS);
         });
         let icmp6 = FilterSpec {
             ipv4: None,
-            tcp: false,
+            tcp: TcpTake::None,
             udp: false,
             icmp: false,
             ..spec()
         };
         with_filter(icmp6, |f| {
             let run = |frame: Vec<u8>| f.test_run(&frame).unwrap();
-            assert_eq!(run(v6(SCAN6, 58, &l4(58, 0, 129))), XDP_REDIRECT);
-            assert_eq!(run(v6(SCAN6, 6, &l4(6, 40000, 0))), XDP_PASS);
-            assert_eq!(run(v4(SCAN4, 1, 0, 0, &l4(1, 0, 0))), XDP_PASS);
+            assert_eq!(run(v6(SCAN6, 58, &icmp(129))), XDP_REDIRECT);
+            assert_eq!(run(v6(SCAN6, 6, &tcp(OURS, RST))), XDP_PASS);
+            assert_eq!(run(v4(SCAN4, 1, 0, 0, &icmp(0))), XDP_PASS);
         });
     }
 }

@@ -2,10 +2,18 @@
 //
 // sonde's reply filter for AF_XDP receive. Attached to the scan interface, it
 // hands the AF_XDP socket of the receiving queue only the frames that can be
-// replies to the scan: addressed to the scan's own IPv4 or IPv6 address, of a
-// protocol the scan takes, and for TCP and UDP to one of the scan's source
-// ports. Every other frame goes on to the OS stack (XDP_PASS), as does every
-// frame of a queue with no socket in `xsks_map`.
+// replies to sonde: addressed to sonde's own IPv4 or IPv6 address, of a
+// protocol sonde takes, and for TCP and UDP to one of sonde's source ports.
+// Which TCP segments count is configured: a SYN scan takes only SYN-ACKs and
+// RSTs, a user-space TCP client every segment. Every other frame goes on to
+// the OS stack (XDP_PASS), as does every frame of a queue with no socket in
+// `xsks_map`.
+//
+// Fragments: only a first fragment carries the transport header, so only a
+// first fragment can be recognised as a reply (and is taken if it is one);
+// later fragments (offset != 0) always go to the OS stack, which will never
+// complete the datagram. IPv6 extension headers (hop-by-hop, routing,
+// fragment, destination options) are walked, at most IPV6_MAX_EXT of them.
 //
 // build.rs compiles it with `clang -O2 -g -target bpf -c`; the loader is
 // src/xdp_filter.rs, whose `FilterCfg` mirrors `struct filter_cfg` below.
@@ -16,15 +24,31 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-#define TAKE_TCP (1u << 0)
+// filter_cfg.protos bits.
+#define TAKE_TCP_SYNACK_RST (1u << 0) // TCP segments with SYN+ACK or RST
 #define TAKE_UDP (1u << 1)
 #define TAKE_ICMP (1u << 2)
 #define TAKE_ICMP6 (1u << 3)
+#define TAKE_TCP_ALL (1u << 4) // every TCP segment
+
+#define TCP_SYN 0x02
+#define TCP_RST 0x04
+#define TCP_ACK 0x10
 
 #define IPPROTO_ICMPV6_ 58
 #define IPV4_FRAG_OFFSET 0x1fff
+#define IPV6_FRAG_OFFSET 0xfff8
 
-// The scan's addresses and what it takes; one entry, written by the loader.
+// IPv6 extension headers walked to find the transport header.
+#define NEXTHDR_HOP 0
+#define NEXTHDR_ROUTING 43
+#define NEXTHDR_FRAGMENT 44
+#define NEXTHDR_DEST 60
+// At most this many extension headers (a fixed bound the verifier accepts);
+// a reply to a scan carries none, or one or two at most.
+#define IPV6_MAX_EXT 6
+
+// sonde's addresses and what it takes; one entry, written by the loader.
 struct filter_cfg {
 	__u32 ipv4;      // destination, network order; 0: take no IPv4
 	__u8 ipv6[16];   // destination; all zero: take no IPv6
@@ -71,9 +95,34 @@ struct ipv6_hdr {
 	__u8 daddr[16];
 };
 
+// Hop-by-hop, routing and destination options headers begin alike; their
+// length counts 8-octet units beyond the first 8.
+struct ipv6_opt_hdr {
+	__u8 nexthdr;
+	__u8 hdrlen;
+};
+
+struct ipv6_frag_hdr {
+	__u8 nexthdr;
+	__u8 reserved;
+	__be16 frag_off; // offset in 8-octet units << 3 | M flag
+	__be32 id;
+};
+
 struct ports_hdr {
 	__be16 source;
 	__be16 dest;
+};
+
+// TCP up to the flags byte (the struct itself is padded to 16 bytes: bound
+// checks use `&flags + 1`).
+struct tcp_head {
+	__be16 source;
+	__be16 dest;
+	__be32 seq;
+	__be32 ack_seq;
+	__u8 doff;
+	__u8 flags;
 };
 
 // Whether a TCP or UDP header at `l4` goes to a port of the range.
@@ -89,8 +138,27 @@ static __always_inline int port_in_range(void *l4, void *end,
 	return dport >= cfg->port_lo && dport <= cfg->port_hi;
 }
 
+// Whether the TCP segment at `l4` is one sonde takes: any segment to the
+// port range (a user-space TCP client's), or only a SYN-ACK or RST there
+// (what answers a SYN probe; a stray ACK or data stays with the OS).
+static __always_inline int tcp_takes(void *l4, void *end,
+				     const struct filter_cfg *cfg)
+{
+	struct tcp_head *tcp = l4;
+
+	if (cfg->protos & TAKE_TCP_ALL)
+		return port_in_range(l4, end, cfg);
+	if (!(cfg->protos & TAKE_TCP_SYNACK_RST) ||
+	    (void *)(&tcp->flags + 1) > end)
+		return 0;
+	if (!port_in_range(l4, end, cfg))
+		return 0;
+	return (tcp->flags & (TCP_SYN | TCP_ACK)) == (TCP_SYN | TCP_ACK) ||
+	       (tcp->flags & TCP_RST);
+}
+
 // Whether the transport header at `l4` (protocol `proto`, of the address
-// family given by `v6`) is one the scan takes.
+// family given by `v6`) is one sonde takes.
 static __always_inline int takes(__u8 proto, int v6, void *l4, void *end,
 				 const struct filter_cfg *cfg)
 {
@@ -98,7 +166,7 @@ static __always_inline int takes(__u8 proto, int v6, void *l4, void *end,
 
 	switch (proto) {
 	case IPPROTO_TCP:
-		return (cfg->protos & TAKE_TCP) && port_in_range(l4, end, cfg);
+		return tcp_takes(l4, end, cfg);
 	case IPPROTO_UDP:
 		return (cfg->protos & TAKE_UDP) && port_in_range(l4, end, cfg);
 	case IPPROTO_ICMP:
@@ -140,6 +208,49 @@ static __always_inline int ipv6_unset(const __u8 *a)
 	return (a0 | a1) == 0;
 }
 
+static __always_inline int is_ipv6_ext(__u8 next)
+{
+	return next == NEXTHDR_HOP || next == NEXTHDR_ROUTING ||
+	       next == NEXTHDR_FRAGMENT || next == NEXTHDR_DEST;
+}
+
+// The transport header of the IPv6 packet `ip6`, past its extension headers,
+// with its protocol in *proto; NULL for a later fragment (no transport
+// header), a truncated header, or more than IPV6_MAX_EXT extension headers.
+static __always_inline void *ipv6_transport(struct ipv6_hdr *ip6, void *end,
+					    __u8 *proto)
+{
+	void *cursor = ip6 + 1;
+	__u8 next = ip6->nexthdr;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < IPV6_MAX_EXT; i++) {
+		if (next == NEXTHDR_FRAGMENT) {
+			struct ipv6_frag_hdr *frag = cursor;
+
+			if ((void *)(frag + 1) > end ||
+			    (frag->frag_off & bpf_htons(IPV6_FRAG_OFFSET)))
+				return NULL;
+			next = frag->nexthdr;
+			cursor = frag + 1;
+		} else if (is_ipv6_ext(next)) {
+			struct ipv6_opt_hdr *opt = cursor;
+
+			if ((void *)(opt + 1) > end)
+				return NULL;
+			next = opt->nexthdr;
+			cursor += ((__u32)opt->hdrlen + 1) * 8;
+		} else {
+			break;
+		}
+	}
+	if (is_ipv6_ext(next))
+		return NULL;
+	*proto = next;
+	return cursor;
+}
+
 static __always_inline int matches(void *data, void *end,
 				   const struct filter_cfg *cfg)
 {
@@ -156,7 +267,8 @@ static __always_inline int matches(void *data, void *end,
 			return 0;
 		if ((ip->ver_ihl >> 4) != 4 || ip->daddr != cfg->ipv4)
 			return 0;
-		// Later fragments carry no transport header.
+		// Later fragments carry no transport header; a first one
+		// (MF set, offset 0) is judged by the header it carries.
 		if (ip->frag_off & bpf_htons(IPV4_FRAG_OFFSET))
 			return 0;
 		ihl = (ip->ver_ihl & 0x0f) * 4;
@@ -166,6 +278,8 @@ static __always_inline int matches(void *data, void *end,
 	}
 	if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6_hdr *ip6 = l3;
+		void *l4;
+		__u8 proto = 0;
 
 		if ((void *)(ip6 + 1) > end || ipv6_unset(cfg->ipv6))
 			return 0;
@@ -173,7 +287,10 @@ static __always_inline int matches(void *data, void *end,
 			    bpf_htonl(0x60000000) ||
 		    !ipv6_is(ip6->daddr, cfg->ipv6))
 			return 0;
-		return takes(ip6->nexthdr, 1, ip6 + 1, end, cfg);
+		l4 = ipv6_transport(ip6, end, &proto);
+		if (!l4)
+			return 0;
+		return takes(proto, 1, l4, end, cfg);
 	}
 	return 0;
 }
