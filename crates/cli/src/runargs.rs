@@ -300,7 +300,12 @@ impl Resolved {
 }
 
 /// Checks a resumed run against its checkpoint, naming any option that conflicts.
-pub fn check_resume(plan: &RunPlan, args: &RunArgs, tool: &str, module: &str) -> anyhow::Result<()> {
+pub fn check_resume(
+    plan: &RunPlan,
+    args: &RunArgs,
+    tool: &str,
+    module: &str,
+) -> anyhow::Result<()> {
     let Some(c) = &plan.resume else {
         return Ok(());
     };

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use sonde_craft::{Targets, Template};
-use sonde_io::{AnyTx, BackendKind, FrameTx, IoConfig};
 use sonde_engine::pace::Pacer;
 use sonde_engine::plan::pin_to_cpu;
+use sonde_io::{AnyTx, BackendKind, FrameTx, IoConfig};
 use sonde_meter::{Counter, CpuTimes, Stopwatch};
 
 /// When a run ends.

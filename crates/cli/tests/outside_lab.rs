@@ -134,7 +134,10 @@ fn inside_a_lab_an_off_population_target_is_refused_even_in_a_dry_run() {
         let err = stderr(&out);
         assert!(!out.status.success(), "{args:?}");
         assert!(
-            err.lines().next().unwrap_or_default().contains("outside lab"),
+            err.lines()
+                .next()
+                .unwrap_or_default()
+                .contains("outside lab"),
             "{args:?}: {err}"
         );
     }

@@ -105,7 +105,11 @@ impl Checkpoint {
             ));
         }
         if run.seed.is_some_and(|s| s != self.seed) {
-            differs.push(format!("--seed {}, not {}", self.seed, run.seed.unwrap_or(0)));
+            differs.push(format!(
+                "--seed {}, not {}",
+                self.seed,
+                run.seed.unwrap_or(0)
+            ));
         }
         if !differs.is_empty() {
             bail!(
@@ -152,14 +156,25 @@ mod tests {
     fn a_conflicting_option_is_named() {
         let c = checkpoint();
         c.check_matches(&identity()).unwrap();
-        c.check_matches(&RunIdentity { seed: Some(7), ..identity() }).unwrap();
+        c.check_matches(&RunIdentity {
+            seed: Some(7),
+            ..identity()
+        })
+        .unwrap();
         let err = c
-            .check_matches(&RunIdentity { seed: Some(8), ..identity() })
+            .check_matches(&RunIdentity {
+                seed: Some(8),
+                ..identity()
+            })
             .unwrap_err()
             .to_string();
         assert!(err.contains("--seed 7, not 8"), "{err}");
         let err = c
-            .check_matches(&RunIdentity { module: "udp", targets: 5, ..identity() })
+            .check_matches(&RunIdentity {
+                module: "udp",
+                targets: 5,
+                ..identity()
+            })
             .unwrap_err()
             .to_string();
         assert!(err.contains("5") && err.contains("module tcp_syn"), "{err}");

@@ -69,8 +69,7 @@ impl Feed {
                 break;
             };
             self.taken += 1;
-            self.pending
-                .extend(std::iter::repeat_n(index, self.probes));
+            self.pending.extend(std::iter::repeat_n(index, self.probes));
         }
     }
 
@@ -174,7 +173,11 @@ mod tests {
             .map(|t| Feed::open(&spec(2, Some(7), 2), t, None).unwrap())
             .collect();
         let got: Vec<Vec<u64>> = feeds.iter_mut().map(|f| drain(f, 5)).collect();
-        assert_eq!((got[0].len(), got[1].len()), (8, 6), "7 targets, twice each");
+        assert_eq!(
+            (got[0].len(), got[1].len()),
+            (8, 6),
+            "7 targets, twice each"
+        );
         assert!(got[0].chunks(2).all(|p| p[0] == p[1]));
     }
 
@@ -188,7 +191,10 @@ mod tests {
             feed.accept(10);
         }
         let state = feed.checkpoint();
-        let mut rest = drain(&mut Feed::open(&spec(1, None, 1), 0, Some(&state)).unwrap(), 64);
+        let mut rest = drain(
+            &mut Feed::open(&spec(1, None, 1), 0, Some(&state)).unwrap(),
+            64,
+        );
         rest.extend(first);
         rest.sort_unstable();
         assert_eq!(rest, (0..1000).collect::<Vec<_>>());

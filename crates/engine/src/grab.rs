@@ -30,6 +30,9 @@ use crate::queues::{open_queues, ReplyFilter};
 use crate::status::{per_second, Phase, StatusLine, StatusSource, Tick};
 use crate::stop::{Stop, StopReason};
 
+/// How often the receivers' drop counters are read.
+const DROPS_EVERY: Duration = Duration::from_millis(100);
+
 /// An application as grab uses it: the engine's request/complete seam plus its output fields.
 pub trait GrabApp: App + Send {
     fn name(&self) -> &'static str;
@@ -222,6 +225,7 @@ pub fn run<A: GrabApp>(
         resend: Vec::new(),
         timed_out: Vec::new(),
         app_values: Vec::new(),
+        drops_read: Instant::now(),
         syn_retransmitted: 0,
         syn_timeouts: 0,
         invalid: 0,
@@ -321,6 +325,8 @@ struct Looper<'p, A: GrabApp> {
     /// Targets whose last SYN went unanswered.
     timed_out: Vec<u64>,
     app_values: Vec<Value>,
+    /// When the receivers' drop counters were last read (a system call for AF_XDP).
+    drops_read: Instant,
     syn_retransmitted: u64,
     syn_timeouts: u64,
     invalid: u64,
@@ -428,8 +434,11 @@ impl<A: GrabApp> Looper<'_, A> {
                 Rx::NotOurs | Rx::Segment => {}
             }
         })?;
-        let drops: u64 = self.rxs.iter_mut().map(AnyRx::take_drops).sum();
-        self.counts.drops.add(drops);
+        if self.drops_read.elapsed() >= DROPS_EVERY {
+            self.drops_read = Instant::now();
+            let drops: u64 = self.rxs.iter_mut().map(AnyRx::take_drops).sum();
+            self.counts.drops.add(drops);
+        }
         Ok(n)
     }
 
@@ -597,18 +606,18 @@ impl<A: GrabApp> Looper<'_, A> {
     fn abort(&mut self) {
         let now = self.now_us();
         self.engine.abort_all(now);
-        let mut back = Vec::new();
+        let (mut due, mut last) = (Vec::new(), Vec::new());
         let answered = &self.answered;
         self.retries.poll(
             u64::MAX,
             |index| answered.contains(index),
             |index| {
-                back.push(index);
+                due.push(index);
                 true
             },
-            |index| back.push(index),
+            |index| last.push(index),
         );
-        self.feed.put_back(back);
+        self.feed.put_back(due.into_iter().chain(last));
         let _ = self.write_rows();
     }
 
@@ -652,7 +661,9 @@ fn write_arp_reply(buf: &mut [u8], our_mac: MacAddr, request: &arp::Repr) -> usi
         ethertype: EtherType::Arp,
     }
     .emit(&mut ethernet::Frame::new_unchecked(&mut buf[..frame_len]));
-    reply.emit(&mut arp::Packet::new_unchecked(&mut buf[ethernet::HEADER_LEN..len]));
+    reply.emit(&mut arp::Packet::new_unchecked(
+        &mut buf[ethernet::HEADER_LEN..len],
+    ));
     frame_len
 }
 

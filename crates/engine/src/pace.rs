@@ -64,7 +64,10 @@ impl Pacer {
                 return false;
             }
             let now = Instant::now();
-            let Some(ahead) = self.next.checked_duration_since(now).filter(|a| !a.is_zero())
+            let Some(ahead) = self
+                .next
+                .checked_duration_since(now)
+                .filter(|a| !a.is_zero())
             else {
                 return true;
             };

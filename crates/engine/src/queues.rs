@@ -64,7 +64,11 @@ impl ReplyFilter {
                 icmp6: false,
                 ports: (run.ports.first, run.ports.last),
             },
-            expr: format!("({}) and tcp and dst portrange {}", hosts.join(" or "), run.ports),
+            expr: format!(
+                "({}) and tcp and dst portrange {}",
+                hosts.join(" or "),
+                run.ports
+            ),
         }
     }
 }

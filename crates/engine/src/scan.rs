@@ -103,7 +103,15 @@ pub fn run(
     let source = ScanStatus::new(counts.clone(), total);
     let mut status = StatusLine::new(source, plan.run.quiet, plan.run.status_file.as_deref())?;
     let send_start = Instant::now();
-    let send_result = send(&plan, io.senders, feeds, stop, &counts, &states, &mut status);
+    let send_result = send(
+        &plan,
+        io.senders,
+        feeds,
+        stop,
+        &counts,
+        &states,
+        &mut status,
+    );
     let send_wall = send_result
         .as_ref()
         .ok()
@@ -112,7 +120,12 @@ pub fn run(
         .duration_since(send_start);
     let reason = stop.reason();
     let interrupted = reason != StopReason::None;
-    let states: Vec<ThreadCheckpoint> = states.into_inner().expect("checkpoint lock").into_iter().flatten().collect();
+    let states: Vec<ThreadCheckpoint> = states
+        .into_inner()
+        .expect("checkpoint lock")
+        .into_iter()
+        .flatten()
+        .collect();
     let pps = counts.sent.get() as f64 / send_wall.as_secs_f64().max(1e-9);
     status.source_mut().send_ended(pps);
     if interrupted {
@@ -193,7 +206,10 @@ fn send(
                         tx,
                         feed,
                         clock,
-                        pacer: Pacer::new(plan.run.rate / f64::from(plan.run.threads), plan.run.batch),
+                        pacer: Pacer::new(
+                            plan.run.rate / f64::from(plan.run.threads),
+                            plan.run.batch,
+                        ),
                     };
                     let result = sender.run(t, stop, &counts.sent);
                     states.lock().expect("checkpoint lock")[t] = Some(sender.feed.checkpoint());
@@ -235,7 +251,8 @@ impl Sender<'_> {
                 break;
             }
             let now_us = self.clock.elapsed().as_micros() as u32;
-            let (space, probe, pending) = (&self.plan.run.space, &self.plan.probe, self.feed.pending());
+            let (space, probe, pending) =
+                (&self.plan.run.space, &self.plan.probe, self.feed.pending());
             let n = self.tx.tx_batch(pending.len(), |i, buf| {
                 let (addr, port) = space.target_at(pending[i]);
                 probe.write(buf, addr, port, now_us)
@@ -304,7 +321,12 @@ struct Receiver {
     counts: Arc<Counts>,
     clock: Instant,
     resets: Vec<(IpAddr, u16, u16, u32)>,
+    /// When the receivers' drop counters were last read (a system call for AF_XDP).
+    drops_read: Instant,
 }
+
+/// How often the receivers' drop counters are read.
+const DROPS_EVERY: Duration = Duration::from_millis(100);
 
 impl Receiver {
     fn open(
@@ -334,6 +356,7 @@ impl Receiver {
             counts,
             clock,
             resets: Vec::with_capacity(256),
+            drops_read: Instant::now(),
         })
     }
 
@@ -350,6 +373,8 @@ impl Receiver {
                 return Err(e);
             }
         }
+        let drops: u64 = self.rxs.iter_mut().map(AnyRx::take_drops).sum();
+        self.counts.drops.add(drops);
         self.writer.flush_rows()?;
         Ok((self.writer, self.dedup))
     }
@@ -395,8 +420,11 @@ impl Receiver {
         }
         self.counts.received.add(handled as u64);
         self.send_resets()?;
-        let drops: u64 = self.rxs.iter_mut().map(AnyRx::take_drops).sum();
-        self.counts.drops.add(drops);
+        if self.drops_read.elapsed() >= DROPS_EVERY {
+            self.drops_read = Instant::now();
+            let drops: u64 = self.rxs.iter_mut().map(AnyRx::take_drops).sum();
+            self.counts.drops.add(drops);
+        }
         Ok(())
     }
 
@@ -520,7 +548,11 @@ impl StatusSource for ScanStatus {
         let recv_rate = (received - self.last_received) as f64 / tick.dt;
         (self.last_sent, self.last_received) = (sent, received);
         let hit_rate = 100.0 * c.hits.get() as f64 / sent.max(1) as f64;
-        let send_label = if self.final_pps.is_some() { "sent" } else { "send" };
+        let send_label = if self.final_pps.is_some() {
+            "sent"
+        } else {
+            "send"
+        };
         let text = format!(
             "{send_label} {sent} at {}; recv {received} at {}; valid {}, invalid {}; drops {}; hits {hit_rate:.2} %",
             per_second(self.send_rate, "p"),

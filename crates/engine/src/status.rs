@@ -104,12 +104,20 @@ impl<S: StatusSource> StatusLine<S> {
             }
             Phase::Cooldown { until } => {
                 let left = until.saturating_duration_since(now).as_secs_f64();
-                ("cooldown", 100.0, format!("receiving, {} left", human_seconds(left)))
+                (
+                    "cooldown",
+                    100.0,
+                    format!("receiving, {} left", human_seconds(left)),
+                )
             }
             Phase::Done => ("done", 100.0, "done".to_string()),
         };
-        let line = format!("{:>5} {percent:>5.1}% ({where_}); {text}", human_seconds(tick.elapsed));
-        if !self.quiet && !(force && text == self.last_text) {
+        let line = format!(
+            "{:>5} {percent:>5.1}% ({where_}); {text}",
+            human_seconds(tick.elapsed)
+        );
+        let repeat = force && text == self.last_text;
+        if !self.quiet && !repeat {
             eprintln!("{line}");
         }
         self.last_text = text;
@@ -131,7 +139,11 @@ pub fn human_seconds(s: f64) -> String {
     } else if s < 3600.0 {
         format!("{} min {:02.0} s", (s / 60.0) as u64, s % 60.0)
     } else {
-        format!("{} h {:02} min", (s / 3600.0) as u64, ((s % 3600.0) / 60.0) as u64)
+        format!(
+            "{} h {:02} min",
+            (s / 3600.0) as u64,
+            ((s % 3600.0) / 60.0) as u64
+        )
     }
 }
 

@@ -52,12 +52,9 @@ impl Stop {
     }
 
     pub fn set(&self, why: StopReason) {
-        let _ = self.reason.compare_exchange(
-            0,
-            why as u8,
-            Ordering::AcqRel,
-            Ordering::Relaxed,
-        );
+        let _ = self
+            .reason
+            .compare_exchange(0, why as u8, Ordering::AcqRel, Ordering::Relaxed);
         self.flag.store(true, Ordering::Release);
     }
 

@@ -114,7 +114,10 @@ fn blocklist(req: &TargetRequest) -> anyhow::Result<(PrefixSet, Vec<String>)> {
         names.push("default (IANA special-purpose)".to_string());
     }
     let system = req.system_blocklist.as_deref().filter(|p| p.exists());
-    for path in system.into_iter().chain(req.blocklists.iter().map(PathBuf::as_path)) {
+    for path in system
+        .into_iter()
+        .chain(req.blocklists.iter().map(PathBuf::as_path))
+    {
         let list = PrefixSet::from_file(path)
             .with_context(|| format!("reading blocklist {}", path.display()))?;
         block = block.union(&list);
@@ -191,7 +194,10 @@ fn explain_empty(tokens: &[String], req: &TargetRequest, allow: Option<&PrefixSe
         }
     }
     let system = req.system_blocklist.as_deref().filter(|p| p.exists());
-    for path in system.into_iter().chain(req.blocklists.iter().map(PathBuf::as_path)) {
+    for path in system
+        .into_iter()
+        .chain(req.blocklists.iter().map(PathBuf::as_path))
+    {
         if PrefixSet::from_file(path).is_ok_and(|b| !b.intersect(&targets).is_empty()) {
             return format!(
                 "no targets left: they are on the blocklist {}{}",
@@ -244,11 +250,19 @@ mod tests {
 
     #[test]
     fn a_lab_refuses_targets_outside_its_population() {
-        for outside in ["198.19.0.0/24", "198.17.255.255", "192.0.2.1", "2001:2::1:0/128"] {
+        for outside in [
+            "198.19.0.0/24",
+            "198.17.255.255",
+            "192.0.2.1",
+            "2001:2::1:0/128",
+        ] {
             let mut req = request(&["198.18.0.0/24", outside]);
             req.lab = Some(lab());
             let err = plan_targets(&req).err().expect(outside).to_string();
-            assert!(err.contains("outside lab t's population"), "{outside}: {err}");
+            assert!(
+                err.contains("outside lab t's population"),
+                "{outside}: {err}"
+            );
             assert_eq!(err.lines().count(), 1);
         }
     }
@@ -284,7 +298,10 @@ mod tests {
         assert!(plan.notes.last().unwrap().contains("system.conf"));
         req.tokens = vec!["198.18.1.0/25".into()];
         let err = plan_targets(&req).err().unwrap().to_string();
-        assert!(err.contains("system.conf") && err.contains("opt-out"), "{err}");
+        assert!(
+            err.contains("system.conf") && err.contains("opt-out"),
+            "{err}"
+        );
         req.system_blocklist = Some(dir.join("missing.conf"));
         assert_eq!(plan_targets(&req).unwrap().space.addresses(), 128);
         std::fs::remove_dir_all(&dir).unwrap();

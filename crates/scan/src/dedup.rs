@@ -131,7 +131,10 @@ mod tests {
 
     #[test]
     fn contains_reads_without_recording() {
-        for mut d in [Dedup::for_space(&space(&["198.18.0.0/24"], &[80])), Dedup::window(4)] {
+        for mut d in [
+            Dedup::for_space(&space(&["198.18.0.0/24"], &[80])),
+            Dedup::window(4),
+        ] {
             assert!(!d.contains(7));
             assert!(!d.contains(7), "a read records nothing");
             d.check_and_insert(7);

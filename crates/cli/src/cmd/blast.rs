@@ -144,7 +144,9 @@ pub fn plan(
     let src_mac = sonde_engine::host::iface_mac(&iface)?;
     let dst_mac = match target.dst_mac {
         Some(mac) => mac,
-        None => sonde_engine::host::neighbour_mac(&iface, sonde_engine::host::default_gateway(&iface)?)?,
+        None => {
+            sonde_engine::host::neighbour_mac(&iface, sonde_engine::host::default_gateway(&iface)?)?
+        }
     };
     let src_ip: Ipv4Addr = lab.scan_ip;
     let population: ipnet::Ipv4Net = lab.population.parse().context("lab status: population")?;

@@ -11,8 +11,8 @@ use sonde_engine::plan::RunPlan;
 use sonde_engine::scan::{ScanPlan, ScanSummary};
 use sonde_engine::status::human_seconds;
 use sonde_engine::stop::Stop;
-use sonde_scan::output::{open_writer_with, select_fields, OutputFilter, OutputFormat};
 use sonde_io::BackendKind;
+use sonde_scan::output::{open_writer_with, select_fields, OutputFilter, OutputFormat};
 use sonde_scan::probe::{ModuleKind, ModuleOptions, Probe, ProbeSetup};
 
 use crate::runargs::{self, Place, RunArgs};
@@ -97,8 +97,8 @@ pub fn run(args: ScanArgs) -> anyhow::Result<()> {
         src_ip6: setup.src_ip6.filter(|_| v6),
         ..setup
     };
-    let probe = Probe::build(args.module, &setup, &module_options(&args)?)
-        .map_err(anyhow::Error::msg)?;
+    let probe =
+        Probe::build(args.module, &setup, &module_options(&args)?).map_err(anyhow::Error::msg)?;
     let rate = send_rate(&args, probe.frame_len())?;
     let backends = (args.backend, args.rx_backend);
     let run = resolved.run_plan("scan", &args.run, &place, rate, args.probes, v6, backends)?;
@@ -113,10 +113,10 @@ pub fn run(args: ScanArgs) -> anyhow::Result<()> {
         setup,
         filter,
     };
+    let fields = select_fields(args.fields.as_deref(), args.module)?;
     if args.dryrun {
         return dryrun::run(&plan);
     }
-    let fields = select_fields(args.fields.as_deref(), args.module)?;
     let mode = runargs::output_mode(&args.run, args.output_format == OutputFormat::Parquet)?;
     let writer = open_writer_with(args.output_format, args.run.output.as_deref(), fields, mode)?;
     if !args.run.quiet {
@@ -138,7 +138,11 @@ fn list_fields() -> anyhow::Result<()> {
             "{:<16} {}  [default for: {}]",
             f.name,
             f.help,
-            if modules.is_empty() { "none".to_string() } else { modules.join(", ") }
+            if modules.is_empty() {
+                "none".to_string()
+            } else {
+                modules.join(", ")
+            }
         ));
     }
     Ok(())
@@ -149,7 +153,10 @@ fn announce(plan: &ScanPlan, notes: &[String]) {
     let run = &plan.run;
     let source = match (run.src_ip6, run.space.ipv4_addresses()) {
         (Some(six), 0) => six.to_string(),
-        (Some(six), _) => format!("{} and {six}", run.src_ip.map_or("?".into(), |s| s.to_string())),
+        (Some(six), _) => format!(
+            "{} and {six}",
+            run.src_ip.map_or("?".into(), |s| s.to_string())
+        ),
         (None, _) => run.src_ip.map_or("?".into(), |s| s.to_string()),
     };
     let probes = probes_to_send(run);

@@ -13,8 +13,8 @@ use parquet::file::properties::WriterProperties;
 use parquet::file::writer::{SerializedColumnWriter, SerializedFileWriter};
 use parquet::schema::types::Type;
 
-use super::{create_file, RowWriter, ROW_GROUP_ROWS};
 use super::Row;
+use super::{create_file, RowWriter, ROW_GROUP_ROWS};
 use crate::reply::{Field, FieldType, Value};
 
 /// Parquet's writer wraps the file in its own `BufWriter` and flushes it at the end of every

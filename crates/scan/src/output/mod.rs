@@ -193,8 +193,13 @@ mod tests {
         }
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text, "saddr,sport\n198.18.0.7,80\n198.18.0.7,80\n");
-        let parquet = open_writer_with(OutputFormat::Parquet, Some(&path), fields, OpenMode::Append);
-        assert!(parquet.err().unwrap().to_string().contains("cannot be appended"));
+        let parquet =
+            open_writer_with(OutputFormat::Parquet, Some(&path), fields, OpenMode::Append);
+        assert!(parquet
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("cannot be appended"));
         std::fs::remove_file(&path).unwrap();
     }
 }
