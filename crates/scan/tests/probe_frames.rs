@@ -65,6 +65,10 @@ mod probe_frames {
             );
             checked[slot] += 1;
         }
-        assert_eq!(checked, [6, 6, 6, 6, 4], "frames checked per module and RST");
+        assert_eq!(
+            checked,
+            [6, 6, 6, 6, 4],
+            "frames checked per module and RST"
+        );
     }
 }
