@@ -28,6 +28,8 @@ pub(crate) const IP_AT: usize = ethernet::HEADER_LEN;
 pub(crate) const ICMP_HEADER_LEN: usize = 8;
 /// Most words a probe patches: an IPv6 destination (8) plus TCP's ports, sequence and TSval (6).
 const MAX_WORDS: usize = 14;
+/// Most words a module patches past the destination.
+const MAX_MODULE_WORDS: usize = 6;
 
 /// What the probes of one family share: our addresses, the scan's key, source ports and TTL.
 #[derive(Clone, Copy, Debug)]
@@ -171,9 +173,11 @@ pub(crate) trait Family: Copy + fmt::Debug + Send + Sync + 'static {
     fn pair(src: Self::Addr, dst: Self::Addr) -> IpPair;
     /// The pseudo-header's sum with a zero destination (0 where the checksum has none).
     fn pseudo_header(src: Self::Addr, protocol: IpProtocol, l4_len: usize) -> u32;
-    /// Appends the words of `dst` for a frame carrying `protocol`, each marked with the
-    /// checksums that cover it.
-    fn push_dst(dst: Self::Addr, protocol: IpProtocol, words: &mut Words);
+    /// How many 16-bit words the destination address is.
+    const DST_WORDS: usize;
+    /// Writes the [`Family::DST_WORDS`] words of `dst` into `words`, for a frame carrying
+    /// `protocol`, each marked with the checksums that cover it.
+    fn dst_words(dst: Self::Addr, protocol: IpProtocol, words: &mut [Word]);
     /// Writes an echo request from `src` with zero identifier and sequence number into `l4`.
     fn emit_echo_request(l4: &mut [u8], src: Self::Addr);
     /// A received IP packet (an Ethernet payload), if it is one of the family.
@@ -185,30 +189,6 @@ pub(crate) trait Family: Copy + fmt::Debug + Send + Sync + 'static {
     fn bpf_l4(protocol: &str, offset: usize) -> String;
     /// tcpdump's expression for the UDP fragments that can be parts of replies to `ports`.
     fn bpf_udp_fragments(ports: PortRange) -> String;
-}
-
-/// The frame's varying words, on the stack: the per-probe path allocates nothing.
-pub(crate) struct Words {
-    words: [Word; MAX_WORDS],
-    len: usize,
-}
-
-impl Words {
-    fn new() -> Words {
-        Words {
-            words: [Word::l4(0, 0); MAX_WORDS],
-            len: 0,
-        }
-    }
-
-    pub fn push(&mut self, word: Word) {
-        self.words[self.len] = word;
-        self.len += 1;
-    }
-
-    fn as_slice(&self) -> &[Word] {
-        &self.words[..self.len]
-    }
 }
 
 /// For an ICMP error (the bytes of its message) quoting one of our packets of `protocol`: the
@@ -298,15 +278,23 @@ impl<F: Family> Template<F> {
     }
 
     /// Writes the frame to `dst` with `rest` — (offset within the transport header, value) —
-    /// patched in; returns its length.
+    /// patched in; returns its length. The words live on the stack, their number known at
+    /// compile time: the per-probe path allocates nothing and checks no bounds.
     #[inline]
-    pub fn write(&self, buf: &mut [u8], dst: F::Addr, rest: &[(usize, u16)]) -> usize {
-        let mut words = Words::new();
-        F::push_dst(dst, self.protocol, &mut words);
-        for &(at, value) in rest {
-            words.push(Word::l4(F::L4_AT + at, value));
+    pub fn write<const N: usize>(
+        &self,
+        buf: &mut [u8],
+        dst: F::Addr,
+        rest: [(usize, u16); N],
+    ) -> usize {
+        const { assert!(N <= MAX_MODULE_WORDS) };
+        let mut words = [Word::l4(0, 0); MAX_WORDS];
+        let (dst_words, module_words) = words.split_at_mut(F::DST_WORDS);
+        F::dst_words(dst, self.protocol, dst_words);
+        for (word, (at, value)) in module_words.iter_mut().zip(rest) {
+            *word = Word::l4(F::L4_AT + at, value);
         }
-        self.patcher.write(buf, words.as_slice())
+        self.patcher.write(buf, &words[..F::DST_WORDS + N])
     }
 }
 
@@ -368,17 +356,19 @@ impl Family for V4 {
         pseudo_header_v4(src, Ipv4Addr::UNSPECIFIED, protocol.0, l4_len as u16)
     }
 
+    const DST_WORDS: usize = 2;
+
     /// Two words, in the IP header checksum and, but for ICMP, in the pseudo-header.
     #[inline]
-    fn push_dst(dst: Ipv4Addr, protocol: IpProtocol, words: &mut Words) {
+    fn dst_words(dst: Ipv4Addr, protocol: IpProtocol, words: &mut [Word]) {
         let [a, b, c, d] = dst.octets();
-        for (i, value) in [[a, b], [c, d]].into_iter().enumerate() {
-            words.push(Word {
+        for (i, (word, value)) in words.iter_mut().zip([[a, b], [c, d]]).enumerate() {
+            *word = Word {
                 at: IP_AT + 16 + 2 * i,
                 value: u16::from_be_bytes(value),
                 in_ip: true,
                 in_l4: protocol != IpProtocol::ICMP,
-            });
+            };
         }
     }
 
@@ -468,17 +458,19 @@ impl Family for V6 {
         pseudo_header_v6(&src, &Ipv6Addr::UNSPECIFIED, protocol.0, l4_len as u32)
     }
 
+    const DST_WORDS: usize = 8;
+
     /// Eight words: no IP checksum, but every IPv6 transport checksum (ICMPv6's too) covers
     /// them through the pseudo-header.
     #[inline]
-    fn push_dst(dst: Ipv6Addr, _protocol: IpProtocol, words: &mut Words) {
-        for (i, value) in dst.segments().into_iter().enumerate() {
-            words.push(Word {
+    fn dst_words(dst: Ipv6Addr, _protocol: IpProtocol, words: &mut [Word]) {
+        for (i, (word, value)) in words.iter_mut().zip(dst.segments()).enumerate() {
+            *word = Word {
                 at: IP_AT + 24 + 2 * i,
                 value,
                 in_ip: false,
                 in_l4: true,
-            });
+            };
         }
     }
 

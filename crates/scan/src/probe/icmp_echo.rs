@@ -82,7 +82,7 @@ impl<F: Family> Module<F> for IcmpEcho<F> {
             (ICMP_HEADER_LEN, hi(now_us)),
             (ICMP_HEADER_LEN + 2, lo(now_us)),
         ];
-        self.template.write(buf, target, &rest)
+        self.template.write(buf, target, rest)
     }
 
     fn bpf_filter(&self) -> String {

@@ -101,7 +101,7 @@ impl<F: Family> Module<F> for TcpSyn<F> {
             (self.tsval_at, hi(now_us)),
             (self.tsval_at + 2, lo(now_us)),
         ];
-        self.template.write(buf, target, &rest)
+        self.template.write(buf, target, rest)
     }
 
     fn bpf_filter(&self) -> String {
@@ -200,7 +200,7 @@ fn write_rst<F: Family>(
     seq: u32,
 ) -> usize {
     let rest = [(0, sport), (2, port), (4, hi(seq)), (6, lo(seq))];
-    template.write(buf, target, &rest)
+    template.write(buf, target, rest)
 }
 
 impl RstTemplate {

@@ -153,9 +153,9 @@ impl<F: Family> Module<F> for UdpProbe<F> {
             Some(at) => {
                 let [sport, dport] = ports;
                 let id = (token >> 16) as u16;
-                self.template.write(buf, target, &[sport, dport, (at, id)])
+                self.template.write(buf, target, [sport, dport, (at, id)])
             }
-            None => self.template.write(buf, target, &ports),
+            None => self.template.write(buf, target, ports),
         }
     }
 
