@@ -142,14 +142,44 @@ pub fn run(args: ScoreArgs) -> Result<()> {
     } else {
         let scan = score_scan(&args, module, &truth, &results)?;
         if args.within.is_empty() && !results.rows.is_empty() && scan.found * 2 < scan.expected {
+            let span = covering_prefixes(results.rows.iter().filter_map(|r| r.addr));
             eprintln!(
-                "note: scored against the lab's whole population; if the scan covered less, give --within PREFIX"
+                "note: scored against the lab's whole population; if the scan covered less, give --within PREFIX (the results lie within {span})"
             );
         }
         scan.to_string()
     };
     crate::say(line);
     Ok(())
+}
+
+/// The narrowest prefix of each family holding every address of `addrs`, comma separated.
+fn covering_prefixes(addrs: impl Iterator<Item = IpAddr>) -> String {
+    let (mut v4, mut v6): (Vec<u128>, Vec<u128>) = (Vec::new(), Vec::new());
+    for addr in addrs {
+        match addr {
+            IpAddr::V4(a) => v4.push(u128::from(u32::from(a))),
+            IpAddr::V6(a) => v6.push(u128::from(a)),
+        }
+    }
+    let span = |bits: &[u128], width: u32| -> Option<(u128, u8)> {
+        let (lo, hi) = (*bits.iter().min()?, *bits.iter().max()?);
+        let same = ((lo ^ hi) << (128 - width)).leading_zeros().min(width);
+        let mask = if same == 0 {
+            0
+        } else {
+            (u128::MAX << (128 - same)) >> (128 - width)
+        };
+        Some((lo & mask, same as u8))
+    };
+    let mut nets = Vec::new();
+    if let Some((net, len)) = span(&v4, 32) {
+        nets.push(format!("{}/{len}", std::net::Ipv4Addr::from(net as u32)));
+    }
+    if let Some((net, len)) = span(&v6, 128) {
+        nets.push(format!("{}/{len}", std::net::Ipv6Addr::from(net)));
+    }
+    nets.join(", ")
 }
 
 // ---- reading results ------------------------------------------------------------------------
@@ -638,12 +668,12 @@ pub struct GrabScore {
     scored: String,
 }
 
-/// "N of M (P %)", or "N of 0" (no percentage of nothing).
-fn share(n: usize, of: usize) -> String {
+/// "N of M[ what] (P %)", or "N of 0[ what]" (no percentage of nothing).
+fn share(n: usize, of: usize, what: &str) -> String {
     if of == 0 {
-        format!("{n} of 0")
+        format!("{n} of 0{what}")
     } else {
-        format!("{n} of {of} ({:.3} %)", 100.0 * n as f64 / of as f64)
+        format!("{n} of {of}{what} ({:.3} %)", 100.0 * n as f64 / of as f64)
     }
 }
 
@@ -651,15 +681,15 @@ impl fmt::Display for GrabScore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "completed {} live, bodies correct {}, wrong bodies {}, silent seen as data-timeout {}, false positives {}",
-            share(self.completed, self.live),
-            share(self.bodies_right, self.bodies_right + self.bodies_wrong),
+            "completed {}, bodies correct {}, wrong bodies {}, silent seen as data-timeout {}, false positives {}",
+            share(self.completed, self.live, " live"),
+            share(self.bodies_right, self.bodies_right + self.bodies_wrong, ""),
             self.bodies_wrong,
-            share(self.silent_timeouts, self.silent),
+            share(self.silent_timeouts, self.silent, ""),
             self.false_positives,
         )?;
         if let Some((right, all)) = self.certificates {
-            write!(f, ", certificates correct {}", share(right, all))?;
+            write!(f, ", certificates correct {}", share(right, all, ""))?;
         }
         write!(f, " [{}]", self.scored)
     }
@@ -819,9 +849,33 @@ mod tests {
     }
 
     #[test]
+    fn covering_prefixes_per_family() {
+        let addrs = |list: &[&str]| {
+            list.iter()
+                .map(|a| a.parse::<IpAddr>().unwrap())
+                .collect::<Vec<_>>()
+                .into_iter()
+        };
+        assert_eq!(
+            covering_prefixes(addrs(&["198.18.16.3", "198.18.31.250"])),
+            "198.18.16.0/20"
+        );
+        assert_eq!(covering_prefixes(addrs(&["198.18.0.7"])), "198.18.0.7/32");
+        assert_eq!(
+            covering_prefixes(addrs(&["198.18.0.1", "2001:2::1", "2001:2::ff"])),
+            "198.18.0.1/32, 2001:2::/120"
+        );
+        assert_eq!(
+            covering_prefixes(addrs(&["1.0.0.0", "255.0.0.0"])),
+            "0.0.0.0/0"
+        );
+    }
+
+    #[test]
     fn shares_never_divide_by_zero() {
-        assert_eq!(share(0, 0), "0 of 0");
-        assert_eq!(share(1, 4), "1 of 4 (25.000 %)");
+        assert_eq!(share(0, 0, ""), "0 of 0");
+        assert_eq!(share(1, 4, ""), "1 of 4 (25.000 %)");
+        assert_eq!(share(1, 4, " live"), "1 of 4 live (25.000 %)");
     }
 
     #[test]
