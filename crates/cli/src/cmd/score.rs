@@ -257,7 +257,9 @@ fn read_results(path: &Path, format: Option<Format>) -> Result<Results> {
         Format::Parquet => read_parquet(file),
     }
     .with_context(|| format!("cannot read {shown} as {format:?}"))?;
-    if !results.has("saddr") && !(results.columns.is_empty() && results.rows.is_empty()) {
+    // An empty ndjson file names no columns at all; that is no results, not a wrong file.
+    let empty = results.columns.is_empty() && results.rows.is_empty();
+    if !empty && !results.has("saddr") {
         bail!(
             "{shown} has no saddr column (the address that answered); is it scan or grab output?"
         );
@@ -513,71 +515,86 @@ fn row_answer(row: &Row) -> Option<Option<Answer>> {
     }
 }
 
+impl Target {
+    /// What `args` (or, without them, `module` and the results) say to score.
+    fn new(args: &ScoreArgs, module: Module, results: &Results) -> Result<Target> {
+        let answers = args
+            .answer
+            .map_or_else(|| module.answers(), |a| vec![a.answer()]);
+        let host = answers == [Answer::Echo];
+        let mut target = Target {
+            answers,
+            ports: args.port.clone(),
+            host,
+        };
+        if target.ports.is_empty() {
+            target.ports = if host {
+                vec![0]
+            } else {
+                let counts = |r: &Row| target.counts(r);
+                let sport = |r: &Row| r.sport;
+                ports_named(
+                    results,
+                    &args.results,
+                    "sport",
+                    sport,
+                    &target.answers,
+                    counts,
+                )?
+            };
+        }
+        Ok(target)
+    }
+
+    /// Whether a result row is an answer this score counts.
+    fn counts(&self, row: &Row) -> bool {
+        match row_answer(row) {
+            None => false,
+            Some(_) if self.host => true,
+            Some(None) => true,
+            Some(Some(a)) => self.answers.contains(&a),
+        }
+    }
+
+    /// The (address, port) pairs of `scope` where the truth holds one of the answers.
+    fn expected(&self, truth: &Truth, scope: &Scope) -> Result<HashSet<(IpAddr, u16)>> {
+        let mut expected = HashSet::new();
+        for addr in truth.addresses().filter(|a| scope.contains(*a)) {
+            for &port in &self.ports {
+                if self.answers.contains(&self.truth(truth, addr, port)) {
+                    expected.insert((addr, port));
+                }
+            }
+        }
+        if expected.is_empty() {
+            let answers: Vec<&str> = self.answers.iter().map(|a| a.as_str()).collect();
+            let ports: Vec<String> = self.ports.iter().map(u16::to_string).collect();
+            bail!(
+                "the truth has no {} rows for port {} within {}: check --port/--module (or --within)",
+                answers.join("/"),
+                ports.join(","),
+                scope.describe()
+            );
+        }
+        Ok(expected)
+    }
+}
+
 fn score_scan(
     args: &ScoreArgs,
     module: Module,
     truth: &Truth,
     results: &Results,
 ) -> Result<ScanScore> {
-    let answers = args
-        .answer
-        .map_or_else(|| module.answers(), |a| vec![a.answer()]);
-    let host = answers == [Answer::Echo];
-    let counts = |row: &Row| match row_answer(row) {
-        None => false,
-        Some(_) if host => true,
-        Some(None) => true,
-        Some(Some(a)) => answers.contains(&a),
-    };
-    let ports = if !args.port.is_empty() {
-        args.port.clone()
-    } else if host {
-        vec![0]
-    } else {
-        ports_named(
-            results,
-            &args.results,
-            "sport",
-            |r| r.sport,
-            &answers,
-            counts,
-        )?
-    };
-    let target = Target {
-        answers: answers.clone(),
-        ports,
-        host,
-    };
+    let target = Target::new(args, module, results)?;
     let scope = Scope::new(&args.within, truth);
-    let scored = target.describe(module, &scope);
-
-    let mut expected = HashSet::new();
-    for addr in truth.addresses().filter(|a| scope.contains(*a)) {
-        for &port in &target.ports {
-            if target.answers.contains(&target.truth(truth, addr, port)) {
-                expected.insert((addr, port));
-            }
-        }
-    }
-    if expected.is_empty() {
-        let answers: Vec<&str> = target.answers.iter().map(|a| a.as_str()).collect();
-        let ports: Vec<String> = target.ports.iter().map(u16::to_string).collect();
-        bail!(
-            "the truth has no {} rows for port {} within {}: check --port/--module (or --within)",
-            answers.join("/"),
-            ports.join(","),
-            scope.describe()
-        );
-    }
-
-    let mut found = HashSet::new();
-    let mut false_positives = HashSet::new();
-    for row in results.rows.iter().filter(|r| counts(r)) {
-        let Some(addr) = row.addr else { continue };
-        if !scope.scores(addr) {
+    let expected = target.expected(truth, &scope)?;
+    let (mut found, mut false_positives) = (HashSet::new(), HashSet::new());
+    for row in results.rows.iter().filter(|r| target.counts(r)) {
+        let Some(addr) = row.addr.filter(|a| scope.scores(*a)) else {
             continue;
-        }
-        let port = if host {
+        };
+        let port = if target.host {
             0
         } else {
             row_port(row.sport, &target.ports, &args.results, "sport")?
@@ -587,7 +604,7 @@ fn score_scan(
         }
         let truly = target.truth(truth, addr, port);
         let right = match row_answer(row) {
-            Some(Some(a)) if !host => a == truly,
+            Some(Some(a)) if !target.host => a == truly,
             _ => target.answers.contains(&truly),
         };
         if right && expected.contains(&(addr, port)) {
@@ -600,7 +617,7 @@ fn score_scan(
         expected: expected.len(),
         found: found.len(),
         false_positives: false_positives.len(),
-        scored,
+        scored: target.describe(module, &scope),
     })
 }
 
@@ -695,41 +712,13 @@ impl fmt::Display for GrabScore {
     }
 }
 
-fn score_grab(
-    args: &ScoreArgs,
-    status: &LabStatus,
-    truth: &Truth,
-    results: &Results,
-) -> Result<GrabScore> {
-    let ports = if args.port.is_empty() {
-        let column = if results.has("dport") {
-            "dport"
-        } else {
-            "port"
-        };
-        let any_success = |r: &Row| r.status.is_some();
-        ports_named(
-            results,
-            &args.results,
-            column,
-            |r| r.dport,
-            &[Answer::Synack],
-            any_success,
-        )?
-    } else {
-        args.port.clone()
-    };
-    let scope = Scope::new(&args.within, truth);
-    let port_list: Vec<String> = ports.iter().map(u16::to_string).collect();
-    let scored = format!(
-        "grab: port {} within {}",
-        port_list.join(","),
-        scope.describe()
-    );
+/// The live (answering, not silent) and the silent (address, port) pairs of `scope`.
+type Targets = HashSet<(IpAddr, u16)>;
 
+fn grab_targets(truth: &Truth, scope: &Scope, ports: &[u16]) -> (Targets, Targets) {
     let (mut live, mut silent) = (HashSet::new(), HashSet::new());
     for addr in truth.addresses().filter(|a| scope.contains(*a)) {
-        for &port in &ports {
+        for &port in ports {
             let e = truth.tcp(addr, port);
             match (e.answer, e.service) {
                 (Answer::Synack, Service::Silent) => silent.insert((addr, port)),
@@ -738,6 +727,104 @@ fn score_grab(
             };
         }
     }
+    (live, silent)
+}
+
+/// The ports of a grab: --port, else the results' dport (or port) column.
+fn grab_ports(args: &ScoreArgs, results: &Results) -> Result<Vec<u16>> {
+    if !args.port.is_empty() {
+        return Ok(args.port.clone());
+    }
+    let column = if results.has("dport") {
+        "dport"
+    } else {
+        "port"
+    };
+    let has_status = |r: &Row| r.status.is_some();
+    ports_named(
+        results,
+        &args.results,
+        column,
+        |r| r.dport,
+        &[Answer::Synack],
+        has_status,
+    )
+}
+
+/// The (address, port) pairs of a grab in each class the score counts.
+#[derive(Default)]
+struct GrabTally {
+    completed: Targets,
+    bodies_right: Targets,
+    bodies_wrong: Targets,
+    silent_timeouts: Targets,
+    false_positives: Targets,
+    certificates: Targets,
+    certificates_right: Targets,
+}
+
+impl GrabTally {
+    /// Counts one row about (addr, port).
+    fn add(&mut self, row: &Row, key: (IpAddr, u16), lab: &GrabLab) {
+        let success = row.status.as_deref() == Some("success");
+        if success && !lab.live.contains(&key) {
+            self.false_positives.insert(key);
+            return;
+        }
+        if !success {
+            if row.status.as_deref() == Some("data-timeout") && lab.silent.contains(&key) {
+                self.silent_timeouts.insert(key);
+            }
+            return;
+        }
+        self.completed.insert(key);
+        let (addr, port) = key;
+        let service = lab.truth.tcp(addr, port).service;
+        if !matches!(service, Service::Http | Service::Https) {
+            return;
+        }
+        if let Some(body) = &row.body_sha256 {
+            let want = match row.path.as_deref().unwrap_or("/") {
+                "/" => Some(sonde_lab::sha256_hex(sonde_lab::http_body(addr).as_bytes())),
+                p if Some(p) == lab.status.big_path.as_deref() => lab.status.big_sha256.clone(),
+                _ => None,
+            };
+            match want {
+                Some(w) if w == *body => self.bodies_right.insert(key),
+                Some(_) => self.bodies_wrong.insert(key),
+                None => false,
+            };
+        }
+        if service == Service::Https && lab.has_certificates {
+            self.certificates.insert(key);
+            let want = lab.status.tls_cert_sha256.as_deref();
+            if row.tls_cert_sha256.is_some() && row.tls_cert_sha256.as_deref() == want {
+                self.certificates_right.insert(key);
+            }
+        }
+    }
+}
+
+/// What a grab is scored against.
+struct GrabLab<'a> {
+    status: &'a LabStatus,
+    truth: &'a Truth,
+    live: Targets,
+    silent: Targets,
+    /// Whether the results carry certificate hashes.
+    has_certificates: bool,
+}
+
+fn score_grab(
+    args: &ScoreArgs,
+    status: &LabStatus,
+    truth: &Truth,
+    results: &Results,
+) -> Result<GrabScore> {
+    let ports = grab_ports(args, results)?;
+    let scope = Scope::new(&args.within, truth);
+    let port_list: Vec<String> = ports.iter().map(u16::to_string).collect();
+    let (live, silent) = grab_targets(truth, &scope, &ports);
     if live.is_empty() {
         bail!(
             "the truth has no live hosts for port {} within {}: check --port/--within",
@@ -745,74 +832,39 @@ fn score_grab(
             scope.describe()
         );
     }
-
-    let mut completed = HashSet::new();
-    let (mut bodies_right, mut bodies_wrong) = (HashSet::new(), HashSet::new());
-    let mut silent_timeouts = HashSet::new();
-    let mut false_positives = HashSet::new();
-    let mut certificates = HashSet::new();
-    let mut certificates_right = HashSet::new();
-    let big_sha = status.big_sha256.as_deref();
-    let cert_sha = status.tls_cert_sha256.as_deref();
+    let lab = GrabLab {
+        status,
+        truth,
+        live,
+        silent,
+        has_certificates: results.has("tls_cert_sha256"),
+    };
+    let mut tally = GrabTally::default();
     for row in &results.rows {
-        let Some(addr) = row.addr else { continue };
-        if !scope.scores(addr) {
+        let Some(addr) = row.addr.filter(|a| scope.scores(*a)) else {
             continue;
-        }
+        };
         let port = row_port(row.dport, &ports, &args.results, "dport")?;
-        if !ports.contains(&port) {
-            continue;
-        }
-        let key = (addr, port);
-        match row.status.as_deref() {
-            Some("success") if live.contains(&key) => {
-                completed.insert(key);
-            }
-            Some("success") => {
-                false_positives.insert(key);
-                continue;
-            }
-            Some("data-timeout") if silent.contains(&key) => {
-                silent_timeouts.insert(key);
-                continue;
-            }
-            _ => continue,
-        }
-        let service = truth.tcp(addr, port).service;
-        if !matches!(service, Service::Http | Service::Https) {
-            continue;
-        }
-        if let Some(body) = &row.body_sha256 {
-            let want = match row.path.as_deref().unwrap_or("/") {
-                "/" => Some(sonde_lab::sha256_hex(sonde_lab::http_body(addr).as_bytes())),
-                p if Some(p) == status.big_path.as_deref() => big_sha.map(str::to_string),
-                _ => None,
-            };
-            match want {
-                Some(w) if w == *body => bodies_right.insert(key),
-                Some(_) => bodies_wrong.insert(key),
-                None => false,
-            };
-        }
-        if service == Service::Https && results.has("tls_cert_sha256") {
-            certificates.insert(key);
-            if row.tls_cert_sha256.is_some() && row.tls_cert_sha256.as_deref() == cert_sha {
-                certificates_right.insert(key);
-            }
+        if ports.contains(&port) {
+            tally.add(row, (addr, port), &lab);
         }
     }
     Ok(GrabScore {
-        live: live.len(),
-        completed: completed.len(),
-        bodies_right: bodies_right.len(),
-        bodies_wrong: bodies_wrong.len(),
-        silent: silent.len(),
-        silent_timeouts: silent_timeouts.len(),
-        false_positives: false_positives.len(),
-        certificates: results
-            .has("tls_cert_sha256")
-            .then(|| (certificates_right.len(), certificates.len())),
-        scored,
+        live: lab.live.len(),
+        completed: tally.completed.len(),
+        bodies_right: tally.bodies_right.len(),
+        bodies_wrong: tally.bodies_wrong.len(),
+        silent: lab.silent.len(),
+        silent_timeouts: tally.silent_timeouts.len(),
+        false_positives: tally.false_positives.len(),
+        certificates: lab
+            .has_certificates
+            .then_some((tally.certificates_right.len(), tally.certificates.len())),
+        scored: format!(
+            "grab: port {} within {}",
+            port_list.join(","),
+            scope.describe()
+        ),
     })
 }
 
