@@ -54,8 +54,19 @@ enum LabCommand {
         #[arg(long, value_delimiter = ',')]
         udp_ports: Vec<u16>,
     },
-    /// Score scan or grab results against the lab's ground truth: found % of the expected
-    /// answers and false positives (scans), completed %, correct bodies and silent hosts (grab).
+    /// Score scan or grab results (csv, ndjson or parquet) against the lab's ground truth.
+    ///
+    /// A scan prints one line: `found N of M (P %), false positives F [tcp_syn: synack on port
+    /// 80 within 198.18.0.0/16]`: of the M (address, port) pairs where the truth holds the
+    /// answer, N are in the results; F result pairs are not in the truth. When the truth holds
+    /// nothing to find, it says so and fails instead.
+    ///
+    /// Grab results (a status column, with saddr, dport, http_body or http_body_sha256,
+    /// http_path, tls_cert_sha256) print: `completed N of M live (P %), bodies correct B of C
+    /// (P %), wrong bodies W, silent seen as data-timeout S of T (P %), false positives F[,
+    /// certificates correct X of Y] [grab: port 80 within …]`. Live targets answer and are not
+    /// silent; a body is correct when it is `sonde lab <address>\n` (GET /) or has the lab's
+    /// big_sha256 (http_path /big); a false positive is a success where nothing serves.
     Score(super::score::ScoreArgs),
     /// List the labs on this machine.
     List,
