@@ -48,6 +48,7 @@ pub(crate) fn spawn_error(program: &str, e: &io::Error) -> anyhow::Error {
     let package = match program {
         "ip" => "iproute2",
         "nft" => "nftables",
+        "nginx" => "nginx-light",
         other => other,
     };
     if e.kind() == io::ErrorKind::NotFound {

@@ -27,11 +27,23 @@ pub(crate) const GATEWAY_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 0xffff, 0, 
 const MIN_PREFIX6: u8 = 112;
 pub(crate) const SCAN_IF: &str = "sx0";
 pub(crate) const NET_IF: &str = "nx0";
+/// With loss: an interface of the net namespace that stays down, where nftables sends the
+/// packets from the population it loses (see nft.rs).
+pub(crate) const LOSS_SINK_IF: &str = "lz0";
 /// Veth queue limit: far more than these hosts have cores, and the kernel's
 /// own limit for veth is in the thousands.
 const MAX_QUEUES: u32 = 1024;
 /// Longest lab name: short enough for every name derived from it.
 const MAX_NAME: usize = 20;
+/// The ports nginx serves with `http`: plain HTTP and HTTPS.
+pub const HTTP_PORT: u16 = 80;
+pub const HTTPS_PORT: u16 = 443;
+/// The DNS server's port (UDP, and TCP: unbound answers both).
+pub const DNS_PORT: u16 = 53;
+/// Where the silent server listens (127.0.0.1 and ::1 only, so no scan can reach it there;
+/// nftables' tproxy hands it the silent hosts' connections). A wildcard listener on the same
+/// port would clash, so it may not be an open port.
+pub(crate) const SILENT_PORT: u16 = 65534;
 
 const fn net(a: u8, b: u8, c: u8, d: u8, len: u8) -> Ipv4Net {
     Ipv4Net::new_assert(Ipv4Addr::new(a, b, c, d), len)
@@ -67,6 +79,35 @@ pub struct LabConfig {
     pub population6: Option<Ipv6Net>,
     /// Run a DNS server (unbound) on port 53 of every responsive address.
     pub dns: bool,
+    /// Run nginx on ports 80 (HTTP) and 443 (HTTPS) of every responsive address; they count
+    /// as open whether or not `tcp_open` lists them.
+    pub http: bool,
+    /// Share of the responsive addresses (0.0..=1.0) that complete the TCP handshake on every
+    /// open port and then never send anything (a keyed hash of the address, salted apart from
+    /// responsiveness, picks them).
+    pub silent_share: f64,
+}
+
+impl LabConfig {
+    /// Every TCP port that answers SYN-ACK: `tcp_open`, plus 80 and 443 with `http`, ascending.
+    pub fn open_ports(&self) -> Vec<u16> {
+        let mut ports = self.tcp_open.clone();
+        if self.http {
+            ports.extend([HTTP_PORT, HTTPS_PORT]);
+        }
+        ports.sort_unstable();
+        ports.dedup();
+        ports
+    }
+
+    /// The open ports the lab's small accept-and-close server serves: all but nginx's.
+    pub fn served_ports(&self) -> Vec<u16> {
+        let nginx = |p: &u16| self.http && (*p == HTTP_PORT || *p == HTTPS_PORT);
+        self.open_ports()
+            .into_iter()
+            .filter(|p| !nginx(p))
+            .collect()
+    }
 }
 
 impl Default for LabConfig {
@@ -82,6 +123,8 @@ impl Default for LabConfig {
             loss: 0.0,
             population6: None,
             dns: false,
+            http: false,
+            silent_share: 0.0,
         }
     }
 }
@@ -154,6 +197,38 @@ pub struct LabStatus {
     /// The DNS server's pid, when the lab runs one (`dns`).
     #[serde(default)]
     pub dns_pid: Option<u32>,
+    /// Whether nginx serves ports 80 and 443 (`http`); they are in `tcp_open` then.
+    #[serde(default)]
+    pub http: bool,
+    /// The nginx master's pid, with `http`.
+    #[serde(default)]
+    pub nginx_pid: Option<u32>,
+    /// Connections nginx can hold at once (its workers' connection slots; the open-file limit
+    /// bounds them where `up` cannot raise it), with `http`.
+    #[serde(default)]
+    pub nginx_connections: Option<u64>,
+    /// SHA-256 of the DER certificate nginx presents on 443 (lowercase hex), with `http`.
+    #[serde(default)]
+    pub tls_cert_sha256: Option<String>,
+    /// The certificate's PEM file, with `http`.
+    #[serde(default)]
+    pub tls_cert: Option<String>,
+    /// The path of the large body (`/big`), its length and SHA-256, with `http`.
+    #[serde(default)]
+    pub big_path: Option<String>,
+    #[serde(default)]
+    pub big_len: Option<u64>,
+    #[serde(default)]
+    pub big_sha256: Option<String>,
+    /// Share of the responsive addresses that accept on the open ports and never send.
+    #[serde(default)]
+    pub silent_share: f64,
+    /// How many addresses are silent (IPv4 and IPv6 populations together).
+    #[serde(default)]
+    pub silent_count: u64,
+    /// The silent server's pid, when some address is silent.
+    #[serde(default)]
+    pub silent_pid: Option<u32>,
 }
 
 /// Checks a lab name: 1 to 20 of `a-z`, `0-9` and `-`, not starting with `-`.
@@ -186,6 +261,15 @@ pub(crate) fn validate(cfg: &LabConfig) -> Result<()> {
     }
     if !(0.0..1.0).contains(&cfg.loss) {
         bail!("loss {} is not in [0, 1)", cfg.loss);
+    }
+    if !(0.0..=1.0).contains(&cfg.silent_share) {
+        bail!("silent share {} is not between 0 and 1", cfg.silent_share);
+    }
+    if cfg.silent_share > 0.0 && cfg.open_ports().contains(&SILENT_PORT) {
+        bail!("TCP port {SILENT_PORT} is the silent server's own port; it cannot be an open port with a silent share");
+    }
+    if cfg.dns && cfg.open_ports().contains(&DNS_PORT) {
+        bail!("TCP port {DNS_PORT} is the DNS server's with --dns; leave it out of the open ports");
     }
     if cfg.queues == 0 || cfg.queues > MAX_QUEUES {
         bail!("queues {} is not between 1 and {MAX_QUEUES}", cfg.queues);
@@ -356,5 +440,87 @@ mod tests {
         assert_eq!("drop".parse::<Sink>().unwrap(), Sink::Drop);
         assert!("xdp".parse::<Sink>().is_err());
         assert_eq!(Sink::Drop.to_string(), "drop");
+    }
+
+    #[test]
+    fn http_opens_80_and_443_and_the_small_server_keeps_the_rest() {
+        let cfg = LabConfig {
+            tcp_open: vec![8080, 80, 22],
+            ..LabConfig::default()
+        };
+        assert_eq!(cfg.open_ports(), [22, 80, 8080]);
+        assert_eq!(cfg.served_ports(), [22, 80, 8080]);
+        let http = LabConfig { http: true, ..cfg };
+        assert_eq!(http.open_ports(), [22, 80, 443, 8080]);
+        assert_eq!(http.served_ports(), [22, 8080]);
+        let only = LabConfig {
+            tcp_open: vec![],
+            http: true,
+            ..LabConfig::default()
+        };
+        assert_eq!(only.open_ports(), [80, 443]);
+        assert!(only.served_ports().is_empty());
+    }
+
+    #[test]
+    fn silent_share_and_port_clashes_are_checked() {
+        let base = LabConfig::default();
+        for bad in [-0.1, 1.1, f64::NAN] {
+            let e = validate(&LabConfig {
+                silent_share: bad,
+                ..base.clone()
+            })
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("silent share"), "{e}");
+        }
+        validate(&LabConfig {
+            silent_share: 1.0,
+            ..base.clone()
+        })
+        .unwrap();
+        let e = validate(&LabConfig {
+            silent_share: 0.1,
+            tcp_open: vec![SILENT_PORT],
+            ..base.clone()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("silent server's own port"), "{e}");
+        let e = validate(&LabConfig {
+            dns: true,
+            tcp_open: vec![53],
+            ..base
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("DNS server's"), "{e}");
+    }
+
+    #[test]
+    fn http_status_fields_round_trip() {
+        let old = r#"{"name":"lab","scan_ns":"a","net_ns":"b","scan_if":"sx0","net_if":"nx0",
+            "scan_ip":"198.19.255.1","scan_mac":"m","gateway_ip":"198.19.255.254","gateway_mac":"g",
+            "population":"198.18.0.0/16","responsive":0.1,"responsive_count":1,"tcp_open":[80],
+            "seed":1,"queues":2,"sink":"kernel","loss":0.0,"server_pid":null}"#;
+        let st: LabStatus = serde_json::from_str(old).unwrap();
+        assert!(!st.http && st.nginx_pid.is_none() && st.silent_share == 0.0);
+        let new = LabStatus {
+            http: true,
+            nginx_pid: Some(7),
+            nginx_connections: Some(262_144),
+            tls_cert_sha256: Some("ab".repeat(32)),
+            tls_cert: Some("/run/sonde/lab/lab-http/cert.pem".into()),
+            big_path: Some("/big".into()),
+            big_len: Some(1 << 20),
+            big_sha256: Some("cd".repeat(32)),
+            silent_share: 0.1,
+            silent_count: 5,
+            silent_pid: Some(8),
+            ..st
+        };
+        let text = serde_json::to_string(&new).unwrap();
+        assert!(text.contains(r#""http":true"#) && text.contains(r#""big_len":1048576"#));
+        assert_eq!(serde_json::from_str::<LabStatus>(&text).unwrap(), new);
     }
 }

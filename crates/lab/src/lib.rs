@@ -15,6 +15,7 @@ mod cmd;
 mod config;
 mod counters;
 mod dns;
+mod http;
 mod netns;
 mod nft;
 mod server;
@@ -23,9 +24,13 @@ mod state;
 mod truth;
 mod xdp;
 
-pub use config::{validate_name, LabConfig, LabStatus, Sink};
+pub use config::{validate_name, LabConfig, LabStatus, Sink, DNS_PORT, HTTPS_PORT, HTTP_PORT};
 pub use counters::{net_counters, received, scan_counters, IfCounters};
+pub use http::{big_body, sha256_hex, BIG_PATH};
 pub use netns::{current_lab, enter_scan_ns, exec, list};
-pub use server::serve;
+pub use server::{serve, serve_silent};
 pub use setup::{down, status, up};
-pub use truth::{is_responsive, is_responsive6, truth};
+pub use truth::{
+    http_body, is_responsive, is_responsive6, is_silent, truth, truth_csv, Answer, Expect, Service,
+    Truth,
+};

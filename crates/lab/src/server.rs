@@ -1,25 +1,38 @@
-//! The lab's TCP server (`serve`), and starting and stopping it from `up` and
-//! `down`.
+//! The lab's TCP servers (`serve`: accept and close; `serve_silent`: accept and hold), and
+//! starting and stopping them (and the other servers a lab runs) from `up` and `down`.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6, TcpListener};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
+use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::socket::{
     bind, listen, setsockopt, socket, sockopt, AddressFamily, Backlog, SockFlag, SockType,
     SockaddrIn, SockaddrIn6,
 };
+use nix::sys::time::TimeVal;
 use nix::unistd::Pid;
 
 use crate::cmd::{ip_line, spawn_error};
+use crate::state::Started;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 const STOP_TIMEOUT: Duration = Duration::from_secs(3);
 const POLL: Duration = Duration::from_millis(20);
+/// The silent server holds at most this many connections (closing the oldest beyond it) …
+const MAX_HELD: usize = 131_072;
+/// … each for at most this long: far beyond any client's data timeout.
+const HOLD_FOR: Duration = Duration::from_secs(120);
+/// Descriptors a server needs besides its connections (listeners, stdio, libraries).
+const SPARE_FILES: usize = 1024;
+/// How often an idle silent server looks for connections to let go.
+const EXPIRE_EVERY: Duration = Duration::from_secs(1);
 
 /// Listens on 0.0.0.0:P and [::]:P (IPV6_V6ONLY) for each of `ports` and
 /// accepts and closes connections forever. The lab runs it inside its net
@@ -35,8 +48,8 @@ pub fn serve(ports: &[u16]) -> Result<Infallible> {
     }
     let mut listeners = Vec::with_capacity(2 * ports.len());
     for &p in &ports {
-        listeners.extend(listener(p, false)?);
-        listeners.extend(listener(p, true)?);
+        listeners.extend(listener(p, false, Bind::Any)?);
+        listeners.extend(listener(p, true, Bind::Any)?);
     }
     let workers: Vec<_> = listeners
         .into_iter()
@@ -49,9 +62,91 @@ pub fn serve(ports: &[u16]) -> Result<Infallible> {
     bail!("the lab server's accept threads stopped")
 }
 
+/// Holds every connection to `port` on 127.0.0.1 and ::1 open without reading or writing, so
+/// the peer's handshake completes and then nothing ever comes back. nftables' tproxy hands this
+/// listener the connections to the lab's silent hosts (hence IP_TRANSPARENT, which tproxy
+/// requires of the socket it picks); bound to loopback, nothing else reaches it. At most
+/// MAX_HELD connections are held (fewer if the open-file limit cannot be raised that far),
+/// each for at most HOLD_FOR; then the oldest are closed.
+pub fn serve_silent(port: u16) -> Result<Infallible> {
+    let files = raise_open_files((MAX_HELD + SPARE_FILES) as u64);
+    let max_held = usize::try_from(files)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(SPARE_FILES)
+        .clamp(1, MAX_HELD);
+    let mut listeners = Vec::with_capacity(2);
+    listeners.extend(listener(port, false, Bind::LoopbackTransparent)?);
+    listeners.extend(listener(port, true, Bind::LoopbackTransparent)?);
+    let held = Arc::new(Mutex::new(VecDeque::new()));
+    let workers: Vec<_> = listeners
+        .into_iter()
+        .map(|l| {
+            let held = Arc::clone(&held);
+            thread::spawn(move || hold_forever(&l, &held, max_held))
+        })
+        .collect();
+    for w in workers {
+        let _ = w.join();
+    }
+    bail!("the silent server's accept threads stopped")
+}
+
+/// Raises this process's open-file limit to `want` if it can: up to the hard limit always, and
+/// beyond it with CAP_SYS_RESOURCE. Returns the soft limit it has then. Children inherit it.
+pub(crate) fn raise_open_files(want: u64) -> u64 {
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return 1024;
+    };
+    if soft >= want {
+        return soft;
+    }
+    if setrlimit(Resource::RLIMIT_NOFILE, want, want.max(hard)).is_ok() {
+        return want;
+    }
+    let best = want.min(hard);
+    if setrlimit(Resource::RLIMIT_NOFILE, best, hard).is_ok() {
+        best
+    } else {
+        soft
+    }
+}
+
+/// Accepts and keeps connections (in arrival order, with their arrival time), closing those
+/// beyond `max_held` or older than HOLD_FOR. The listener's receive timeout wakes it at least
+/// every EXPIRE_EVERY, so old connections go even when none arrive.
+fn hold_forever(l: &TcpListener, held: &Mutex<VecDeque<(Instant, TcpStream)>>, max_held: usize) {
+    let timeout = TimeVal::new(EXPIRE_EVERY.as_secs() as i64, 0);
+    let _ = setsockopt(l, sockopt::ReceiveTimeout, &timeout);
+    loop {
+        let accepted = l.accept();
+        let now = Instant::now();
+        let Ok(mut held) = held.lock() else { return };
+        if let Ok((stream, _)) = accepted {
+            held.push_back((now, stream));
+        }
+        while held.len() > max_held
+            || held
+                .front()
+                .is_some_and(|(t, _)| now.duration_since(*t) > HOLD_FOR)
+        {
+            held.pop_front();
+        }
+    }
+}
+
+/// Where a listener binds.
+#[derive(Clone, Copy, PartialEq)]
+enum Bind {
+    /// 0.0.0.0 / [::]: every local address, so the whole population.
+    Any,
+    /// 127.0.0.1 / [::1], transparent (for tproxy).
+    LoopbackTransparent,
+}
+
 /// A listener on 0.0.0.0:`port`, or with `v6` on [::]:`port` for IPv6 only
-/// (so it never competes with the IPv4 one). None if the kernel has no IPv6.
-fn listener(port: u16, v6: bool) -> Result<Option<TcpListener>> {
+/// (so it never competes with the IPv4 one); loopback instead with `Bind::LoopbackTransparent`.
+/// None if the kernel has no IPv6.
+fn listener(port: u16, v6: bool, bind_to: Bind) -> Result<Option<TcpListener>> {
     let family = if v6 { "IPv6" } else { "IPv4" };
     let fail =
         |what: &str, e: nix::Error| anyhow!("lab server: cannot {what} {family} port {port}: {e}");
@@ -67,12 +162,32 @@ fn listener(port: u16, v6: bool) -> Result<Option<TcpListener>> {
     };
     setsockopt(&fd, sockopt::ReuseAddr, &true).map_err(|e| fail("set SO_REUSEADDR on", e))?;
     let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+    let loopback = bind_to == Bind::LoopbackTransparent;
+    if loopback {
+        // IP_TRANSPARENT marks IPv6 sockets too (it is a flag of the shared inet socket).
+        setsockopt(&fd, sockopt::IpTransparent, &true)
+            .map_err(|e| fail("set IP_TRANSPARENT on", e))?;
+    }
     if v6 {
         setsockopt(&fd, sockopt::Ipv6V6Only, &true).map_err(|e| fail("set IPV6_V6ONLY on", e))?;
-        let addr = SockaddrIn6::from(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0));
-        bind(raw, &addr).map_err(|e| fail("bind", e))?;
+        let ip = if loopback {
+            Ipv6Addr::LOCALHOST
+        } else {
+            Ipv6Addr::UNSPECIFIED
+        };
+        let addr = SockaddrIn6::from(SocketAddrV6::new(ip, port, 0, 0));
+        match bind(raw, &addr) {
+            // A namespace whose loopback has no ::1 (IPv6 disabled) has no IPv6 to serve.
+            Err(nix::Error::EADDRNOTAVAIL) if loopback => return Ok(None),
+            r => r.map_err(|e| fail("bind", e))?,
+        }
     } else {
-        let addr = SockaddrIn::from(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port));
+        let ip = if loopback {
+            Ipv4Addr::LOCALHOST
+        } else {
+            Ipv4Addr::UNSPECIFIED
+        };
+        let addr = SockaddrIn::from(SocketAddrV4::new(ip, port));
         bind(raw, &addr).map_err(|e| fail("bind", e))?;
     }
     // The largest accept queue: Linux caps -1 at net.core.somaxconn, which
@@ -93,12 +208,12 @@ fn accept_forever(l: &TcpListener) {
 
 /// Starts `cmd` in namespace `ns`, detached (own session via setsid, stdio to
 /// /dev/null), and waits until it listens on every port (over IPv6 too if
-/// `v6`). Returns its pid.
+/// `v6`). Returns its pid. `what` names it in errors ("the lab server").
 ///
 /// `ip netns exec` and `setsid` both exec (setsid only forks when the caller
 /// leads a process group, and a spawned child does not), so the pid of the
 /// spawned child is the server's.
-pub(crate) fn start(ns: &str, cmd: &[String], ports: &[u16], v6: bool) -> Result<u32> {
+pub(crate) fn start(ns: &str, cmd: &[String], ports: &[u16], v6: bool, what: &str) -> Result<u32> {
     let mut child = Command::new("ip")
         .args(["netns", "exec", ns, "setsid"])
         .args(cmd)
@@ -108,7 +223,7 @@ pub(crate) fn start(ns: &str, cmd: &[String], ports: &[u16], v6: bool) -> Result
         .spawn()
         .map_err(|e| spawn_error("ip", &e))?;
     let pid = child.id();
-    if let Err(e) = wait_listening(&mut child, ports, v6) {
+    if let Err(e) = wait_listening(&mut child, ports, v6, what) {
         let _ = child.kill();
         let _ = child.wait();
         return Err(e);
@@ -122,12 +237,12 @@ pub(crate) fn start(ns: &str, cmd: &[String], ports: &[u16], v6: bool) -> Result
 /// Polls the server's view of TCP sockets (/proc/PID/net/tcp{,6} shows the
 /// namespace the process is in) until every port has a listener: an IPv4 or
 /// IPv6 one (as before), and with `v6` an IPv6 one as well.
-fn wait_listening(child: &mut Child, ports: &[u16], v6: bool) -> Result<()> {
+fn wait_listening(child: &mut Child, ports: &[u16], v6: bool, server: &str) -> Result<()> {
     let start = Instant::now();
     let what = if v6 { " over IPv4 and IPv6" } else { "" };
     loop {
         if let Some(status) = child.try_wait()? {
-            bail!("the lab server exited ({status}) before listening on {ports:?}{what}; run it by hand to see why");
+            bail!("{server} exited ({status}) before listening on {ports:?}{what}; run it by hand to see why");
         }
         let (four, six) = (
             listening_ports(child.id(), "tcp"),
@@ -140,9 +255,7 @@ fn wait_listening(child: &mut Child, ports: &[u16], v6: bool) -> Result<()> {
             return Ok(());
         }
         if start.elapsed() > READY_TIMEOUT {
-            bail!(
-                "the lab server did not listen on all of {ports:?}{what} within {READY_TIMEOUT:?}"
-            );
+            bail!("{server} did not listen on all of {ports:?}{what} within {READY_TIMEOUT:?}");
         }
         thread::sleep(POLL);
     }
@@ -198,6 +311,33 @@ pub(crate) fn stop_if_running(pid: u32, cmd: &[String]) {
             signal_all(&[pid], Signal::SIGTERM);
         }
     }
+}
+
+/// The record of process `pid` (just started by `up`), if it still runs.
+pub(crate) fn started(pid: u32, what: &str) -> Option<Started> {
+    Some(Started {
+        pid,
+        start_ticks: start_ticks(pid)?,
+        what: what.to_string(),
+    })
+}
+
+/// Sends SIGTERM to the recorded process if it still runs (same pid, same start time).
+pub(crate) fn stop_if_same(p: &Started) {
+    if start_ticks(p.pid) == Some(p.start_ticks) {
+        if let Ok(pid) = i32::try_from(p.pid) {
+            signal_all(&[pid], Signal::SIGTERM);
+        }
+    }
+}
+
+/// When process `pid` started (field 22 of /proc/PID/stat, counted after the command name,
+/// which may hold spaces and parentheses: the last ')' ends it).
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, after_comm) = stat.rsplit_once(')')?;
+    // after_comm starts at field 3 (state); field 22 is the 20th from there.
+    after_comm.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// Pids whose network namespace is `ns` (a zombie has none, so it is done).

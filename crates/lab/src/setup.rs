@@ -7,11 +7,12 @@ use serde_json::Value;
 use crate::cmd::{in_ns, ip_line};
 use crate::config::{
     validate, validate_name, LabConfig, LabStatus, Sink, GATEWAY_IP, GATEWAY_IP6, LINK_NET,
-    LINK_NET6, NET_IF, SCAN_IF, SCAN_IP, SCAN_IP6,
+    LINK_NET6, LOSS_SINK_IF, NET_IF, SCAN_IF, SCAN_IP, SCAN_IP6, SILENT_PORT,
 };
+use crate::http::BIG_PATH;
 use crate::netns::{net_ns, ns_exists, scan_ns};
-use crate::truth::{Population, Population6};
-use crate::{nft, server, state, xdp};
+use crate::truth::{Population, Population6, Truth};
+use crate::{http, nft, server, state, xdp};
 
 /// Fixed, locally administered MACs (02:00 + the IPv4 address), so frames in
 /// captures are recognisable; each lab has its own link, so labs never clash.
@@ -45,19 +46,25 @@ const NET_SYSCTLS: &[&str] = &[
 /// rate limit (echo replies are not limited anyway; unreachables are).
 const NET_SYSCTLS6: &[&str] = &["net.ipv6.icmp.ratelimit=0"];
 
-/// Creates lab `cfg.name` and starts `server_cmd` in it if `cfg.tcp_open` is
-/// not empty. On any failure everything made so far is removed again.
+/// Creates lab `cfg.name` and starts its servers: nginx with `cfg.http`, unbound with
+/// `cfg.dns`, and the lab's own server `server_cmd` (the program and its leading arguments,
+/// e.g. `sonde lab __serve` or `sonde-lab-serve`): `server_cmd --ports P,…` for the open ports
+/// nginx does not serve, and `server_cmd --silent --ports 65534` when some hosts are silent.
+/// On any failure everything made so far is removed again.
 pub fn up(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
     validate(cfg)?;
     let name = &cfg.name;
     if ns_exists(&scan_ns(name)) || ns_exists(&net_ns(name)) || state::exists(name) {
         bail!("lab {name:?} already exists (remove it with: sonde lab down --name {name})");
     }
-    if !cfg.tcp_open.is_empty() && server_cmd.is_empty() {
+    if !cfg.served_ports().is_empty() && server_cmd.is_empty() {
         bail!(
             "lab {name:?} has open ports {:?} but no server command to serve them",
-            cfg.tcp_open
+            cfg.served_ports()
         );
+    }
+    if cfg.silent_share > 0.0 && server_cmd.is_empty() {
+        bail!("lab {name:?} has silent hosts but no server command to hold their connections");
     }
     if !nix::unistd::geteuid().is_root() {
         bail!("bringing up a lab needs root (network namespaces); run as root");
@@ -105,10 +112,13 @@ fn teardown(name: &str) -> Result<()> {
             first_error.get_or_insert(e);
         }
     };
-    // The recorded server first: it may have outlived its namespace's name.
+    // The recorded servers first: they may have outlived their namespace's name.
     if let Ok(Some(saved)) = state::load_saved(name) {
         if let Some(pid) = saved.status.server_pid {
             server::stop_if_running(pid, &saved.server_cmd);
+        }
+        for started in &saved.started {
+            server::stop_if_same(started);
         }
     }
     if ns_exists(&net) {
@@ -149,29 +159,56 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
         seed: cfg.seed,
         share: cfg.responsive,
     });
+    let v6 = pop6.is_some();
+    if cfg.loss > 0.0 {
+        // Down for good: what is sent to it vanishes (see nft.rs).
+        ip_line(&format!("-n {net} link add {LOSS_SINK_IF} type ifb"))?;
+    }
+    let truth = Truth::new(pop, pop6, cfg);
+    let silent = nft::Silent {
+        addrs: truth.silent().collect(),
+        ports: cfg.open_ports(),
+    };
     nft::load(
         &net,
         &pop,
         pop6.as_ref(),
         cfg.loss,
+        &silent,
         &state::scratch(&cfg.name, ".nft")?,
     )?;
     let xdp_mode = match cfg.sink {
         Sink::Drop => Some(xdp::attach_drop(&cfg.name, &net)?.to_string()),
         Sink::Kernel => None,
     };
-    let server_pid = if cfg.tcp_open.is_empty() {
+    let mut started = Vec::new();
+    let served = cfg.served_ports();
+    let server = if served.is_empty() {
         None
     } else {
-        Some(server::start(
-            &net,
-            server_cmd,
-            &cfg.tcp_open,
-            pop6.is_some(),
-        )?)
+        let cmd = server_args(server_cmd, &[], &served);
+        let pid = server::start(&net, &cmd, &served, v6, "the lab server")?;
+        Some((pid, cmd))
+    };
+    let silent_server = if silent.addrs.is_empty() || silent.ports.is_empty() {
+        None
+    } else {
+        let cmd = server_args(server_cmd, &["--silent"], &[SILENT_PORT]);
+        let pid = server::start(&net, &cmd, &[SILENT_PORT], v6, "the silent server")?;
+        started.extend(server::started(pid, "silent server"));
+        Some((pid, cmd))
+    };
+    let nginx = if cfg.http {
+        let h = http::start(&cfg.name, &net, v6)?;
+        started.extend(server::started(h.pid, "nginx"));
+        Some(h)
+    } else {
+        None
     };
     let dns_pid = if cfg.dns {
-        Some(crate::dns::start(&cfg.name, &net, pop6.is_some())?)
+        let pid = crate::dns::start(&cfg.name, &net, v6)?;
+        started.extend(server::started(pid, "unbound"));
+        Some(pid)
     } else {
         None
     };
@@ -188,28 +225,45 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
         population: pop.net.to_string(),
         responsive: cfg.responsive,
         responsive_count: pop.responsive().count() as u64,
-        tcp_open: cfg.tcp_open.clone(),
+        tcp_open: cfg.open_ports(),
         seed: cfg.seed,
         queues: cfg.queues,
         sink: cfg.sink.to_string(),
         loss: cfg.loss,
-        server_pid,
+        server_pid: server.as_ref().map(|s| s.0),
         xdp_mode,
         population6: pop6.map(|p| p.net.to_string()),
         scan_ip6: pop6.map(|_| SCAN_IP6),
         gateway_ip6: pop6.map(|_| GATEWAY_IP6),
         dns_pid,
-    };
-    let server_cmd = if server_pid.is_some() {
-        server_cmd.to_vec()
-    } else {
-        Vec::new()
+        http: cfg.http,
+        nginx_pid: nginx.as_ref().map(|h| h.pid),
+        nginx_connections: nginx.as_ref().map(|h| h.connections),
+        tls_cert_sha256: nginx.as_ref().map(|h| h.cert_sha256.clone()),
+        tls_cert: nginx.as_ref().map(|h| h.cert_pem.display().to_string()),
+        big_path: nginx.as_ref().map(|_| BIG_PATH.to_string()),
+        big_len: nginx.as_ref().map(|h| h.big_len),
+        big_sha256: nginx.as_ref().map(|h| h.big_sha256.clone()),
+        silent_share: cfg.silent_share,
+        silent_count: silent.addrs.len() as u64,
+        silent_pid: silent_server.as_ref().map(|s| s.0),
     };
     state::save(&state::Saved {
         status: st.clone(),
-        server_cmd,
+        server_cmd: server.map(|s| s.1).unwrap_or_default(),
+        silent_cmd: silent_server.map(|s| s.1).unwrap_or_default(),
+        started,
     })?;
     Ok(st)
+}
+
+/// `server_cmd flags… --ports P,…`
+fn server_args(server_cmd: &[String], flags: &[&str], ports: &[u16]) -> Vec<String> {
+    let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+    let mut cmd = server_cmd.to_vec();
+    cmd.extend(flags.iter().map(|f| f.to_string()));
+    cmd.extend(["--ports".to_string(), ports.join(",")]);
+    cmd
 }
 
 /// `ip netns exec NS sysctl -q -w k=v …`
@@ -232,6 +286,9 @@ fn make_link(queues: u32, scan: &str, net: &str) -> Result<()> {
     ip_line(&format!(
         "-n {net} addr add {GATEWAY_IP}/{len} dev {NET_IF}"
     ))?;
+    // The lab's hosts send one TCP segment per packet, as on a real 1500-byte path: a client
+    // reading raw frames (grab) gets no 64 KB TSO frames, and loss draws per segment.
+    ip_line(&format!("-n {net} link set dev {NET_IF} gso_max_segs 1"))?;
     ip_line(&format!("-n {scan} link set dev {SCAN_IF} up"))?;
     ip_line(&format!("-n {net} link set dev {NET_IF} up"))?;
     Ok(())

@@ -14,6 +14,8 @@ use crate::config::{validate_name, LabStatus};
 const STATE_DIR: &str = "/run/sonde/lab";
 /// Suffixes of everything this module lets a lab keep in STATE_DIR.
 const SUFFIXES: [&str; 5] = [".json", ".json.tmp", ".nft", "-drop.o", "-unbound.conf"];
+/// Suffixes of the folders a lab may keep there (nginx's config, certificate, body, logs).
+const DIR_SUFFIXES: [&str; 1] = ["-http"];
 
 /// A file of lab `name` in the state directory (`suffix` from SUFFIXES).
 pub(crate) fn file(name: &str, suffix: &str) -> PathBuf {
@@ -25,6 +27,19 @@ pub(crate) fn file(name: &str, suffix: &str) -> PathBuf {
 pub(crate) fn scratch(name: &str, suffix: &str) -> Result<PathBuf> {
     fs::create_dir_all(STATE_DIR).map_err(|e| anyhow!("cannot create {STATE_DIR}: {e}"))?;
     Ok(file(name, suffix))
+}
+
+/// Creates (empty) and returns lab `name`'s `suffix` folder (from DIR_SUFFIXES), readable by
+/// all: nginx's workers drop root.
+pub(crate) fn scratch_dir(name: &str, suffix: &str) -> Result<PathBuf> {
+    debug_assert!(DIR_SUFFIXES.contains(&suffix));
+    let path = PathBuf::from(STATE_DIR).join(format!("{name}{suffix}"));
+    let _ = fs::remove_dir_all(&path);
+    fs::create_dir_all(&path).map_err(|e| anyhow!("cannot create {}: {e}", path.display()))?;
+    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    fs::set_permissions(&path, mode)
+        .map_err(|e| anyhow!("cannot make {} readable: {e}", path.display()))?;
+    Ok(path)
 }
 
 pub(crate) fn exists(name: &str) -> bool {
@@ -40,6 +55,24 @@ pub(crate) struct Saved {
     /// process that got its pid later.
     #[serde(default)]
     pub server_cmd: Vec<String>,
+    /// The silent server's command line, for the same reason.
+    #[serde(default)]
+    pub silent_cmd: Vec<String>,
+    /// Every server `up` started besides the lab server, so `down` can stop each even when
+    /// its namespace has lost its name.
+    #[serde(default)]
+    pub started: Vec<Started>,
+}
+
+/// A process `up` started, known by its pid and its start time (a later process that reuses
+/// the pid has another): nginx rewrites its command line, so that cannot identify it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Started {
+    pub pid: u32,
+    /// Field 22 of /proc/PID/stat: clock ticks after boot when the process started.
+    pub start_ticks: u64,
+    /// What it is, for people reading the state file.
+    pub what: String,
 }
 
 /// Writes the state atomically (temporary file, then rename), so a reader
@@ -89,6 +122,15 @@ pub(crate) fn remove(name: &str) -> Result<()> {
     for suffix in SUFFIXES {
         let path = file(name, suffix);
         match fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                return Err(anyhow!("cannot remove {}: {e}", path.display()));
+            }
+            _ => {}
+        }
+    }
+    for suffix in DIR_SUFFIXES {
+        let path = PathBuf::from(STATE_DIR).join(format!("{name}{suffix}"));
+        match fs::remove_dir_all(&path) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
                 return Err(anyhow!("cannot remove {}: {e}", path.display()));
             }

@@ -3,14 +3,13 @@
 //! The same `Population::answers` decides both the nftables set (what the lab
 //! does) and the truth rows (what the lab says it does), so they cannot drift.
 
-use std::fmt::Display;
 use std::io::{self, BufWriter, Write};
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use anyhow::{anyhow, Result};
-use ipnet::{Ipv4Net, Ipv6Net};
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
-use crate::config::LINK_NET;
+use crate::config::{LabConfig, LabStatus, DNS_PORT, HTTPS_PORT, HTTP_PORT, LINK_NET};
 use crate::state;
 
 /// 2^64 / golden ratio: SplitMix64's increment.
@@ -118,81 +117,311 @@ impl Population6 {
     }
 }
 
-/// Writes the ground truth CSV of lab `name` (see `write_truth`); `ports`
-/// defaults to the lab's open ports. Returns the number of rows after the
-/// header.
-pub fn truth(name: &str, ports: Option<&[u16]>, out: &mut dyn Write) -> Result<u64> {
-    let st = state::load(name)?;
-    let net: Ipv4Net = st.population.parse().map_err(|e| {
-        anyhow!(
-            "lab {name:?} state has a bad population {:?}: {e}",
-            st.population
-        )
-    })?;
-    let pop = Population {
-        net,
-        seed: st.seed,
-        share: st.responsive,
-    };
-    let pop6 = match &st.population6 {
-        None => None,
-        Some(p) => Some(Population6 {
-            net: p
-                .parse()
-                .map_err(|e| anyhow!("lab {name:?} state has a bad IPv6 population {p:?}: {e}"))?,
-            seed: st.seed,
-            share: st.responsive,
-        }),
-    };
-    let ports = ports.unwrap_or(&st.tcp_open);
-    write_truth(&pop, pop6.as_ref(), &st.tcp_open, ports, out)
-        .map_err(|e| anyhow!("cannot write the ground truth of lab {name:?}: {e}"))
+/// Salt of the silence hash, so the silent hosts are not a slice of the responsive ones
+/// ordered by the same hash (any constant but 0 would do).
+const SILENT_SALT: u64 = 0x5d1e_47c3_a9b2_06f1;
+
+/// Whether `addr` (a responsive address) is among the `share` of addresses that accept
+/// connections and never send: the responsiveness hash keyed by `seed ^ SILENT_SALT`.
+pub fn is_silent(seed: u64, addr: IpAddr, share: f64) -> bool {
+    let seed = seed ^ SILENT_SALT;
+    match addr {
+        IpAddr::V4(a) => is_responsive(seed, a, share),
+        IpAddr::V6(a) => is_responsive6(seed, a, share),
+    }
 }
 
-/// `addr,port,answer` rows, addresses ascending (the IPv4 population, then
-/// the IPv6 one if any): port 0 is ICMP echo (`echo`), then each of `ports`:
-/// `synack` if a server listens there, else `rst`; `none` for every row of an
-/// address that does not answer. This is what the kernel sink does with loss 0.
+/// What an address does with one kind of probe, as the truth's `answer` column says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Answer {
+    /// TCP: the handshake completes.
+    Synack,
+    /// TCP: the port is closed.
+    Rst,
+    /// ICMP echo reply (port 0 rows).
+    Echo,
+    /// UDP: ICMP port unreachable.
+    Unreach,
+    /// UDP: a DNS server answers DNS queries.
+    Dns,
+    /// Nothing comes back.
+    None,
+}
+
+impl Answer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Answer::Synack => "synack",
+            Answer::Rst => "rst",
+            Answer::Echo => "echo",
+            Answer::Unreach => "unreach",
+            Answer::Dns => "dns",
+            Answer::None => "none",
+        }
+    }
+}
+
+/// Who answers on an open port, as the truth's `service` column says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Service {
+    /// nginx, plain HTTP (port 80 with `http`).
+    Http,
+    /// nginx over TLS (port 443 with `http`).
+    Https,
+    /// The handshake completes, then nothing is ever sent (a silent host).
+    Silent,
+    /// unbound (port 53 with `dns`, UDP and TCP).
+    Dns,
+    /// No service: the small server's accept-and-close, closed ports, ICMP, silence.
+    None,
+}
+
+impl Service {
+    /// The `service` column: `http`, `https`, `silent`, `dns`, or empty.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Service::Http => "http",
+            Service::Https => "https",
+            Service::Silent => "silent",
+            Service::Dns => "dns",
+            Service::None => "",
+        }
+    }
+}
+
+/// One cell pair of the truth: what comes back, and from whom.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Expect {
+    pub answer: Answer,
+    pub service: Service,
+}
+
+impl Expect {
+    const NONE: Expect = Expect {
+        answer: Answer::None,
+        service: Service::None,
+    };
+
+    fn plain(answer: Answer) -> Expect {
+        Expect {
+            answer,
+            service: Service::None,
+        }
+    }
+}
+
+/// The body nginx sends for `GET /` on `addr`: `sonde lab <addr>\n`.
+pub fn http_body(addr: IpAddr) -> String {
+    format!("sonde lab {addr}\n")
+}
+
+/// The exact behaviour of a lab (loss aside), address by address: what `lab truth` prints and
+/// `lab score` compares with. Built from the lab's status, so it is what `up` configured.
+#[derive(Clone, Debug)]
+pub struct Truth {
+    pop: Population,
+    pop6: Option<Population6>,
+    /// Ports that answer SYN-ACK (nginx's included).
+    open: Vec<u16>,
+    http: bool,
+    dns: bool,
+    silent_share: f64,
+}
+
+impl Truth {
+    /// The truth of a lab being brought up with `cfg` over `pop` and `pop6`.
+    pub(crate) fn new(pop: Population, pop6: Option<Population6>, cfg: &LabConfig) -> Truth {
+        Truth {
+            pop,
+            pop6,
+            open: cfg.open_ports(),
+            http: cfg.http,
+            dns: cfg.dns,
+            silent_share: cfg.silent_share,
+        }
+    }
+
+    /// The truth of lab `name` (which must be up).
+    pub fn of_lab(name: &str) -> Result<Truth> {
+        Truth::from_status(&state::load(name)?)
+    }
+
+    pub fn from_status(st: &LabStatus) -> Result<Truth> {
+        let name = &st.name;
+        let net: Ipv4Net = st.population.parse().map_err(|e| {
+            anyhow!(
+                "lab {name:?} state has a bad population {:?}: {e}",
+                st.population
+            )
+        })?;
+        let pop6 = match &st.population6 {
+            None => None,
+            Some(p) => Some(Population6 {
+                net: p.parse().map_err(|e| {
+                    anyhow!("lab {name:?} state has a bad IPv6 population {p:?}: {e}")
+                })?,
+                seed: st.seed,
+                share: st.responsive,
+            }),
+        };
+        Ok(Truth {
+            pop: Population {
+                net,
+                seed: st.seed,
+                share: st.responsive,
+            },
+            pop6,
+            open: st.tcp_open.clone(),
+            http: st.http,
+            dns: st.dns_pid.is_some(),
+            silent_share: st.silent_share,
+        })
+    }
+
+    /// The IPv4 population, then the IPv6 one if any.
+    pub fn populations(&self) -> Vec<IpNet> {
+        let mut nets = vec![IpNet::V4(self.pop.net)];
+        nets.extend(self.pop6.map(|p| IpNet::V6(p.net)));
+        nets
+    }
+
+    /// Every address of the populations, IPv4 then IPv6, ascending.
+    pub fn addresses(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        let six = self.pop6.iter().flat_map(|p| p.addresses().map(IpAddr::V6));
+        self.pop.addresses().map(IpAddr::V4).chain(six)
+    }
+
+    /// Whether `addr` answers at all (inside a population and picked by the hash).
+    pub fn responds(&self, addr: IpAddr) -> bool {
+        match addr {
+            IpAddr::V4(a) => self.pop.net.contains(&a) && self.pop.answers(a),
+            IpAddr::V6(a) => self
+                .pop6
+                .is_some_and(|p| p.net.contains(&a) && p.answers(a)),
+        }
+    }
+
+    /// Whether `addr` is a silent host: responsive, and picked by the silence hash.
+    pub fn is_silent(&self, addr: IpAddr) -> bool {
+        self.responds(addr) && is_silent(self.pop.seed, addr, self.silent_share)
+    }
+
+    /// ICMP echo (the port 0 row).
+    pub fn echo(&self, addr: IpAddr) -> Expect {
+        if self.responds(addr) {
+            Expect::plain(Answer::Echo)
+        } else {
+            Expect::NONE
+        }
+    }
+
+    /// A TCP SYN to `port`.
+    pub fn tcp(&self, addr: IpAddr, port: u16) -> Expect {
+        if !self.responds(addr) {
+            return Expect::NONE;
+        }
+        if self.dns && port == DNS_PORT {
+            return Expect {
+                answer: Answer::Synack,
+                service: Service::Dns,
+            };
+        }
+        if !self.open.contains(&port) {
+            return Expect::plain(Answer::Rst);
+        }
+        let service = if self.is_silent(addr) {
+            Service::Silent
+        } else if self.http && port == HTTP_PORT {
+            Service::Http
+        } else if self.http && port == HTTPS_PORT {
+            Service::Https
+        } else {
+            Service::None
+        };
+        Expect {
+            answer: Answer::Synack,
+            service,
+        }
+    }
+
+    /// A UDP datagram to `port`: the DNS server on 53 with `dns`, port unreachable elsewhere.
+    pub fn udp(&self, addr: IpAddr, port: u16) -> Expect {
+        if !self.responds(addr) {
+            Expect::NONE
+        } else if self.dns && port == DNS_PORT {
+            Expect {
+                answer: Answer::Dns,
+                service: Service::Dns,
+            }
+        } else {
+            Expect::plain(Answer::Unreach)
+        }
+    }
+
+    /// The open TCP ports (nginx's included), ascending.
+    pub fn open_ports(&self) -> &[u16] {
+        &self.open
+    }
+
+    /// The silent addresses, IPv4 then IPv6 (what nftables hands to the silent server).
+    pub(crate) fn silent(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.addresses().filter(|a| self.is_silent(*a))
+    }
+}
+
+/// Writes the ground truth CSV of lab `name` with no UDP rows: `truth_csv(name, ports, &[], out)`.
+pub fn truth(name: &str, ports: Option<&[u16]>, out: &mut dyn Write) -> Result<u64> {
+    truth_csv(name, ports, &[], out)
+}
+
+/// Writes the ground truth CSV of lab `name` (see `write_truth`): `tcp_ports` defaults to the
+/// lab's open ports; no UDP rows unless `udp_ports` names some. Returns the number of rows
+/// after the header. A write error keeps its `io::Error` in the chain (so a caller can tell a
+/// closed pipe).
+pub fn truth_csv(
+    name: &str,
+    tcp_ports: Option<&[u16]>,
+    udp_ports: &[u16],
+    out: &mut dyn Write,
+) -> Result<u64> {
+    let truth = Truth::of_lab(name)?;
+    let tcp_ports = tcp_ports.unwrap_or(&truth.open).to_vec();
+    write_truth(&truth, &tcp_ports, udp_ports, out).map_err(|e| {
+        anyhow::Error::new(e).context(format!("cannot write the ground truth of lab {name:?}"))
+    })
+}
+
+/// `addr,port,answer,service` rows, addresses ascending (the IPv4 population, then the IPv6
+/// one if any). For each address: port 0 is ICMP echo (`echo` or `none`); then each of
+/// `tcp_ports` (`synack` where something listens, `rst` elsewhere); then each of `udp_ports`
+/// (`dns` on 53 with a DNS server, `unreach` elsewhere). Every row of an address that does not
+/// answer says `none`. `service` is `http`, `https`, `silent`, `dns` or empty. This is what the
+/// lab does with loss 0.
 pub(crate) fn write_truth(
-    pop: &Population,
-    pop6: Option<&Population6>,
-    open: &[u16],
-    ports: &[u16],
+    truth: &Truth,
+    tcp_ports: &[u16],
+    udp_ports: &[u16],
     out: &mut dyn Write,
 ) -> io::Result<u64> {
     let mut w = BufWriter::with_capacity(1 << 16, out);
-    w.write_all(b"addr,port,answer\n")?;
+    w.write_all(b"addr,port,answer,service\n")?;
     let mut rows = 0;
-    for addr in pop.addresses() {
-        rows += write_rows(&mut w, addr, pop.answers(addr), open, ports)?;
-    }
-    if let Some(pop6) = pop6 {
-        for addr in pop6.addresses() {
-            rows += write_rows(&mut w, addr, pop6.answers(addr), open, ports)?;
+    for addr in truth.addresses() {
+        let row = |w: &mut BufWriter<_>, port: u16, e: Expect| {
+            let (answer, service) = (e.answer.as_str(), e.service.as_str());
+            writeln!(w, "{addr},{port},{answer},{service}")
+        };
+        row(&mut w, 0, truth.echo(addr))?;
+        for &port in tcp_ports {
+            row(&mut w, port, truth.tcp(addr, port))?;
         }
+        for &port in udp_ports {
+            row(&mut w, port, truth.udp(addr, port))?;
+        }
+        rows += 1 + tcp_ports.len() as u64 + udp_ports.len() as u64;
     }
     w.flush()?;
     Ok(rows)
-}
-
-/// The rows of one address; returns how many.
-fn write_rows(
-    w: &mut impl Write,
-    addr: impl Display,
-    answers: bool,
-    open: &[u16],
-    ports: &[u16],
-) -> io::Result<u64> {
-    writeln!(w, "{addr},0,{}", if answers { "echo" } else { "none" })?;
-    for &port in ports {
-        let answer = match (answers, open.contains(&port)) {
-            (false, _) => "none",
-            (true, true) => "synack",
-            (true, false) => "rst",
-        };
-        writeln!(w, "{addr},{port},{answer}")?;
-    }
-    Ok(1 + ports.len() as u64)
 }
 
 #[cfg(test)]
@@ -237,29 +466,40 @@ mod tests {
         assert!(!p.answers("198.19.255.1".parse().unwrap()));
     }
 
+    fn truth_of(p: Population, p6: Option<Population6>, open: &[u16]) -> Truth {
+        Truth {
+            pop: p,
+            pop6: p6,
+            open: open.to_vec(),
+            http: false,
+            dns: false,
+            silent_share: 0.0,
+        }
+    }
+
     #[test]
     fn truth_rows() {
         let p = pop("198.18.0.0/30", 5, 0.5);
         let mut out = Vec::new();
-        let rows = write_truth(&p, None, &[80], &[80, 22], &mut out).unwrap();
+        let rows = write_truth(&truth_of(p, None, &[80]), &[80, 22], &[], &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "addr,port,answer");
+        assert_eq!(lines[0], "addr,port,answer,service");
         assert_eq!(rows, 12);
         assert_eq!(lines.len(), 13);
         for (i, addr) in p.addresses().enumerate() {
             let got = &lines[1 + 3 * i..4 + 3 * i];
             let want: [String; 3] = if p.answers(addr) {
                 [
-                    format!("{addr},0,echo"),
-                    format!("{addr},80,synack"),
-                    format!("{addr},22,rst"),
+                    format!("{addr},0,echo,"),
+                    format!("{addr},80,synack,"),
+                    format!("{addr},22,rst,"),
                 ]
             } else {
                 [
-                    format!("{addr},0,none"),
-                    format!("{addr},80,none"),
-                    format!("{addr},22,none"),
+                    format!("{addr},0,none,"),
+                    format!("{addr},80,none,"),
+                    format!("{addr},22,none,"),
                 ]
             };
             assert_eq!(got, want, "{addr}");
@@ -313,7 +553,7 @@ mod tests {
         let p = pop("198.18.0.0/31", 5, 0.5);
         let p6 = pop6("2001:2::ff00/126", 5, 0.5);
         let mut out = Vec::new();
-        let rows = write_truth(&p, Some(&p6), &[80], &[80, 22], &mut out).unwrap();
+        let rows = write_truth(&truth_of(p, Some(p6), &[80]), &[80, 22], &[], &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(rows, 3 * (2 + 4));
@@ -324,15 +564,15 @@ mod tests {
             let got = &lines[7 + 3 * i..10 + 3 * i];
             let want: [String; 3] = if is_responsive6(5, addr, 0.5) {
                 [
-                    format!("{addr},0,echo"),
-                    format!("{addr},80,synack"),
-                    format!("{addr},22,rst"),
+                    format!("{addr},0,echo,"),
+                    format!("{addr},80,synack,"),
+                    format!("{addr},22,rst,"),
                 ]
             } else {
                 [
-                    format!("{addr},0,none"),
-                    format!("{addr},80,none"),
-                    format!("{addr},22,none"),
+                    format!("{addr},0,none,"),
+                    format!("{addr},80,none,"),
+                    format!("{addr},22,none,"),
                 ]
             };
             assert_eq!(got, want, "{addr}");
@@ -345,8 +585,100 @@ mod tests {
     fn truth_of_a_slash_16_is_fast() {
         let p = pop("198.18.0.0/16", 1, 0.1);
         let start = std::time::Instant::now();
-        let rows = write_truth(&p, None, &[80, 443], &[80, 443], &mut io::sink()).unwrap();
+        let t = truth_of(p, None, &[80, 443]);
+        let rows = write_truth(&t, &[80, 443], &[], &mut io::sink()).unwrap();
         assert_eq!(rows, 3 * 65536);
         assert!(start.elapsed().as_secs_f64() < 2.0, "{:?}", start.elapsed());
+    }
+
+    #[test]
+    fn silent_hosts_are_a_salted_share_of_the_responsive() {
+        let p = pop("198.18.0.0/16", 9, 0.5);
+        let t = Truth {
+            silent_share: 0.2,
+            ..truth_of(p, None, &[80])
+        };
+        let responsive = p.responsive().count();
+        let silent = t.silent().count();
+        let share = silent as f64 / responsive as f64;
+        assert!((share - 0.2).abs() < 0.01, "{share}");
+        assert!(t.silent().all(|a| t.responds(a)));
+        // Another salt than responsiveness: among the responsive, the silent ones are not
+        // simply those with the lowest responsiveness hash.
+        let low: Vec<IpAddr> = p
+            .responsive()
+            .filter(|a| is_responsive(9, *a, 0.1))
+            .map(IpAddr::V4)
+            .collect();
+        let overlap = low.iter().filter(|a| t.is_silent(**a)).count() as f64;
+        assert!((overlap / low.len() as f64 - 0.2).abs() < 0.03, "{overlap}");
+        // Reproducible, and share 0 / 1 mean none / all.
+        assert_eq!(
+            t.silent().collect::<Vec<_>>(),
+            t.silent().collect::<Vec<_>>()
+        );
+        let none = Truth {
+            silent_share: 0.0,
+            ..t.clone()
+        };
+        assert_eq!(none.silent().count(), 0);
+        let all = Truth {
+            silent_share: 1.0,
+            ..t.clone()
+        };
+        assert_eq!(all.silent().count(), responsive);
+    }
+
+    #[test]
+    fn services_and_udp_rows() {
+        let p = pop("198.18.0.0/28", 3, 1.0);
+        let p6 = pop6("2001:2::/124", 3, 1.0);
+        let t = Truth {
+            http: true,
+            dns: true,
+            silent_share: 0.5,
+            ..truth_of(p, Some(p6), &[22, 80, 443])
+        };
+        let mut out = Vec::new();
+        let rows = write_truth(&t, &[80, 443, 22, 53, 7], &[53, 9999], &mut out).unwrap();
+        assert_eq!(rows, 32 * 8);
+        let text = String::from_utf8(out).unwrap();
+        let silent: Vec<IpAddr> = t.silent().collect();
+        assert!(!silent.is_empty() && silent.len() < 32, "{silent:?}");
+        for addr in t.addresses() {
+            let rows: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with(&format!("{addr},")))
+                .collect();
+            let open = if silent.contains(&addr) {
+                ["silent"; 3]
+            } else {
+                ["http", "https", ""]
+            };
+            let want = [
+                format!("{addr},0,echo,"),
+                format!("{addr},80,synack,{}", open[0]),
+                format!("{addr},443,synack,{}", open[1]),
+                format!("{addr},22,synack,{}", open[2]),
+                format!("{addr},53,synack,dns"),
+                format!("{addr},7,rst,"),
+                format!("{addr},53,dns,dns"),
+                format!("{addr},9999,unreach,"),
+            ];
+            assert_eq!(rows, want, "{addr}");
+        }
+        // Outside the populations, and without a DNS server: nothing / unreachable.
+        let outside: IpAddr = "198.18.1.1".parse().unwrap();
+        assert_eq!(t.tcp(outside, 80), Expect::NONE);
+        assert_eq!(t.udp(outside, 53), Expect::NONE);
+        let quiet = Truth { dns: false, ..t };
+        let a: IpAddr = "198.18.0.1".parse().unwrap();
+        assert_eq!(quiet.udp(a, 53).answer, Answer::Unreach);
+        assert_eq!(quiet.tcp(a, 53).answer, Answer::Rst);
+        assert_eq!(http_body(a), "sonde lab 198.18.0.1\n");
+        assert_eq!(
+            http_body("2001:2::a".parse().unwrap()),
+            "sonde lab 2001:2::a\n"
+        );
     }
 }

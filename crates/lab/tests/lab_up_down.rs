@@ -184,7 +184,7 @@ fn truth_rows(name: &str, ports: Option<&[u16]>) -> Vec<(IpAddr, u16, String)> {
     let n = sonde_lab::truth(name, ports, &mut out).unwrap();
     let text = String::from_utf8(out).unwrap();
     let mut lines = text.lines();
-    assert_eq!(lines.next(), Some("addr,port,answer"));
+    assert_eq!(lines.next(), Some("addr,port,answer,service"));
     let rows: Vec<_> = lines
         .map(|l| {
             let f: Vec<&str> = l.split(',').collect();
@@ -228,7 +228,7 @@ fn kernel_sink_answers_as_the_truth_says() {
         seed: 42,
         ..LabConfig::default()
     };
-    let server = [SERVER.to_string(), "--ports".into(), "80".into()];
+    let server = [SERVER.to_string()];
     let st = sonde_lab::up(&cfg, &server).unwrap();
     check_status(&st, &name);
     assert!(st.server_pid.is_some());
@@ -307,7 +307,7 @@ fn ipv6_population_answers_as_the_truth_says() {
         seed,
         ..LabConfig::default()
     };
-    let server = [SERVER.to_string(), "--ports".into(), "80".into()];
+    let server = [SERVER.to_string()];
     let st = sonde_lab::up(&cfg, &server).unwrap();
     check_status(&st, &name);
     assert_eq!(st.population6.as_deref(), Some("2001:2::/120"));
@@ -471,5 +471,144 @@ fn down_cleans_up_after_a_crash_half_way() {
     let e = sonde_lab::status(&name).unwrap_err().to_string();
     assert!(e.contains("half-made"), "{e}");
     sonde_lab::down(&name).unwrap();
+    assert_gone(&name);
+}
+
+/// Sends `n` ICMP echo requests to `addr` at once (sequence numbers 0..n) and counts the
+/// distinct replies that arrive within a second of the last.
+fn ping_burst(addr: Ipv4Addr, n: u16) -> usize {
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::Icmp,
+    )
+    .unwrap();
+    setsockopt(&fd, sockopt::ReceiveTimeout, &TimeVal::new(0, 200_000)).unwrap();
+    let id = (std::process::id() as u16 ^ 0x5a5a).to_be_bytes();
+    let to = SockaddrIn::from(SocketAddrV4::new(addr, 0));
+    for seq in 0..n {
+        let s = seq.to_be_bytes();
+        let mut pkt = [8, 0, 0, 0, id[0], id[1], s[0], s[1], b'l', b'o', b's', b's'];
+        let sum = checksum(&pkt).to_be_bytes();
+        pkt[2..4].copy_from_slice(&sum);
+        sendto(fd.as_raw_fd(), &pkt, &to, MsgFlags::empty()).unwrap();
+    }
+    let mut seen = std::collections::HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let mut buf = [0u8; 1500];
+    while Instant::now() < deadline {
+        let Ok(len) = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty()) else {
+            continue;
+        };
+        let ihl = usize::from(buf[0] & 0x0f) * 4;
+        let icmp = &buf[ihl..len];
+        if icmp.len() >= 8 && icmp[0] == 0 && icmp[4..6] == id {
+            seen.insert(u16::from_be_bytes([icmp[6], icmp[7]]));
+        }
+    }
+    seen.len()
+}
+
+/// The counter of the nftables rule with `comment` in the lab's net namespace.
+fn nft_counter(name: &str, comment: &str) -> u64 {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &format!("sonde-{name}-net"),
+            "nft",
+            "list",
+            "ruleset",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains(&format!("comment \"{comment}\"")))
+        .unwrap_or_else(|| panic!("no rule {comment:?} in:\n{text}"));
+    let after = line.split("counter packets ").nth(1).unwrap();
+    after.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn loss_drops_both_ways() {
+    if !can_run() {
+        return;
+    }
+    let name = unique_name("l");
+    let _guard = Guard(name.clone());
+    let cfg = LabConfig {
+        name: name.clone(),
+        population: "198.18.10.0/28".parse().unwrap(),
+        responsive: 1.0,
+        tcp_open: vec![],
+        loss: 0.3,
+        ..LabConfig::default()
+    };
+    sonde_lab::up(&cfg, &[]).unwrap();
+    const PINGS: u16 = 200;
+    let answered = in_scan(&name, || ping_burst(Ipv4Addr::new(198, 18, 10, 3), PINGS));
+    let (to, from) = (nft_counter(&name, "loss"), nft_counter(&name, "loss_out"));
+    let answered_in = nft_counter(&name, "answered");
+    eprintln!("{answered} of {PINGS} answered; lost {to} requests and {from} replies");
+    // Every request either was lost on the way in or reached the kernel …
+    assert_eq!(to + answered_in, u64::from(PINGS));
+    // … and every reply it sent either was lost on the way out or came back.
+    assert_eq!(answered_in, from + answered as u64);
+    assert!(to > 0 && from > 0, "loss in one direction only");
+    // The lost replies went to the sink interface, which counts them as dropped.
+    let out = Command::new("ip")
+        .args([
+            "-n",
+            &format!("sonde-{name}-net"),
+            "-j",
+            "-s",
+            "link",
+            "show",
+            "lz0",
+        ])
+        .output()
+        .unwrap();
+    let link: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(link[0]["stats64"]["tx"]["dropped"], from);
+}
+
+#[test]
+fn down_stops_the_servers_even_when_the_namespace_lost_its_name() {
+    if !can_run() {
+        return;
+    }
+    let name = unique_name("s");
+    let _guard = Guard(name.clone());
+    let cfg = LabConfig {
+        name: name.clone(),
+        population: "198.18.11.0/28".parse().unwrap(),
+        responsive: 1.0,
+        tcp_open: vec![8080],
+        silent_share: 0.5,
+        ..LabConfig::default()
+    };
+    let st = sonde_lab::up(&cfg, &[SERVER.to_string()]).unwrap();
+    assert!(st.silent_count > 0 && st.silent_count < 16, "{st:?}");
+    let pids = [st.server_pid.unwrap(), st.silent_pid.unwrap()];
+    let running = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| !s.rsplit_once(')').unwrap().1.trim_start().starts_with('Z'))
+    };
+    assert!(pids.iter().all(|p| running(*p)));
+    // Someone removes the namespace's name by hand: its processes keep it alive, unnamed.
+    assert!(Command::new("ip")
+        .args(["netns", "del", &format!("sonde-{name}-net")])
+        .status()
+        .unwrap()
+        .success());
+    sonde_lab::down(&name).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pids.iter().any(|p| running(*p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!pids.iter().any(|p| running(*p)), "a server outlived down");
     assert_gone(&name);
 }

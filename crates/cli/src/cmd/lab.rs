@@ -35,38 +35,49 @@ enum LabCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Print the ground truth as CSV: addr,port,answer (synack, rst, echo, none).
+    /// Print the ground truth as CSV: addr,port,answer,service, what each address will answer
+    /// (with no loss).
+    ///
+    /// One block of rows per address, IPv4 population then IPv6, ascending: port 0 (ICMP echo:
+    /// echo or none), then each TCP port of --ports (synack or rst), then each UDP port of
+    /// --udp-ports (dns where a DNS server answers, unreach for ICMP port unreachable). Every
+    /// row of an address that does not answer says none. `service` says who answers: http or
+    /// https (nginx, lab up --http), silent (the handshake completes, then nothing is ever
+    /// sent), dns (unbound, lab up --dns), or empty.
     Truth {
         #[command(flatten)]
         name: NameArg,
-        /// Ports to list (default: the lab's open TCP ports); port 0 rows are ICMP echo.
+        /// TCP ports to list (default: the lab's open TCP ports).
         #[arg(long, value_delimiter = ',')]
         ports: Option<Vec<u16>>,
+        /// UDP ports to list too (default: none).
+        #[arg(long, value_delimiter = ',')]
+        udp_ports: Vec<u16>,
     },
-    /// Score scan results (CSV with saddr, sport, success) against the lab's ground truth:
-    /// found % of the expected answers, and false positives.
-    Score {
-        #[command(flatten)]
-        name: NameArg,
-        /// The port that was scanned.
-        #[arg(long, default_value_t = 80)]
-        port: u16,
-        /// The answer that counts as found: synack, rst or echo (port 0).
-        #[arg(long, default_value = "synack")]
-        answer: String,
-        /// Count only the truth inside this prefix (the range that was scanned).
-        #[arg(long)]
-        within: Option<ipnet::IpNet>,
-        /// The scan's CSV output.
-        results: std::path::PathBuf,
-    },
+    /// Score scan or grab results (csv, ndjson or parquet) against the lab's ground truth.
+    ///
+    /// A scan prints one line: `found N of M (P %), false positives F [tcp_syn: synack on port
+    /// 80 within 198.18.0.0/16]`: of the M (address, port) pairs where the truth holds the
+    /// answer, N are in the results; F result pairs are not in the truth. When the truth holds
+    /// nothing to find, it says so and fails instead.
+    ///
+    /// Grab results (a status column, with saddr, dport, http_body or http_body_sha256,
+    /// http_path, tls_cert_sha256) print: `completed N of M live (P %), bodies correct B of C
+    /// (P %), wrong bodies W, silent seen as data-timeout S of T (P %), false positives F[,
+    /// certificates correct X of Y] [grab: port 80 within …]`. Live targets answer and are not
+    /// silent; a body is correct when it is `sonde lab <address>\n` (GET /) or has the lab's
+    /// big_sha256 (http_path /big); a false positive is a success where nothing serves.
+    Score(super::score::ScoreArgs),
     /// List the labs on this machine.
     List,
-    /// The lab's TCP server (started by `lab up` inside the lab namespace).
+    /// The lab's TCP server (started by `lab up` inside the lab namespace): accept and close,
+    /// or with --silent accept and hold (the silent hosts' connections, on one port).
     #[command(name = "__serve", hide = true)]
     Serve {
         #[arg(long, value_delimiter = ',')]
         ports: Vec<u16>,
+        #[arg(long)]
+        silent: bool,
     },
 }
 
@@ -90,7 +101,8 @@ struct UpArgs {
     /// Share of the population that answers (0.0 to 1.0), chosen by a keyed hash of --seed.
     #[arg(long, default_value_t = 0.1)]
     responsive: f64,
-    /// TCP ports with a listening server (SYN-ACK); other ports answer RST.
+    /// TCP ports with a listening server (SYN-ACK); other ports answer RST. A small server
+    /// accepts and closes on them (nginx serves 80 and 443 with --http).
     #[arg(long, value_delimiter = ',', default_value = "80,443")]
     tcp_open: Vec<u16>,
     /// Seed of the keyed hash that picks the responsive addresses.
@@ -103,13 +115,26 @@ struct UpArgs {
     /// (pure-transmit measurements).
     #[arg(long, default_value = "kernel")]
     sink: Sink,
-    /// Share of packets to the population dropped at random (0.0 to 1.0).
+    /// Share of packets dropped at random in each direction (0.0 to 1.0): on the way to the
+    /// population (before its kernel sees them) and on the way back from it (after its TCP
+    /// sent them, so clients see retransmissions and out-of-order data).
     #[arg(long, default_value_t = 0.0)]
     loss: f64,
     /// Run a DNS server (unbound) on port 53 of every responsive address; it knows example.com
     /// (A, AAAA) and lab.example (TXT), and answers NXDOMAIN for everything else.
     #[arg(long)]
     dns: bool,
+    /// Run nginx on ports 80 and 443 (TLS, a self-signed certificate made now; `lab status`
+    /// shows its SHA-256) of every responsive address, IPv4 and IPv6; 80 and 443 are open then.
+    /// `GET /` answers "sonde lab <address>\n" (the address connected to), `GET /big` a
+    /// 1 MiB body (length and SHA-256 in `lab status`), anything else 404.
+    #[arg(long)]
+    http: bool,
+    /// Share of the responsive hosts (0.0 to 1.0) that complete the TCP handshake on every
+    /// open port and then never send anything; a keyed hash of the address and --seed picks
+    /// them (`lab truth` marks them silent).
+    #[arg(long, default_value_t = 0.0)]
+    silent_share: f64,
 }
 
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
@@ -125,37 +150,50 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
             std::process::exit(status.code().unwrap_or(1));
         }
         LabCommand::Status { name, json } => lab_status(&name.name, json),
-        LabCommand::Truth { name, ports } => {
-            let stdout = std::io::stdout();
-            let mut out = stdout.lock();
-            sonde_lab::truth(&name.name, ports.as_deref(), &mut out)?;
-            out.flush().context("writing the truth")?;
-            Ok(())
-        }
-        LabCommand::Score {
+        LabCommand::Truth {
             name,
-            port,
-            answer,
-            within,
-            results,
-        } => {
-            let score = score(&name.name, port, &answer, within, &results)?;
-            crate::say(score.to_string());
-            Ok(())
-        }
+            ports,
+            udp_ports,
+        } => print_truth(&name.name, ports.as_deref(), &udp_ports),
+        LabCommand::Score(args) => super::score::run(args),
         LabCommand::List => {
             for name in sonde_lab::list() {
                 crate::say(name);
             }
             Ok(())
         }
-        LabCommand::Serve { ports } => match sonde_lab::serve(&ports)? {},
+        LabCommand::Serve { ports, silent } => match (silent, ports.as_slice()) {
+            (false, _) => match sonde_lab::serve(&ports)? {},
+            (true, &[port]) => match sonde_lab::serve_silent(port)? {},
+            (true, _) => anyhow::bail!("the silent server takes one port"),
+        },
     }
 }
 
+/// The truth on stdout; a reader that stops early (`| head`) ends it quietly.
+fn print_truth(name: &str, ports: Option<&[u16]>, udp_ports: &[u16]) -> anyhow::Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let written = sonde_lab::truth_csv(name, ports, udp_ports, &mut out)
+        .and_then(|_| out.flush().context("writing the truth"));
+    match written {
+        Err(e) if is_broken_pipe(&e) => Ok(()),
+        other => other,
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 fn lab_up(up: UpArgs) -> anyhow::Result<()> {
-    if !(0.0..=1.0).contains(&up.responsive) || !(0.0..=1.0).contains(&up.loss) {
-        anyhow::bail!("--responsive and --loss are shares between 0.0 and 1.0");
+    let shares = [up.responsive, up.loss, up.silent_share];
+    if !shares.iter().all(|s| (0.0..=1.0).contains(s)) {
+        anyhow::bail!("--responsive, --loss and --silent-share are shares between 0.0 and 1.0");
     }
     let cfg = LabConfig {
         name: up.name.name,
@@ -168,19 +206,21 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
         queues: up.queues,
         sink: up.sink,
         loss: up.loss,
+        http: up.http,
+        silent_share: up.silent_share,
     };
     let exe = std::env::current_exe().context("finding the sonde binary")?;
-    let ports: Vec<String> = cfg.tcp_open.iter().map(u16::to_string).collect();
-    let server = vec![
-        exe.display().to_string(),
-        "lab".into(),
-        "__serve".into(),
-        "--ports".into(),
-        ports.join(","),
-    ];
+    let server = vec![exe.display().to_string(), "lab".into(), "__serve".into()];
     let status = sonde_lab::up(&cfg, &server)?;
+    let mut extra = String::new();
+    if status.http {
+        extra.push_str(", nginx on 80 and 443");
+    }
+    if status.silent_count > 0 {
+        extra.push_str(&format!(", {} silent", status.silent_count));
+    }
     eprintln!(
-        "lab \"{}\" is up: population {} ({} addresses answer), scanner {} on {} in {}",
+        "lab \"{}\" is up: population {} ({} addresses answer{extra}), scanner {} on {} in {}",
         status.name,
         status.population,
         status.responsive_count,
@@ -202,69 +242,4 @@ fn lab_status(name: &str, json: bool) -> anyhow::Result<()> {
         crate::say(format!("{key:<16} {}", v.to_string().trim_matches('"')));
     }
     Ok(())
-}
-
-/// Found and false-positive counts of a scan against the truth.
-pub struct Score {
-    pub expected: usize,
-    pub found: usize,
-    pub false_positives: usize,
-}
-
-impl std::fmt::Display for Score {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let pct = if self.expected == 0 {
-            100.0
-        } else {
-            100.0 * self.found as f64 / self.expected as f64
-        };
-        write!(
-            f,
-            "found {} of {} ({pct:.3} %), false positives {}",
-            self.found, self.expected, self.false_positives
-        )
-    }
-}
-
-fn score(
-    lab: &str,
-    port: u16,
-    answer: &str,
-    within: Option<ipnet::IpNet>,
-    results: &std::path::Path,
-) -> anyhow::Result<Score> {
-    let mut truth_csv = Vec::new();
-    sonde_lab::truth(lab, Some(&[port]), &mut truth_csv)?;
-    let mut expected = std::collections::HashSet::new();
-    for row in csv::Reader::from_reader(truth_csv.as_slice()).records() {
-        let row = row?;
-        let inside = within.is_none_or(|net| {
-            row[0]
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|a| net.contains(&a))
-        });
-        if inside && row.get(1) == Some(&port.to_string()) && row.get(2) == Some(answer) {
-            expected.insert(row[0].to_string());
-        }
-    }
-    let mut reader = csv::Reader::from_path(results)
-        .with_context(|| format!("reading {}", results.display()))?;
-    let headers = reader.headers()?.clone();
-    let column = |name: &str| headers.iter().position(|h| h == name);
-    let saddr = column("saddr")
-        .ok_or_else(|| anyhow::anyhow!("{} has no saddr column", results.display()))?;
-    let (sport, success) = (column("sport"), column("success"));
-    let mut found = std::collections::HashSet::new();
-    for row in reader.records() {
-        let row = row?;
-        let port_ok = sport.is_none_or(|i| row.get(i) == Some(&port.to_string()) || port == 0);
-        if port_ok && success.is_none_or(|i| row.get(i) == Some("1")) {
-            found.insert(row[saddr].to_string());
-        }
-    }
-    Ok(Score {
-        expected: expected.len(),
-        found: found.intersection(&expected).count(),
-        false_positives: found.difference(&expected).count(),
-    })
 }

@@ -3,3 +3,4 @@
 pub mod bench;
 pub mod blast;
 pub mod lab;
+pub mod score;

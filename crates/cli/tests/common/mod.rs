@@ -84,3 +84,46 @@ impl Drop for Lab {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+impl Lab {
+    /// `sonde lab status --json` of this lab.
+    pub fn status(&self) -> serde_json::Value {
+        let out = sonde(&["lab", "status", "--name", &self.name, "--json"]);
+        assert!(out.status.success(), "lab status: {}", stderr(&out));
+        serde_json::from_slice(&out.stdout).expect("lab status --json")
+    }
+
+    /// `sonde lab truth` of this lab with `args`: its rows, each split at commas (header
+    /// checked and left out).
+    pub fn truth(&self, args: &[&str]) -> Vec<Vec<String>> {
+        let mut all = vec!["lab", "truth", "--name", &self.name];
+        all.extend_from_slice(args);
+        let out = sonde(&all);
+        assert!(out.status.success(), "lab truth: {}", stderr(&out));
+        let text = String::from_utf8(out.stdout).unwrap();
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some("addr,port,answer,service"));
+        lines
+            .map(|l| l.split(',').map(str::to_string).collect())
+            .collect()
+    }
+
+    /// `sonde lab score` of this lab with `args`, the whole output (for exit codes and errors).
+    pub fn score_output(&self, args: &[&str]) -> Output {
+        let mut all = vec!["lab", "score", "--name", &self.name];
+        all.extend_from_slice(args);
+        sonde(&all)
+    }
+
+    /// Runs `f` on a thread that has entered this lab's scanner namespace (and only there).
+    pub fn in_scan<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                sonde_lab::enter_scan_ns(&self.name).expect("entering the scanner namespace");
+                f()
+            })
+            .join()
+            .expect("scanner-namespace thread panicked")
+        })
+    }
+}

@@ -1,16 +1,27 @@
-//! The lab's TCP server on its own: `sonde-lab-serve --ports 80,443`.
-//! `sonde lab up` runs the same code as `sonde lab __serve`; this binary lets
-//! the lab crate's tests (and people without the CLI) use it.
+//! The lab's TCP servers on their own: `sonde-lab-serve --ports 80,443` (accept and close) or
+//! `sonde-lab-serve --silent --ports 65534` (accept and hold, for the silent hosts).
+//! `sonde lab up` runs the same code as `sonde lab __serve`; this binary lets the lab crate's
+//! tests (and people without the CLI) use it.
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
+
+const USAGE: &str = "usage: sonde-lab-serve [--silent] --ports 80,443";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let ports = match args.as_slice() {
-        [flag, list] if flag == "--ports" => parse_ports(list)?,
-        _ => return Err(anyhow!("usage: sonde-lab-serve --ports 80,443")),
+    let (silent, list) = match args.as_slice() {
+        [flag, list] if flag == "--ports" => (false, list),
+        [s, flag, list] if s == "--silent" && flag == "--ports" => (true, list),
+        _ => return Err(anyhow!(USAGE)),
     };
-    match sonde_lab::serve(&ports)? {}
+    let ports = parse_ports(list)?;
+    if !silent {
+        match sonde_lab::serve(&ports)? {}
+    }
+    match ports.as_slice() {
+        [port] => match sonde_lab::serve_silent(*port)? {},
+        _ => bail!("the silent server takes one port; {USAGE}"),
+    }
 }
 
 fn parse_ports(list: &str) -> Result<Vec<u16>> {
