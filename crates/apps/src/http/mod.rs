@@ -137,7 +137,7 @@ impl HttpApp {
                 values.extend([Value::Null, Value::Null, Value::Bool(true)]);
             }
             HeadParse::Complete(head) => {
-                let (reason, headers) = reason_and_headers(reply);
+                let (reason, headers) = reason_and_headers(&reply[..head.len]);
                 let (body, complete) = decoded_body(&reply[head.len..], head.framing);
                 values.extend([Value::Int(head.status.into()), reason, headers]);
                 values.extend([
@@ -172,13 +172,13 @@ fn check_header(header: &str) -> Result<(), String> {
     }
 }
 
-/// The reason phrase and the headers as a JSON object, parsed again from the complete head
-/// with as many header slots as it has lines.
-fn reason_and_headers(reply: &[u8]) -> (Value, Value) {
-    let mut slots = vec![httparse::EMPTY_HEADER; response::header_slots_for(reply)];
+/// The reason phrase and the headers as a JSON object, parsed again from the complete `head`
+/// with as many header slots as it has lines (a header takes at least one).
+fn reason_and_headers(head: &[u8]) -> (Value, Value) {
+    let mut slots = vec![httparse::EMPTY_HEADER; head.iter().filter(|&&b| b == b'\n').count() + 1];
     let mut response = httparse::Response::new(&mut slots);
     if !matches!(
-        parser_config().parse_response(&mut response, reply),
+        parser_config().parse_response(&mut response, head),
         Ok(httparse::Status::Complete(_))
     ) {
         return (Value::Null, Value::Null);

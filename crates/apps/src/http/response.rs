@@ -7,8 +7,13 @@ use httparse::{Header, ParserConfig, Status};
 /// taken as it is (no server sends more than one or two: 100 Continue, 103 Early Hints).
 const MAX_INTERIM: usize = 8;
 
-/// Header slots on the stack; a head with more lines is parsed again with a heap array.
-const STACK_HEADERS: usize = 64;
+/// Header slots on the stack (4 KiB); a head with more is parsed again with
+/// [`MAX_HEADERS`] slots on the heap.
+const STACK_HEADERS: usize = 128;
+
+/// Header fields of a response at most; a head with more is not taken for HTTP (no server
+/// sends that many, and the bound keeps the work per call small).
+const MAX_HEADERS: usize = 1024;
 
 /// How the body after a head ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,18 +61,13 @@ pub(crate) fn parser_config() -> ParserConfig {
     config
 }
 
-/// Header slots that always suffice for `bytes`: a header takes at least one line.
-pub(crate) fn header_slots_for(bytes: &[u8]) -> usize {
-    bytes.iter().filter(|&&b| b == b'\n').count() + 1
-}
-
 /// Parses the head at the start of `bytes`; `head_request` says the request was HEAD.
 pub(crate) fn parse_head(bytes: &[u8], head_request: bool) -> HeadParse {
     let mut stack = [httparse::EMPTY_HEADER; STACK_HEADERS];
     if let Some(parsed) = parse_head_with(&mut stack, bytes, head_request) {
         return parsed;
     }
-    let mut heap = vec![httparse::EMPTY_HEADER; header_slots_for(bytes)];
+    let mut heap = vec![httparse::EMPTY_HEADER; MAX_HEADERS];
     parse_head_with(&mut heap, bytes, head_request).unwrap_or(HeadParse::Invalid)
 }
 
@@ -278,12 +278,16 @@ mod tests {
     #[test]
     fn many_headers_parse_through_the_heap() {
         let mut reply = b"HTTP/1.1 200 OK\r\n".to_vec();
-        for i in 0..300 {
+        for i in 0..1000 {
             reply.extend_from_slice(format!("X-Header-{i}: {i}\r\n").as_bytes());
         }
         reply.extend_from_slice(b"Content-Length: 2\r\n\r\nok");
         let parsed = head(&reply);
         assert_eq!(parsed.framing, Framing::Length(2));
         assert_eq!(parsed.len, reply.len() - 2);
+        let mut too_many = b"HTTP/1.1 200 OK\r\n".to_vec();
+        too_many.extend_from_slice(&b"X: y\r\n".repeat(MAX_HEADERS + 1));
+        too_many.extend_from_slice(b"\r\n");
+        assert_eq!(parse_head(&too_many, false), HeadParse::Invalid);
     }
 }
