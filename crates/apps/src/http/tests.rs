@@ -1,0 +1,385 @@
+use super::*;
+
+const NGINX_LENGTH: &[u8] = include_bytes!("../../testdata/http_nginx_content_length.bin");
+const NGINX_CHUNKED: &[u8] = include_bytes!("../../testdata/http_nginx_chunked.bin");
+const NGINX_301: &[u8] = include_bytes!("../../testdata/http_nginx_301.bin");
+const CHUNKED: &[u8] = include_bytes!("../../testdata/http_chunked.bin");
+const CLOSE: &[u8] = include_bytes!("../../testdata/http_close.bin");
+const NO_CONTENT: &[u8] = include_bytes!("../../testdata/http_204.bin");
+const EARLY_HINTS: &[u8] = include_bytes!("../../testdata/http_redirect_early_hints.bin");
+const BINARY: &[u8] = include_bytes!("../../testdata/http_binary_body.bin");
+const GARBAGE: &[u8] = include_bytes!("../../testdata/http_garbage.bin");
+
+fn app_with(options: AppOptions) -> HttpApp {
+    HttpApp::new(&options).unwrap()
+}
+
+fn app() -> HttpApp {
+    app_with(AppOptions::default())
+}
+
+fn request(app: &HttpApp, addr: &str, port: u16) -> String {
+    let mut buf = vec![0; app.max_request_len()];
+    let len = app.write_request(&mut buf, addr.parse().unwrap(), port);
+    String::from_utf8(buf[..len].to_vec()).unwrap()
+}
+
+fn values(app: &HttpApp, received: &[u8]) -> Vec<Value> {
+    let mut values = Vec::new();
+    app.describe_into(received, &mut values);
+    assert_eq!(values.len(), HTTP_FIELDS.len());
+    values
+}
+
+fn field<'v>(values: &'v [Value], name: &str) -> &'v Value {
+    &values[HTTP_FIELDS.iter().position(|f| f.name == name).unwrap()]
+}
+
+fn text(value: &str) -> Value {
+    Value::Str(value.to_string())
+}
+
+fn headers(values: &[Value]) -> serde_json::Value {
+    let Value::Str(json) = field(values, "http_headers") else {
+        panic!("{values:?}")
+    };
+    serde_json::from_str(json).unwrap()
+}
+
+/// Asserts the reply is incomplete at every cut before its end and complete at the end.
+fn complete_only_at_the_end(app: &HttpApp, reply: &[u8]) {
+    for cut in 0..reply.len() {
+        assert!(
+            !app.is_complete(&reply[..cut]),
+            "cut {cut} of {}",
+            reply.len()
+        );
+        assert_eq!(values(app, &reply[..cut]).len(), HTTP_FIELDS.len());
+    }
+    assert!(app.is_complete(reply));
+}
+
+#[test]
+fn the_request_names_the_target_as_host() {
+    assert_eq!(
+        request(&app(), "198.18.0.7", 80),
+        "GET / HTTP/1.1\r\nHost: 198.18.0.7\r\nUser-Agent: sonde/0.1.0\r\nAccept: */*\r\n\
+         Connection: close\r\n\r\n"
+    );
+    let v6 = request(&app(), "2001:2::7", 8080);
+    assert!(
+        v6.starts_with("GET / HTTP/1.1\r\nHost: [2001:2::7]:8080\r\n"),
+        "{v6}"
+    );
+    // The longest lab address is 3 characters shorter than the longest IPv6 text
+    // (ffff:ffff:… has 39), which max_request_len allows for.
+    let longest = request(&app(), "2001:2:ffff:ffff:ffff:ffff:ffff:ffff", 65535);
+    assert_eq!(longest.len() + 3, app().max_request_len());
+}
+
+#[test]
+fn options_shape_the_request() {
+    let app = app_with(AppOptions {
+        http_method: "HEAD".to_string(),
+        http_path: "/status?full=1".to_string(),
+        http_host: Some("www.sonde.test".to_string()),
+        http_headers: vec!["Accept-Language: en".to_string(), "X-Scan:1".to_string()],
+        user_agent: "research-scan (+https://sonde.test/about)".to_string(),
+        ..AppOptions::default()
+    });
+    let sent = request(&app, "198.18.0.7", 8080);
+    assert_eq!(
+        sent,
+        "HEAD /status?full=1 HTTP/1.1\r\nHost: www.sonde.test\r\n\
+         User-Agent: research-scan (+https://sonde.test/about)\r\nAccept: */*\r\n\
+         Accept-Language: en\r\nX-Scan:1\r\nConnection: close\r\n\r\n"
+    );
+    assert_eq!(sent.len(), app.max_request_len());
+    // A reply to HEAD has no body, whatever its Content-Length says.
+    let head_of_page = &NGINX_LENGTH[..NGINX_LENGTH.len() - 177];
+    assert!(app.is_complete(head_of_page));
+    let v = values(&app, head_of_page);
+    assert_eq!(field(&v, "http_body_len"), &Value::Int(0));
+    assert_eq!(field(&v, "http_truncated"), &Value::Bool(false));
+    let no_agent = app_with(AppOptions {
+        user_agent: String::new(),
+        ..AppOptions::default()
+    });
+    assert!(!request(&no_agent, "198.18.0.7", 80).contains("User-Agent"));
+}
+
+#[test]
+fn bad_options_are_refused_with_one_line() {
+    let cases = [
+        AppOptions {
+            http_path: "index.html".into(),
+            ..AppOptions::default()
+        },
+        AppOptions {
+            http_path: "/a b".into(),
+            ..AppOptions::default()
+        },
+        AppOptions {
+            http_path: "/caf\u{e9}".into(),
+            ..AppOptions::default()
+        },
+        AppOptions {
+            http_method: "GET /".into(),
+            ..AppOptions::default()
+        },
+        AppOptions {
+            http_method: String::new(),
+            ..AppOptions::default()
+        },
+        AppOptions {
+            http_host: Some("a\r\nX: y".into()),
+            ..AppOptions::default()
+        },
+        AppOptions {
+            http_host: Some(String::new()),
+            ..AppOptions::default()
+        },
+        AppOptions {
+            http_headers: vec!["NoColon".into()],
+            ..AppOptions::default()
+        },
+        AppOptions {
+            http_headers: vec!["X: a\r\nInjected: b".into()],
+            ..AppOptions::default()
+        },
+        AppOptions {
+            http_headers: vec![": empty name".into()],
+            ..AppOptions::default()
+        },
+        AppOptions {
+            http_headers: vec!["Bad Name: x".into()],
+            ..AppOptions::default()
+        },
+        AppOptions {
+            user_agent: "a\nb".into(),
+            ..AppOptions::default()
+        },
+    ];
+    for options in cases {
+        let err = HttpApp::new(&options).unwrap_err();
+        assert!(err.starts_with("bad --"), "{err}");
+        assert!(!err.contains('\n'), "{err}");
+    }
+}
+
+#[test]
+fn a_content_length_reply_from_nginx() {
+    let app = app();
+    complete_only_at_the_end(&app, NGINX_LENGTH);
+    let v = values(&app, NGINX_LENGTH);
+    assert_eq!(field(&v, "http_status"), &Value::Int(200));
+    assert_eq!(field(&v, "http_reason"), &text("OK"));
+    let h = headers(&v);
+    assert_eq!(h["server"], "nginx/1.22.1");
+    assert_eq!(h["content-length"], "177");
+    assert_eq!(h["etag"], "\"6b03583d-b1\"");
+    let body = &NGINX_LENGTH[NGINX_LENGTH.len() - 177..];
+    assert!(body.starts_with(b"<!DOCTYPE html>"));
+    assert_eq!(
+        field(&v, "http_body"),
+        &text(std::str::from_utf8(body).unwrap())
+    );
+    assert_eq!(field(&v, "http_body_len"), &Value::Int(177));
+    assert_eq!(field(&v, "http_body_sha256"), &Value::Str(sha256_hex(body)));
+    assert_eq!(field(&v, "http_truncated"), &Value::Bool(false));
+}
+
+#[test]
+fn a_cut_content_length_body_is_truncated() {
+    let cut = &NGINX_LENGTH[..NGINX_LENGTH.len() - 77];
+    let v = values(&app(), cut);
+    assert_eq!(field(&v, "http_body_len"), &Value::Int(100));
+    assert_eq!(field(&v, "http_truncated"), &Value::Bool(true));
+    // Bytes after the announced length are not body.
+    let mut longer = NGINX_LENGTH.to_vec();
+    longer.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+    let v = values(&app(), &longer);
+    assert_eq!(field(&v, "http_body_len"), &Value::Int(177));
+    assert!(app().is_complete(&longer));
+}
+
+#[test]
+fn a_chunked_reply_from_nginx_is_decoded() {
+    let app = app();
+    complete_only_at_the_end(&app, NGINX_CHUNKED);
+    let v = values(&app, NGINX_CHUNKED);
+    let Value::Str(body) = field(&v, "http_body") else {
+        panic!()
+    };
+    assert!(
+        body.starts_with("<!DOCTYPE html>") && body.ends_with("</html>\n"),
+        "{body}"
+    );
+    assert!(body.contains("It works, chunked") && !body.contains("\r\n0\r\n"));
+    assert_eq!(field(&v, "http_body_len"), &Value::Int(0xba));
+    assert_eq!(headers(&v)["transfer-encoding"], "chunked");
+    assert_eq!(field(&v, "http_truncated"), &Value::Bool(false));
+}
+
+#[test]
+fn chunks_and_trailers_are_decoded_and_cuts_are_truncated() {
+    let app = app();
+    complete_only_at_the_end(&app, CHUNKED);
+    let v = values(&app, CHUNKED);
+    let expected = r#"{"status":"ok","items":[1,2,3],"note":"chunked"}"#.to_string() + "\n";
+    assert_eq!(field(&v, "http_body"), &text(&expected));
+    assert_eq!(
+        field(&v, "http_body_sha256"),
+        &Value::Str(sha256_hex(expected.as_bytes()))
+    );
+    assert_eq!(field(&v, "http_truncated"), &Value::Bool(false));
+    // Cut inside the second chunk: the first chunk and part of the second, truncated.
+    let head_len = CHUNKED.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    // "f\r\n", 15 bytes, CRLF, "10\r\n", then 6 of the second chunk's 16.
+    let cut = &CHUNKED[..head_len + 3 + 15 + 2 + 4 + 6];
+    let v = values(&app, cut);
+    assert_eq!(field(&v, "http_body"), &text(r#"{"status":"ok","items"#));
+    assert_eq!(field(&v, "http_truncated"), &Value::Bool(true));
+}
+
+#[test]
+fn a_malformed_chunked_body_is_truncated_not_complete() {
+    let reply = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX\r\n0\r\n\r\n";
+    assert!(!app().is_complete(reply));
+    let v = values(&app(), reply);
+    assert_eq!(field(&v, "http_body"), &text("hello"));
+    assert_eq!(field(&v, "http_truncated"), &Value::Bool(true));
+}
+
+#[test]
+fn a_close_delimited_body_is_never_complete_by_itself() {
+    let app = app();
+    for cut in 0..=CLOSE.len() {
+        assert!(!app.is_complete(&CLOSE[..cut]), "cut {cut}");
+    }
+    let v = values(&app, CLOSE);
+    assert_eq!(
+        field(&v, "http_body"),
+        &text("hello from a close-delimited body\n")
+    );
+    assert_eq!(field(&v, "http_truncated"), &Value::Bool(false));
+}
+
+#[test]
+fn no_content_has_no_body() {
+    let app = app();
+    complete_only_at_the_end(&app, NO_CONTENT);
+    let v = values(&app, NO_CONTENT);
+    assert_eq!(field(&v, "http_status"), &Value::Int(204));
+    assert_eq!(field(&v, "http_reason"), &text("No Content"));
+    assert_eq!(field(&v, "http_body"), &text(""));
+    assert_eq!(field(&v, "http_body_len"), &Value::Int(0));
+    assert_eq!(
+        field(&v, "http_body_sha256"),
+        &text("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+    );
+}
+
+#[test]
+fn the_final_response_follows_early_hints() {
+    let app = app();
+    complete_only_at_the_end(&app, EARLY_HINTS);
+    let v = values(&app, EARLY_HINTS);
+    assert_eq!(field(&v, "http_status"), &Value::Int(301));
+    assert_eq!(headers(&v)["location"], "https://sonde.test/");
+    assert!(
+        headers(&v).get("link").is_none(),
+        "the 103's headers are not the final ones"
+    );
+    let v = values(&app, NGINX_301);
+    assert_eq!(field(&v, "http_status"), &Value::Int(301));
+    assert_eq!(field(&v, "http_reason"), &text("Moved Permanently"));
+    assert!(headers(&v)["location"]
+        .as_str()
+        .unwrap()
+        .ends_with("/index.html"));
+    complete_only_at_the_end(&app, NGINX_301);
+}
+
+#[test]
+fn binary_bodies_are_hashed_byte_for_byte() {
+    let v = values(&app(), BINARY);
+    let bytes: Vec<u8> = (0..=255).collect();
+    assert_eq!(field(&v, "http_body_len"), &Value::Int(256));
+    assert_eq!(
+        field(&v, "http_body_sha256"),
+        &Value::Str(hex(&Sha256::digest(&bytes)))
+    );
+    assert_eq!(
+        field(&v, "http_body_sha256"),
+        &text("40aff2e9d2d8922e47afd4648e6967497158785fbd1da870e7110266bf944880")
+    );
+    let Value::Str(body) = field(&v, "http_body") else {
+        panic!()
+    };
+    assert!(
+        body.contains('\u{fffd}'),
+        "invalid UTF-8 replaced in the text"
+    );
+}
+
+#[test]
+fn repeated_headers_are_joined_and_names_lower_cased() {
+    let reply = b"HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nSET-COOKIE: b=2\r\nX-Empty:\r\nContent-Length: 0\r\n\r\n";
+    let h = headers(&values(&app(), reply));
+    assert_eq!(h["set-cookie"], "a=1, b=2");
+    assert_eq!(h["x-empty"], "");
+    assert_eq!(h.as_object().unwrap().len(), 3);
+}
+
+#[test]
+fn what_is_not_http_is_complete_at_once_and_kept_raw() {
+    let app = app();
+    assert!(app.is_complete(GARBAGE));
+    assert!(!app.is_complete(b""));
+    let v = values(&app, GARBAGE);
+    assert_eq!(field(&v, "http_status"), &Value::Null);
+    assert_eq!(field(&v, "http_headers"), &Value::Null);
+    assert_eq!(
+        field(&v, "http_body_len"),
+        &Value::Int(GARBAGE.len() as u64)
+    );
+    assert_eq!(
+        field(&v, "http_body_sha256"),
+        &Value::Str(sha256_hex(GARBAGE))
+    );
+    assert_eq!(field(&v, "http_truncated"), &Value::Null);
+    let nothing = values(&app, b"");
+    assert_eq!(field(&nothing, "http_status"), &Value::Null);
+    assert_eq!(field(&nothing, "http_body"), &Value::Null);
+}
+
+#[test]
+fn a_cut_head_keeps_its_status() {
+    let cut = &NGINX_LENGTH[..40];
+    let v = values(&app(), cut);
+    assert_eq!(field(&v, "http_status"), &Value::Int(200));
+    assert_eq!(field(&v, "http_headers"), &Value::Null);
+    assert_eq!(field(&v, "http_truncated"), &Value::Bool(true));
+}
+
+#[test]
+fn pseudo_random_bytes_never_panic() {
+    let app = app();
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    for len in 0..2000 {
+        let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let mut reply = head.to_vec();
+        reply.extend((0..len % 200).map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let alphabet = b"0123456789abcdef\r\n;: xH";
+            alphabet[(state % alphabet.len() as u64) as usize]
+        }));
+        for bytes in [&reply[..], &reply[head.len()..]] {
+            let _ = app.is_complete(bytes);
+            assert_eq!(values(&app, bytes).len(), HTTP_FIELDS.len());
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! The applications of `sonde grab`: what a connection sends, when its reply is complete, and
+//! what the reply says as output fields.
+//!
+//! - `http`: one `GET` (or the method given), `Connection: close`; the reply is parsed with
+//!   `httparse`, its body framed by Content-Length or chunked encoding, and reported decoded.
+//! - `banner`: sends nothing and keeps what the server says first, up to a line end.
+//! - `payload`: sends fixed bytes and keeps the reply as hex.
+//! - `tls`: a ClientHello (TLS 1.2 at most by default, so that the certificate comes in clear),
+//!   and a summary of the server's first flight: version, cipher, alert, certificate chain.
+//!
+//! An app holds no per-connection state (see [`sonde_tcp::App`]): the engine keeps the reply's
+//! bytes, asks [`App::is_complete`] after each segment, and at the end the run loop turns the
+//! bytes into a row with [`AnyApp::describe`], one value per field of [`AnyApp::fields`].
+//! Every parser here reads hostile bytes: none panics, and each does work bounded by the
+//! length of the reply.
+#![forbid(unsafe_code)]
+
+mod banner;
+mod http;
+mod payload;
+mod text;
+mod tls;
+
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+
+use sonde_scan::reply::{Field, Value};
+pub use sonde_tcp::App;
+
+pub use banner::{BannerApp, BANNER_FIELDS};
+pub use http::{HttpApp, HTTP_FIELDS};
+pub use payload::{PayloadApp, PAYLOAD_FIELDS};
+pub use tls::{TlsApp, TLS_FIELDS};
+
+/// The engine sends a request as one segment of at most this many bytes; longer requests are
+/// refused when the app is built.
+pub const MAX_REQUEST_LEN: usize = 1400;
+
+/// The application a grab runs (`-M`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AppKind {
+    Http,
+    Banner,
+    Payload,
+    Tls,
+}
+
+impl AppKind {
+    pub const ALL: [AppKind; 4] = [
+        AppKind::Http,
+        AppKind::Banner,
+        AppKind::Payload,
+        AppKind::Tls,
+    ];
+
+    /// The name `-M` takes: http, banner, payload, tls.
+    pub fn name(self) -> &'static str {
+        match self {
+            AppKind::Http => "http",
+            AppKind::Banner => "banner",
+            AppKind::Payload => "payload",
+            AppKind::Tls => "tls",
+        }
+    }
+
+    /// The output fields of this app, in the order [`AnyApp::describe`] gives their values.
+    pub fn fields(self) -> &'static [Field] {
+        match self {
+            AppKind::Http => HTTP_FIELDS,
+            AppKind::Banner => BANNER_FIELDS,
+            AppKind::Payload => PAYLOAD_FIELDS,
+            AppKind::Tls => TLS_FIELDS,
+        }
+    }
+}
+
+impl fmt::Display for AppKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for AppKind {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<AppKind, String> {
+        AppKind::ALL
+            .into_iter()
+            .find(|kind| kind.name() == name)
+            .ok_or_else(|| {
+                format!("unknown app {name:?}: use one of http, banner, payload, tls (-M)")
+            })
+    }
+}
+
+/// The highest TLS version the ClientHello offers (`--tls-max`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum TlsVersion {
+    Tls10,
+    Tls11,
+    /// The default: a TLS 1.3 server encrypts its certificate, a TLS 1.2 one does not, so a
+    /// 1.2 ClientHello makes every server show its certificate.
+    #[default]
+    Tls12,
+    Tls13,
+}
+
+impl TlsVersion {
+    pub const ALL: [TlsVersion; 4] = [
+        TlsVersion::Tls10,
+        TlsVersion::Tls11,
+        TlsVersion::Tls12,
+        TlsVersion::Tls13,
+    ];
+
+    /// The name `--tls-max` takes: 1.0, 1.1, 1.2, 1.3.
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsVersion::Tls10 => "1.0",
+            TlsVersion::Tls11 => "1.1",
+            TlsVersion::Tls12 => "1.2",
+            TlsVersion::Tls13 => "1.3",
+        }
+    }
+
+    /// The protocol version number on the wire (0x0301 for TLS 1.0 … 0x0304 for TLS 1.3).
+    pub fn wire(self) -> u16 {
+        match self {
+            TlsVersion::Tls10 => 0x0301,
+            TlsVersion::Tls11 => 0x0302,
+            TlsVersion::Tls12 => 0x0303,
+            TlsVersion::Tls13 => 0x0304,
+        }
+    }
+}
+
+impl fmt::Display for TlsVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for TlsVersion {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<TlsVersion, String> {
+        TlsVersion::ALL
+            .into_iter()
+            .find(|version| version.name() == name)
+            .ok_or_else(|| format!("unknown TLS version {name:?}: use 1.0, 1.1, 1.2 or 1.3"))
+    }
+}
+
+/// What the command line says about the request; [`AnyApp::build`] checks it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppOptions {
+    /// HTTP method (a token such as GET or HEAD; HEAD replies have no body).
+    pub http_method: String,
+    /// Request target, starting with '/'.
+    pub http_path: String,
+    /// Host header (and TLS SNI when it is a name); `None`: the target's address, IPv6 in
+    /// brackets, with `:port` unless the port is 80.
+    pub http_host: Option<String>,
+    /// Extra header lines, "Name: value" each.
+    pub http_headers: Vec<String>,
+    pub user_agent: String,
+    /// The bytes the `payload` app sends.
+    pub payload: Vec<u8>,
+    /// Server name for TLS SNI (a host name; IP addresses are not allowed in SNI).
+    pub tls_sni: Option<String>,
+    pub tls_max: TlsVersion,
+}
+
+impl Default for AppOptions {
+    fn default() -> AppOptions {
+        AppOptions {
+            http_method: "GET".to_string(),
+            http_path: "/".to_string(),
+            http_host: None,
+            http_headers: Vec::new(),
+            user_agent: concat!("sonde/", env!("CARGO_PKG_VERSION")).to_string(),
+            payload: Vec::new(),
+            tls_sni: None,
+            tls_max: TlsVersion::default(),
+        }
+    }
+}
+
+/// One of the apps, chosen at run time; the grab engine is generic over [`App`] and runs this.
+#[derive(Clone, Debug)]
+pub enum AnyApp {
+    Http(HttpApp),
+    Banner(BannerApp),
+    Payload(PayloadApp),
+    Tls(TlsApp),
+}
+
+impl AnyApp {
+    /// Builds the app `kind` from `options`, checking them; the error is one line for the user.
+    pub fn build(kind: AppKind, options: &AppOptions) -> Result<AnyApp, String> {
+        let app = match kind {
+            AppKind::Http => AnyApp::Http(HttpApp::new(options)?),
+            AppKind::Banner => AnyApp::Banner(BannerApp),
+            AppKind::Payload => AnyApp::Payload(PayloadApp::new(options)?),
+            AppKind::Tls => AnyApp::Tls(TlsApp::new(options)?),
+        };
+        let len = app.max_request_len();
+        if len > MAX_REQUEST_LEN {
+            return Err(format!(
+                "the {kind} request is {len} bytes, longer than the {MAX_REQUEST_LEN} bytes \
+                 sonde sends in one segment: shorten it"
+            ));
+        }
+        Ok(app)
+    }
+
+    pub fn kind(&self) -> AppKind {
+        match self {
+            AnyApp::Http(_) => AppKind::Http,
+            AnyApp::Banner(_) => AppKind::Banner,
+            AnyApp::Payload(_) => AppKind::Payload,
+            AnyApp::Tls(_) => AppKind::Tls,
+        }
+    }
+
+    /// The output fields, in the order of [`AnyApp::describe`]'s values.
+    pub fn fields(&self) -> &'static [Field] {
+        self.kind().fields()
+    }
+
+    /// What the reply bytes `received` say: one value per field of [`AnyApp::fields`].
+    pub fn describe(&self, received: &[u8]) -> Vec<Value> {
+        let mut values = Vec::with_capacity(self.fields().len());
+        self.describe_into(received, &mut values);
+        values
+    }
+
+    /// As [`AnyApp::describe`], appending the values to `values`.
+    pub fn describe_into(&self, received: &[u8], values: &mut Vec<Value>) {
+        match self {
+            AnyApp::Http(app) => app.describe_into(received, values),
+            AnyApp::Banner(app) => app.describe_into(received, values),
+            AnyApp::Payload(app) => app.describe_into(received, values),
+            AnyApp::Tls(app) => app.describe_into(received, values),
+        }
+    }
+}
+
+impl App for AnyApp {
+    fn write_request(&self, buf: &mut [u8], addr: IpAddr, port: u16) -> usize {
+        match self {
+            AnyApp::Http(app) => app.write_request(buf, addr, port),
+            AnyApp::Banner(app) => app.write_request(buf, addr, port),
+            AnyApp::Payload(app) => app.write_request(buf, addr, port),
+            AnyApp::Tls(app) => app.write_request(buf, addr, port),
+        }
+    }
+
+    fn max_request_len(&self) -> usize {
+        match self {
+            AnyApp::Http(app) => app.max_request_len(),
+            AnyApp::Banner(app) => app.max_request_len(),
+            AnyApp::Payload(app) => app.max_request_len(),
+            AnyApp::Tls(app) => app.max_request_len(),
+        }
+    }
+
+    fn is_complete(&self, received: &[u8]) -> bool {
+        match self {
+            AnyApp::Http(app) => app.is_complete(received),
+            AnyApp::Banner(app) => app.is_complete(received),
+            AnyApp::Payload(app) => app.is_complete(received),
+            AnyApp::Tls(app) => app.is_complete(received),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sonde_scan::reply::FieldType;
+
+    #[test]
+    fn kinds_parse_from_their_names_and_display_them() {
+        for kind in AppKind::ALL {
+            assert_eq!(kind.name().parse::<AppKind>(), Ok(kind));
+            assert_eq!(kind.to_string(), kind.name());
+        }
+        let err = "smtp".parse::<AppKind>().unwrap_err();
+        assert!(err.contains("\"smtp\"") && err.contains("http, banner, payload, tls"));
+        assert!(!err.contains('\n'));
+    }
+
+    #[test]
+    fn tls_versions_parse_and_default_to_1_2() {
+        for version in TlsVersion::ALL {
+            assert_eq!(version.name().parse::<TlsVersion>(), Ok(version));
+        }
+        assert_eq!(TlsVersion::default(), TlsVersion::Tls12);
+        assert!("1.4".parse::<TlsVersion>().is_err());
+    }
+
+    /// Every app gives exactly one value per field, of the field's type or Null, even for
+    /// nothing received.
+    #[test]
+    fn describe_gives_one_value_of_the_right_type_per_field() {
+        let options = AppOptions {
+            payload: b"hello\n".to_vec(),
+            ..AppOptions::default()
+        };
+        for kind in AppKind::ALL {
+            let app = AnyApp::build(kind, &options).unwrap();
+            for reply in [
+                &b""[..],
+                b"HTTP/1.1 200 OK\r\n\r\n",
+                b"\x16\x03\x03\x00\x01\x02",
+            ] {
+                let values = app.describe(reply);
+                assert_eq!(values.len(), app.fields().len(), "{kind}");
+                for (field, value) in app.fields().iter().zip(&values) {
+                    let ok = matches!(
+                        (field.kind, value),
+                        (_, Value::Null)
+                            | (FieldType::Bool, Value::Bool(_))
+                            | (FieldType::Int, Value::Int(_))
+                            | (FieldType::Str, Value::Str(_))
+                    );
+                    assert!(ok, "{kind}: {} = {value:?}", field.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn field_names_are_unique_across_apps() {
+        let mut names: Vec<&str> = AppKind::ALL
+            .iter()
+            .flat_map(|kind| kind.fields().iter().map(|field| field.name))
+            .collect();
+        let count = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), count);
+    }
+
+    #[test]
+    fn every_request_fits_the_buffer_it_announces() {
+        let options = AppOptions {
+            payload: vec![0xab; 100],
+            http_host: None,
+            ..AppOptions::default()
+        };
+        let addrs: [IpAddr; 2] = [
+            "198.18.0.7".parse().unwrap(),
+            "2001:2:ffff:ffff:ffff:ffff:ffff:ffff".parse().unwrap(),
+        ];
+        for kind in AppKind::ALL {
+            let app = AnyApp::build(kind, &options).unwrap();
+            let mut buf = vec![0u8; app.max_request_len()];
+            for addr in addrs {
+                let len = app.write_request(&mut buf, addr, 65535);
+                assert!(len <= app.max_request_len(), "{kind}");
+                assert_eq!(len == 0, kind == AppKind::Banner, "{kind}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_request_longer_than_one_segment_is_refused() {
+        let options = AppOptions {
+            payload: vec![1; MAX_REQUEST_LEN + 1],
+            ..AppOptions::default()
+        };
+        let err = AnyApp::build(AppKind::Payload, &options).unwrap_err();
+        assert!(err.contains("1401 bytes") && err.contains("1400"), "{err}");
+        let options = AppOptions {
+            http_path: format!("/{}", "a".repeat(1400)),
+            ..AppOptions::default()
+        };
+        assert!(AnyApp::build(AppKind::Http, &options).is_err());
+        let options = AppOptions {
+            payload: vec![1; MAX_REQUEST_LEN],
+            ..AppOptions::default()
+        };
+        assert!(AnyApp::build(AppKind::Payload, &options).is_ok());
+    }
+}

@@ -1,0 +1,256 @@
+//! Reading the server's first flight from the bytes received so far: records are cut by
+//! `tls-parser`, handshake messages are reassembled across records (a record may hold several
+//! messages, a message may span several records), and the messages we need (ServerHello,
+//! Certificate) are parsed by `tls-parser`. Work is linear in the bytes, and memory is
+//! borrowed except for a needed message that spans records.
+
+use std::borrow::Cow;
+
+use tls_parser::{
+    parse_tls_handshake_server_hello, parse_tls_raw_record, parse_tls_server_hello_extension,
+    TlsExtension, TlsHandshakeType, TlsMessage, TlsRecordType,
+};
+
+/// Records read at most. A real first flight has fewer than ten (ServerHello, Certificate,
+/// CertificateStatus, ServerKeyExchange, CertificateRequest, ServerHelloDone, some split);
+/// a server that sends more without finishing is not going to.
+const MAX_RECORDS: usize = 256;
+
+/// Why reading stopped. Everything but `Incomplete` means the reply is complete: nothing more
+/// the server sends would be readable or change the outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FlightEnd {
+    /// More bytes are needed.
+    Incomplete,
+    /// TLS ≤ 1.2: the ServerHelloDone arrived; the server waits for us now.
+    ServerHelloDone,
+    /// TLS 1.3: the ServerHello (or HelloRetryRequest) arrived; the rest is encrypted.
+    Tls13ServerHello,
+    /// An alert record arrived.
+    Alert,
+    /// A ChangeCipherSpec or application data: what follows is encrypted.
+    Encrypted,
+    /// The first bytes are not a TLS record (an HTTP error page, an SSH banner, …).
+    NotTls,
+    /// TLS records that make no sense (bad record or message, an unparsable ServerHello).
+    Garbled,
+    /// [`MAX_RECORDS`] records without an end.
+    TooManyRecords,
+}
+
+/// What the ServerHello says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ServerHello {
+    /// The negotiated version: supported_versions when present (TLS 1.3), else the legacy one.
+    pub version: u16,
+    pub cipher: u16,
+}
+
+/// What the flight says so far.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Flight<'a> {
+    pub server_hello: Option<ServerHello>,
+    /// The alert description of the first alert record.
+    pub alert: Option<u8>,
+    /// The body of the Certificate message (when asked for and whole).
+    pub certificate: Option<Cow<'a, [u8]>>,
+    pub end: FlightEnd,
+}
+
+/// Reads the flight in `received`; the Certificate message is kept only if `keep_certificate`.
+pub(crate) fn read_flight(received: &[u8], keep_certificate: bool) -> Flight<'_> {
+    let mut flight = Flight {
+        server_hello: None,
+        alert: None,
+        certificate: None,
+        end: FlightEnd::Incomplete,
+    };
+    let mut messages = Reassembler::keeping_certificate(keep_certificate);
+    let mut rest = received;
+    for index in 0..MAX_RECORDS {
+        if !plausible_record_start(rest) {
+            flight.end = if index == 0 {
+                FlightEnd::NotTls
+            } else {
+                FlightEnd::Garbled
+            };
+            return flight;
+        }
+        let record = match parse_tls_raw_record(rest) {
+            Ok((after, record)) => {
+                rest = after;
+                record
+            }
+            Err(tls_parser::Err::Incomplete(_)) => return flight,
+            Err(_) => {
+                flight.end = FlightEnd::Garbled;
+                return flight;
+            }
+        };
+        let end = match record.hdr.record_type {
+            TlsRecordType::Handshake => messages.feed(record.data, |kind, body| {
+                on_message(&mut flight, kind, body)
+            }),
+            TlsRecordType::Alert => {
+                flight.alert = alert_description(record.data);
+                Some(if flight.alert.is_some() {
+                    FlightEnd::Alert
+                } else {
+                    FlightEnd::Garbled
+                })
+            }
+            TlsRecordType::ChangeCipherSpec | TlsRecordType::ApplicationData => {
+                Some(FlightEnd::Encrypted)
+            }
+            _ => Some(FlightEnd::Garbled),
+        };
+        if let Some(end) = end {
+            flight.end = end;
+            return flight;
+        }
+    }
+    flight.end = FlightEnd::TooManyRecords;
+    flight
+}
+
+/// Whether `bytes` can start a TLS record, as far as they go: a content type we know and
+/// major version 3 (SSL 3.0 to TLS 1.3).
+fn plausible_record_start(bytes: &[u8]) -> bool {
+    let known_type = TlsRecordType::ChangeCipherSpec.0..=TlsRecordType::Heartbeat.0;
+    bytes.first().is_none_or(|kind| known_type.contains(kind))
+        && bytes.get(1).is_none_or(|&major| major == 3)
+}
+
+/// Handles one whole handshake message; `Some` ends the flight.
+fn on_message<'a>(
+    flight: &mut Flight<'a>,
+    kind: TlsHandshakeType,
+    body: Cow<'a, [u8]>,
+) -> Option<FlightEnd> {
+    match kind {
+        TlsHandshakeType::ServerHello => {
+            let Some(hello) = server_hello(&body) else {
+                return Some(FlightEnd::Garbled);
+            };
+            flight.server_hello = Some(hello);
+            (hello.version >= 0x0304).then_some(FlightEnd::Tls13ServerHello)
+        }
+        TlsHandshakeType::Certificate => {
+            flight.certificate = Some(body);
+            None
+        }
+        TlsHandshakeType::ServerDone => Some(FlightEnd::ServerHelloDone),
+        _ => None,
+    }
+}
+
+/// Version and cipher of a ServerHello body. A TLS 1.3 server says 0x0303 in the legacy field
+/// and its real version in supported_versions (RFC 8446 §4.1.3); a HelloRetryRequest is a
+/// ServerHello too and reads the same way.
+fn server_hello(body: &[u8]) -> Option<ServerHello> {
+    let (_, hello) = parse_tls_handshake_server_hello(body).ok()?;
+    let mut version = hello.version.0;
+    let mut extensions = hello.ext.unwrap_or_default();
+    while !extensions.is_empty() {
+        let Ok((rest, extension)) = parse_tls_server_hello_extension(extensions) else {
+            break;
+        };
+        if let TlsExtension::SupportedVersions(versions) = extension {
+            if let [selected] = versions.as_slice() {
+                version = selected.0;
+            }
+        }
+        extensions = rest;
+    }
+    Some(ServerHello {
+        version,
+        cipher: hello.cipher.0,
+    })
+}
+
+/// The description byte of an alert record.
+fn alert_description(data: &[u8]) -> Option<u8> {
+    match tls_parser::parse_tls_message_alert(data) {
+        Ok((_, TlsMessage::Alert(alert))) => Some(alert.code.0),
+        _ => None,
+    }
+}
+
+/// Handshake messages out of a stream of handshake record fragments.
+struct Reassembler {
+    /// The 4-byte message header (type, 24-bit length) while it arrives.
+    header: [u8; 4],
+    header_len: usize,
+    /// Body bytes of the current message still to come.
+    remaining: usize,
+    /// The current message's body so far when it spans fragments and is wanted.
+    spanning: Vec<u8>,
+    keep_certificate: bool,
+}
+
+impl Reassembler {
+    fn keeping_certificate(keep_certificate: bool) -> Reassembler {
+        Reassembler {
+            header: [0; 4],
+            header_len: 0,
+            remaining: 0,
+            spanning: Vec::new(),
+            keep_certificate,
+        }
+    }
+
+    /// Messages whose body is handed over; others are skipped without copying (an empty body).
+    fn wants(&self, kind: TlsHandshakeType) -> bool {
+        kind == TlsHandshakeType::ServerHello
+            || (kind == TlsHandshakeType::Certificate && self.keep_certificate)
+    }
+
+    /// Feeds one record's fragment; `on_message` gets each whole message (borrowed when it
+    /// lies in this fragment) and can end the flight.
+    fn feed<'a>(
+        &mut self,
+        mut fragment: &'a [u8],
+        mut on_message: impl FnMut(TlsHandshakeType, Cow<'a, [u8]>) -> Option<FlightEnd>,
+    ) -> Option<FlightEnd> {
+        while !fragment.is_empty() {
+            if self.header_len < 4 {
+                let take = (4 - self.header_len).min(fragment.len());
+                self.header[self.header_len..self.header_len + take]
+                    .copy_from_slice(&fragment[..take]);
+                self.header_len += take;
+                fragment = &fragment[take..];
+                if self.header_len < 4 {
+                    break;
+                }
+                let [_, a, b, c] = self.header;
+                self.remaining = usize::from(a) << 16 | usize::from(b) << 8 | usize::from(c);
+                self.spanning.clear();
+            }
+            let kind = TlsHandshakeType(self.header[0]);
+            let take = self.remaining.min(fragment.len());
+            let (part, after) = fragment.split_at(take);
+            fragment = after;
+            self.remaining -= take;
+            let done = self.remaining == 0;
+            if !done {
+                if self.wants(kind) {
+                    self.spanning.extend_from_slice(part);
+                }
+                continue;
+            }
+            let body = if !self.wants(kind) {
+                Cow::Borrowed(&part[..0])
+            } else if self.spanning.is_empty() {
+                Cow::Borrowed(part)
+            } else {
+                self.spanning.extend_from_slice(part);
+                Cow::Owned(std::mem::take(&mut self.spanning))
+            };
+            self.header_len = 0;
+            if let Some(end) = on_message(kind, body) {
+                return Some(end);
+            }
+        }
+        None
+    }
+}
