@@ -1,6 +1,7 @@
 //! `sonde`: a line-rate packet engine for Internet-wide measurement on one Linux host.
 
 mod cmd;
+mod grab;
 mod plot;
 mod progress;
 mod runargs;
@@ -30,6 +31,9 @@ enum Command {
     Blast(cmd::blast::BlastArgs),
     /// Stateless scanning, ZMap-style: SYN, ICMP echo, UDP and DNS probes, validated replies.
     Scan(Box<scan::ScanArgs>),
+    /// Connect, send one request, read the reply, close — to every target, from user space
+    /// (TCP client in sonde; HTTP, banners, payloads, TLS certificates).
+    Grab(Box<grab::GrabArgs>),
     /// Sweeps and floors: `bench tx` (backends × batch sizes), `bench floor` (bare AF_XDP).
     Bench(cmd::bench::BenchArgs),
 }
@@ -48,6 +52,7 @@ fn main() {
         Command::Blast(args) => cmd::blast::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Scan(args) => scan::run(*args),
+        Command::Grab(args) => grab::run(*args),
     };
     if let Err(err) = result {
         // One line: the context chain joined, no backtrace.

@@ -129,6 +129,14 @@ pub struct RunArgs {
     pub quiet: bool,
 }
 
+/// Checks what can be checked before anything else (before entering a lab): the targets
+/// parse, and more than a /8 is confirmed.
+pub fn check_input(args: &RunArgs, dryrun: bool) -> anyhow::Result<()> {
+    let large_ok = args.confirm_large_scan || dryrun;
+    sonde_engine::targets::read_targets(&args.targets, args.input_file.as_deref(), large_ok)
+        .map(drop)
+}
+
 /// Where the run happens: a lab (and which), or the host's own network.
 pub struct Place {
     pub lab: Option<LabStatus>,
@@ -194,7 +202,6 @@ pub fn resolve(
         default_blocklist: !args.no_default_blocklist,
         system_blocklist: Some(PathBuf::from(SYSTEM_BLOCKLIST)),
         lab: place.scope(),
-        large_scan_ok: args.confirm_large_scan || dryrun,
     };
     let plan = plan_targets(&request)?;
     let shard = shard_from_env(args.shards, args.shard)?.unwrap_or((0, 1));

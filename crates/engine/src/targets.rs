@@ -47,8 +47,6 @@ pub struct TargetRequest {
     /// The system opt-out file to apply if it exists (normally [`SYSTEM_BLOCKLIST`]).
     pub system_blocklist: Option<PathBuf>,
     pub lab: Option<LabScope>,
-    /// `--confirm-large-scan` (or a dry run, which sends nothing).
-    pub large_scan_ok: bool,
 }
 
 /// The space to probe, with one line per decision the operator should see.
@@ -58,16 +56,35 @@ pub struct TargetPlan {
     pub notes: Vec<String>,
 }
 
-/// Builds the target space, enforcing the lab's scope and the large-scan confirmation.
-pub fn plan_targets(req: &TargetRequest) -> anyhow::Result<TargetPlan> {
-    let mut tokens = req.tokens.clone();
-    if let Some(path) = &req.input_file {
+/// The targets as given, checked: parsed from the command line and `-I`, and more than a /8
+/// only with `large_scan_ok` (`--confirm-large-scan`, or a dry run, which sends nothing). This
+/// needs nothing of the host, so it runs before anything else: bad input fails first.
+pub fn read_targets(
+    tokens: &[String],
+    input_file: Option<&Path>,
+    large_scan_ok: bool,
+) -> anyhow::Result<(Vec<String>, TargetSpec)> {
+    let mut tokens = tokens.to_vec();
+    if let Some(path) = input_file {
         tokens.extend(read_target_file(path)?);
     }
     if tokens.is_empty() {
         bail!("no targets: give prefixes, ranges or addresses, or -I FILE");
     }
     let spec = parse_targets(&tokens)?;
+    if spec.address_count() > u128::from(LARGE_SCAN) && !large_scan_ok {
+        bail!(
+            "this scan covers {} addresses, more than a /8: add --confirm-large-scan if you mean it",
+            spec.address_count()
+        );
+    }
+    Ok((tokens, spec))
+}
+
+/// Builds the target space from checked targets (see [`read_targets`]), enforcing the lab's
+/// scope.
+pub fn plan_targets(req: &TargetRequest) -> anyhow::Result<TargetPlan> {
+    let (tokens, spec) = read_targets(&req.tokens, req.input_file.as_deref(), true)?;
     if let Some(lab) = &req.lab {
         check_inside_lab(&spec, lab)?;
     }
@@ -84,12 +101,6 @@ pub fn plan_targets(req: &TargetRequest) -> anyhow::Result<TargetPlan> {
         }
         Err(e) => return Err(e),
     };
-    if space.addresses() > LARGE_SCAN && !req.large_scan_ok {
-        bail!(
-            "this scan covers {} addresses, more than a /8: add --confirm-large-scan if you mean it",
-            space.addresses()
-        );
-    }
     Ok(TargetPlan { space, notes })
 }
 
@@ -309,11 +320,10 @@ mod tests {
 
     #[test]
     fn more_than_a_slash_8_needs_confirmation() {
-        let mut req = request(&["0.0.0.0/7"]);
-        req.default_blocklist = false;
-        let err = plan_targets(&req).err().unwrap().to_string();
+        let tokens = vec!["0.0.0.0/7".to_string()];
+        let err = read_targets(&tokens, None, false).err().unwrap().to_string();
         assert!(err.contains("--confirm-large-scan"), "{err}");
-        req.large_scan_ok = true;
-        assert!(plan_targets(&req).is_ok());
+        assert!(read_targets(&tokens, None, true).is_ok());
+        assert!(read_targets(&["10.0.0.0/8".to_string()], None, false).is_ok());
     }
 }

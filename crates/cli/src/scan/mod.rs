@@ -75,6 +75,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<()> {
     if args.list_fields {
         return list_fields();
     }
+    runargs::check_input(&args.run, args.dryrun)?;
     let place = if args.dryrun && args.run.lab.is_none() {
         Place { lab: None }
     } else {

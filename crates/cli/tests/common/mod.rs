@@ -36,7 +36,9 @@ pub struct Lab {
 }
 
 impl Lab {
-    pub fn up(extra: &[&str]) -> Lab {
+    /// A unique name and scratch folder for a lab the test brings up itself; removed on drop
+    /// like any other.
+    pub fn named() -> Lab {
         static N: AtomicUsize = AtomicUsize::new(0);
         let name = format!(
             "t{}x{}",
@@ -45,11 +47,12 @@ impl Lab {
         );
         let dir = std::env::temp_dir().join(format!("sonde-test-{name}"));
         std::fs::create_dir_all(&dir).unwrap();
-        let lab = Lab {
-            name: name.clone(),
-            dir,
-        };
-        let mut args = vec!["lab", "up", "--name", &name];
+        Lab { name, dir }
+    }
+
+    pub fn up(extra: &[&str]) -> Lab {
+        let lab = Lab::named();
+        let mut args = vec!["lab", "up", "--name", &lab.name];
         args.extend_from_slice(extra);
         let out = sonde(&args);
         assert!(out.status.success(), "lab up: {}", stderr(&out));

@@ -1,184 +1,36 @@
-//! The grab mode: the client half of TCP in user space. Discovery is the SYN: the same target
-//! feed, pacing, queues, status line and checkpoint as a scan, but a valid SYN-ACK opens a
-//! connection (in `sonde-tcp`'s engine), the request goes out in the handshake's ACK or right
-//! after it, the reply is reassembled, and one row per target says how it ended.
+//! Grab over sonde's own TCP client: one engine thread owns every connection (the reference
+//! design's one core). Each pass it receives from every queue, runs the timers, re-sends
+//! unanswered SYNs (statelessly: only the target's index waits), opens new connections as the
+//! table has room and the pace allows, and sends every segment of the pass in one batch.
 //!
-//! One engine thread owns every connection (the reference design's one core): it receives from
-//! every queue, runs the timers, re-sends unanswered SYNs (statelessly: only the target's index
-//! waits), opens new connections as the table has room and the pace allows, and sends every
-//! segment of one pass in one batch.
+//! With AF_XDP (`xdp`), sonde's XDP program takes every segment to sonde's ports before the
+//! kernel sees it, so this works on the host's own address; with a packet ring (`ring`), the
+//! source must be an address the kernel does not own, and sonde answers ARP for it.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use serde::Serialize;
 use sonde_io::{AnyRx, AnyTx, FrameTx};
-use sonde_meter::{peak_rss_bytes, Counter, Stopwatch};
+use sonde_meter::{peak_rss_bytes, Stopwatch};
 use sonde_scan::dedup::Dedup;
-use sonde_scan::output::{Row, RowWriter};
-use sonde_scan::reply::{Field, FieldType, Value};
+use sonde_scan::output::RowWriter;
+use sonde_scan::reply::Value;
 use sonde_tcp::{App, Engine, Outcome, Rx, Status, SynRetries};
 use sonde_wire::{arp, ethernet, EtherType, MacAddr};
 
 use crate::checkpoint::Checkpoint;
 use crate::feed::Feed;
 use crate::pace::Pacer;
-use crate::plan::{pin_to_cpu, RunPlan};
+use super::{GrabApp, GrabCounts, GrabPlan, GrabRow, GrabStatus, GrabSummary};
+use crate::plan::pin_to_cpu;
 use crate::queues::{open_queues, ReplyFilter};
-use crate::status::{per_second, Phase, StatusLine, StatusSource, Tick};
+use crate::status::{Phase, StatusLine};
 use crate::stop::{Stop, StopReason};
 
 /// How often the receivers' drop counters are read.
 const DROPS_EVERY: Duration = Duration::from_millis(100);
-
-/// An application as grab uses it: the engine's request/complete seam plus its output fields.
-pub trait GrabApp: App + Send {
-    fn name(&self) -> &'static str;
-    /// The app's output fields, in the order `describe` fills them.
-    fn fields(&self) -> &'static [Field];
-    /// The app's field values for a reply's bytes.
-    fn describe(&self, received: &[u8]) -> Vec<Value>;
-}
-
-/// A grab, ready to run.
-pub struct GrabPlan<A: GrabApp> {
-    pub run: RunPlan,
-    pub tcp: sonde_tcp::Config,
-    pub app: A,
-    /// Extra SYNs per unanswered target, the first after `syn_timeout_us`, doubling.
-    pub syn_retries: u8,
-    pub syn_timeout_us: u64,
-    /// Answer ARP requests for this address (a source the kernel does not own).
-    pub arp_for: Option<Ipv4Addr>,
-    /// The output fields selected (see [`fields`] and the app's).
-    pub fields: Vec<&'static Field>,
-}
-
-const fn field(name: &'static str, kind: FieldType, help: &'static str) -> Field {
-    Field { name, kind, help }
-}
-
-/// The fields every grab row has, before the app's.
-pub const FIELDS: &[Field] = &[
-    field("saddr", FieldType::Str, "the target's address"),
-    field("dport", FieldType::Int, "the target's port"),
-    field("sport", FieldType::Int, "our source port"),
-    field(
-        "status",
-        FieldType::Str,
-        "success, refused, syn-timeout, data-timeout, reset, closed",
-    ),
-    field("rtt_us", FieldType::Int, "SYN to SYN-ACK, microseconds"),
-    field(
-        "t_first_byte_us",
-        FieldType::Int,
-        "SYN-ACK to the first reply byte, microseconds",
-    ),
-    field(
-        "t_total_us",
-        FieldType::Int,
-        "SYN-ACK to the end of the connection, microseconds",
-    ),
-    field("bytes", FieldType::Int, "reply bytes received in order"),
-    field(
-        "retransmits_received",
-        FieldType::Int,
-        "segments the server sent twice",
-    ),
-    field(
-        "ooo_segments",
-        FieldType::Int,
-        "segments that arrived ahead of a gap",
-    ),
-    field(
-        "timestamp",
-        FieldType::Int,
-        "end of the connection, microseconds since the Unix epoch",
-    ),
-];
-
-/// Counters the engine thread shares with the status line.
-#[derive(Default)]
-pub struct GrabCounts {
-    pub syn_sent: Counter,
-    pub finished: Counter,
-    pub success: Counter,
-    pub outstanding: Counter,
-    pub retransmits: Counter,
-    pub drops: Counter,
-    pub rows: Counter,
-}
-
-/// What a grab reports at the end (`--summary-json`).
-#[derive(Serialize, Clone, Debug, Default)]
-pub struct GrabSummary {
-    pub targets: u64,
-    pub syn_sent: u64,
-    pub syn_retransmitted: u64,
-    pub established: u64,
-    pub completed: u64,
-    pub success: u64,
-    pub refused: u64,
-    pub syn_timeouts: u64,
-    pub timeouts: u64,
-    pub resets: u64,
-    pub closed: u64,
-    pub retransmits_received: u64,
-    pub retransmits_sent: u64,
-    pub sack_blocks_sent: u64,
-    pub ooo_segments: u64,
-    pub table_full: u64,
-    pub invalid: u64,
-    pub drops: u64,
-    pub conn_per_s: f64,
-    pub wall_s: f64,
-    pub cpu_user_s: f64,
-    pub cpu_sys_s: f64,
-    pub cpu_us_per_conn: f64,
-    pub peak_outstanding: u64,
-    pub peak_rss_bytes: u64,
-    pub engine_bytes: u64,
-    pub interrupted: bool,
-    pub app: String,
-    pub backend: String,
-    pub checkpoint: Option<String>,
-}
-
-/// One output row: the connection's outcome and the app's fields.
-struct GrabRow<'a> {
-    outcome: &'a Outcome,
-    app_fields: &'static [Field],
-    app_values: &'a [Value],
-    timestamp_us: u64,
-}
-
-impl Row for GrabRow<'_> {
-    fn get(&self, name: &str) -> Value {
-        let o = self.outcome;
-        let int = |v: Option<u64>| v.map_or(Value::Null, Value::Int);
-        match name {
-            "saddr" => Value::Str(o.addr.to_string()),
-            "dport" => Value::Int(o.port.into()),
-            "sport" => Value::Int(o.sport.into()),
-            "status" => Value::Str(o.status.name().into()),
-            "rtt_us" => int(o.rtt_us),
-            "t_first_byte_us" => int(o.t_first_byte_us),
-            "t_total_us" => Value::Int(o.t_total_us),
-            "bytes" => Value::Int(o.bytes),
-            "retransmits_received" => Value::Int(o.retransmits_received.into()),
-            "ooo_segments" => Value::Int(o.ooo_segments.into()),
-            "timestamp" => Value::Int(self.timestamp_us),
-            _ => self
-                .app_fields
-                .iter()
-                .position(|f| f.name == name)
-                .and_then(|i| self.app_values.get(i).cloned())
-                .unwrap_or(Value::Null),
-        }
-    }
-}
 
 /// Runs the grab to its end (or `stop`): every target ends as one row in `writer`.
 pub fn run<A: GrabApp>(
@@ -665,73 +517,4 @@ fn write_arp_reply(buf: &mut [u8], our_mac: MacAddr, request: &arp::Repr) -> usi
         &mut buf[ethernet::HEADER_LEN..len],
     ));
     frame_len
-}
-
-/// Grab's part of the status line: connections per second, outstanding, success share,
-/// retransmissions, drops.
-struct GrabStatus {
-    counts: Arc<GrabCounts>,
-    total: u64,
-    last_finished: u64,
-    rate: f64,
-    syn_retransmitted: u64,
-    syn_timeouts: u64,
-    invalid: u64,
-}
-
-impl GrabStatus {
-    fn new(counts: Arc<GrabCounts>, total: u64) -> GrabStatus {
-        GrabStatus {
-            counts,
-            total,
-            last_finished: 0,
-            rate: 0.0,
-            syn_retransmitted: 0,
-            syn_timeouts: 0,
-            invalid: 0,
-        }
-    }
-
-    fn done_fraction(&self) -> f64 {
-        self.counts.finished.get() as f64 / self.total.max(1) as f64
-    }
-}
-
-impl StatusSource for GrabStatus {
-    fn csv_header(&self) -> &'static str {
-        "finished,conn_per_s,outstanding,success,syn_sent,syn_retransmitted,retransmits_received,drops"
-    }
-
-    fn sample(&mut self, tick: &Tick) -> (String, String) {
-        let c = &self.counts;
-        let finished = c.finished.get();
-        self.rate = (finished - self.last_finished) as f64 / tick.dt;
-        self.last_finished = finished;
-        let success = 100.0 * c.success.get() as f64 / finished.max(1) as f64;
-        let text = format!(
-            "done {finished} at {}; open {}; success {success:.2} %; SYNs {} ({} again); retransmits in {}; drops {}",
-            per_second(self.rate, "conn"),
-            c.outstanding.get(),
-            c.syn_sent.get(),
-            self.syn_retransmitted,
-            c.retransmits.get(),
-            c.drops.get()
-        );
-        let row = format!(
-            "{finished},{:.0},{},{},{},{},{},{}",
-            self.rate,
-            c.outstanding.get(),
-            c.success.get(),
-            c.syn_sent.get(),
-            self.syn_retransmitted,
-            c.retransmits.get(),
-            c.drops.get()
-        );
-        (text, row)
-    }
-
-    fn seconds_left(&self) -> Option<f64> {
-        let left = self.total.saturating_sub(self.counts.finished.get());
-        (self.rate > 0.0).then(|| left as f64 / self.rate)
-    }
 }

@@ -1,0 +1,298 @@
+//! `sonde grab`: connect, send one request, read the reply, close — to every target, from user
+//! space. This module turns the command line into the engine's `GrabPlan` and reports; the
+//! engine runs it (`sonde_engine::grab`).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::Args;
+use sonde_apps::{AnyApp, AppKind, AppOptions, TlsVersion};
+use sonde_engine::grab::{all_fields, GrabPlan, GrabSummary};
+use sonde_engine::status::{human_seconds, per_second};
+use sonde_engine::stop::Stop;
+use sonde_io::BackendKind;
+use sonde_scan::output::{open_writer_with, OutputFormat};
+use sonde_scan::Field;
+use sonde_tcp::CloseMode;
+
+use crate::runargs::{self, Place, RunArgs};
+
+/// How grab moves its segments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GrabBackend {
+    /// sonde's TCP over AF_XDP; its XDP program takes sonde's segments before the kernel.
+    Xdp,
+    /// sonde's TCP over AF_PACKET rings, from an address the kernel does not own.
+    Ring,
+    /// The kernel's sockets (connect, epoll): the baseline.
+    Kernel,
+}
+
+fn grab_backend_parser() -> impl TypedValueParser<Value = GrabBackend> {
+    PossibleValuesParser::new(["xdp", "ring", "kernel"]).map(|s| match s.as_str() {
+        "ring" => GrabBackend::Ring,
+        "kernel" => GrabBackend::Kernel,
+        _ => GrabBackend::Xdp,
+    })
+}
+
+fn close_parser() -> impl TypedValueParser<Value = CloseMode> {
+    PossibleValuesParser::new(["rst", "fin"]).map(|s| match s.as_str() {
+        "fin" => CloseMode::Fin,
+        _ => CloseMode::Rst,
+    })
+}
+
+#[derive(Args)]
+pub struct GrabArgs {
+    #[command(flatten)]
+    run: RunArgs,
+    /// Ports to connect to: lists and ranges, e.g. 80,443,8000-8100.
+    #[arg(short = 'p', long, default_value = "80")]
+    ports: String,
+    /// Application: http (GET and the reply), banner (what the server says first), payload
+    /// (send bytes, read the reply), tls (ClientHello; the ServerHello and certificates).
+    #[arg(short = 'M', long = "app", default_value = "http")]
+    app: AppKind,
+    /// HTTP path to GET.
+    #[arg(long, default_value = "/")]
+    http_path: String,
+    /// HTTP Host header (default: the target's address).
+    #[arg(long)]
+    http_host: Option<String>,
+    /// An extra HTTP header line, "Name: value" (repeatable).
+    #[arg(short = 'H', long = "http-header")]
+    http_headers: Vec<String>,
+    /// Bytes to send, as hex (payload app).
+    #[arg(long, conflicts_with = "payload_file")]
+    payload_hex: Option<String>,
+    /// Bytes to send, from a file (payload app).
+    #[arg(long)]
+    payload_file: Option<PathBuf>,
+    /// TLS server name (SNI) to send (tls app; default: --http-host when it is a name).
+    #[arg(long)]
+    tls_sni: Option<String>,
+    /// Highest TLS version offered: 1.0, 1.1, 1.2, 1.3. With 1.3 the certificate is
+    /// encrypted, so the default, 1.2, is what records certificates from every server.
+    #[arg(long, default_value = "1.2")]
+    tls_max: TlsVersion,
+    /// Send the request in the handshake's final ACK instead of right after it.
+    #[arg(long)]
+    request_in_ack: bool,
+    /// How to close: rst (the server keeps no TIME_WAIT) or fin (graceful).
+    #[arg(long, default_value = "rst", value_parser = close_parser())]
+    close: CloseMode,
+    /// Keep at most this many reply bytes per connection, then close it.
+    #[arg(long, default_value_t = 256 * 1024)]
+    max_bytes: usize,
+    /// Connections open at once at most; new SYNs wait when the table is full.
+    #[arg(long, default_value_t = 100_000)]
+    max_outstanding: usize,
+    /// Extra SYNs to a target that has not answered (1 s, then 2 s, 4 s, …).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=8))]
+    syn_retries: u8,
+    /// Seconds from the handshake to the first reply byte.
+    #[arg(long, default_value_t = 5.0)]
+    first_byte_timeout: f64,
+    /// Seconds between reply bytes.
+    #[arg(long, default_value_t = 5.0)]
+    idle_timeout: f64,
+    /// Seconds for a whole connection.
+    #[arg(long, default_value_t = 15.0)]
+    total_timeout: f64,
+    /// xdp (sonde's TCP over AF_XDP, on the host's own address), ring (sonde's TCP over a
+    /// packet ring; needs -S with an address the kernel does not own), kernel (the kernel's
+    /// sockets: the baseline).
+    #[arg(long, default_value = "xdp", value_parser = grab_backend_parser())]
+    backend: GrabBackend,
+    /// Output fields, comma separated (* for all; see --list-fields).
+    #[arg(short = 'f', long)]
+    fields: Option<String>,
+    /// List the output fields of the chosen app and exit.
+    #[arg(long)]
+    list_fields: bool,
+    /// Output format: ndjson, csv, parquet.
+    #[arg(short = 'O', long, default_value = "ndjson")]
+    output_format: OutputFormat,
+}
+
+pub fn run(args: GrabArgs) -> anyhow::Result<()> {
+    let app = AnyApp::build(args.app, &app_options(&args)?).map_err(anyhow::Error::msg)?;
+    if args.list_fields {
+        for f in all_fields(&app) {
+            crate::say(format!("{:<22} {}", f.name, f.help));
+        }
+        return Ok(());
+    }
+    check_limits(&args)?;
+    let fields = select(&app, args.fields.as_deref())?;
+    runargs::check_input(&args.run, false)?;
+    let place = Place::enter(&args.run)?;
+    let resolved = runargs::resolve(&args.run, &place, Some(&args.ports), false)?;
+    let notes = resolved.notes.clone();
+    let v6 = resolved.space.ipv6_addresses() > 0;
+    let arp_for = match args.backend {
+        GrabBackend::Ring if resolved.host.source_is_local => bail!(
+            "--backend ring needs a source address the kernel does not own (it would reset every connection): give -S with a free address on {}'s network; sonde answers ARP for it",
+            resolved.host.iface
+        ),
+        GrabBackend::Ring => Some(resolved.host.src_ip),
+        _ => None,
+    };
+    let validator = resolved.validator;
+    let (src_mac, gateway_mac) = (resolved.host.src_mac, resolved.host.gateway_mac);
+    let backends = match args.backend {
+        GrabBackend::Xdp | GrabBackend::Kernel => (BackendKind::Xdp, BackendKind::Xdp),
+        GrabBackend::Ring => (BackendKind::Ring, BackendKind::Ring),
+    };
+    if args.run.threads > 1 {
+        bail!("grab runs one engine thread (it owns every connection): leave out --threads");
+    }
+    let rate = runargs::checked_rate(args.run.rate)?;
+    let run = resolved.run_plan("grab", &args.run, &place, rate, 1, v6, backends)?;
+    runargs::check_resume(&run, &args.run, "grab", args.app.name())?;
+    let mut tcp = sonde_tcp::Config::new(src_mac, gateway_mac, validator);
+    tcp.src_ip = run.src_ip;
+    tcp.src_ip6 = run.src_ip6;
+    tcp.ports = run.ports;
+    tcp.max_outstanding = args.max_outstanding;
+    tcp.max_bytes = args.max_bytes;
+    tcp.request_in_ack = args.request_in_ack;
+    tcp.close = args.close;
+    tcp.first_byte_timeout_us = seconds_us(args.first_byte_timeout, "--first-byte-timeout")?;
+    tcp.idle_timeout_us = seconds_us(args.idle_timeout, "--idle-timeout")?;
+    tcp.total_timeout_us = seconds_us(args.total_timeout, "--total-timeout")?;
+    let plan = GrabPlan {
+        run,
+        tcp,
+        app,
+        syn_retries: args.syn_retries,
+        syn_timeout_us: 1_000_000,
+        arp_for,
+        fields: fields.clone(),
+    };
+    let mode = runargs::output_mode(&args.run, args.output_format == OutputFormat::Parquet)?;
+    let writer = open_writer_with(args.output_format, args.run.output.as_deref(), fields, mode)?;
+    if !args.run.quiet {
+        announce(&args, &plan, &notes);
+    }
+    let stop = Stop::on_signals()?;
+    let summary = match args.backend {
+        GrabBackend::Kernel => sonde_engine::grab::kernel::run(plan, writer, &stop)?,
+        _ => sonde_engine::grab::run(plan, writer, &stop)?,
+    };
+    report(&args, &summary)
+}
+
+fn app_options(args: &GrabArgs) -> anyhow::Result<AppOptions> {
+    let payload = match (&args.payload_hex, &args.payload_file) {
+        (Some(hex), _) => crate::scan::parse_hex(hex)?,
+        (None, Some(path)) => std::fs::read(path)
+            .with_context(|| format!("cannot read --payload-file {}", path.display()))?,
+        (None, None) => Vec::new(),
+    };
+    Ok(AppOptions {
+        http_path: args.http_path.clone(),
+        http_host: args.http_host.clone(),
+        http_headers: args.http_headers.clone(),
+        payload,
+        tls_sni: args.tls_sni.clone(),
+        tls_max: args.tls_max,
+        ..AppOptions::default()
+    })
+}
+
+fn check_limits(args: &GrabArgs) -> anyhow::Result<()> {
+    if args.max_outstanding == 0 {
+        bail!("--max-outstanding 0 would never open a connection: give 1 or more");
+    }
+    if args.max_bytes == 0 {
+        bail!("--max-bytes 0 would keep nothing of any reply: give 1 or more");
+    }
+    Ok(())
+}
+
+fn seconds_us(seconds: f64, flag: &str) -> anyhow::Result<u64> {
+    if !(seconds > 0.0 && seconds.is_finite()) {
+        bail!("invalid {flag} {seconds}: give a positive number of seconds");
+    }
+    Ok((seconds * 1e6) as u64)
+}
+
+/// The selected output fields: `-f`, `*`, or every field (a grab row is one per target, so
+/// the default keeps them all).
+fn select(app: &AnyApp, spec: Option<&str>) -> anyhow::Result<Vec<&'static Field>> {
+    let known: Vec<&'static Field> = all_fields(app).collect();
+    let Some(list) = spec.map(str::trim).filter(|s| *s != "*") else {
+        return Ok(known);
+    };
+    list.split(',')
+        .map(str::trim)
+        .map(|name| {
+            known.iter().copied().find(|f| f.name == name).ok_or_else(|| {
+                let names: Vec<&str> = known.iter().map(|f| f.name).collect();
+                anyhow::anyhow!(
+                    "unknown field \"{name}\" for grab -M {}: known fields are {}",
+                    app.kind().name(),
+                    names.join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
+fn announce(args: &GrabArgs, plan: &GrabPlan<AnyApp>, notes: &[String]) {
+    let run = &plan.run;
+    let rate = if run.rate > 0.0 {
+        format!("{:.0} new connections/s", run.rate)
+    } else {
+        "full speed".into()
+    };
+    eprintln!(
+        "grab: {}, {} over {} from {} on {}, at {rate}, at most {} open at once",
+        run.space.describe(),
+        plan.app.kind().name(),
+        match args.backend {
+            GrabBackend::Xdp => "sonde's TCP on AF_XDP",
+            GrabBackend::Ring => "sonde's TCP on a packet ring",
+            GrabBackend::Kernel => "kernel sockets",
+        },
+        run.src_ip.map_or("?".into(), |s| s.to_string()),
+        run.iface,
+        plan.tcp.max_outstanding
+    );
+    for note in notes {
+        eprintln!("grab: {note}");
+    }
+}
+
+fn report(args: &GrabArgs, s: &GrabSummary) -> anyhow::Result<()> {
+    if !args.run.quiet {
+        eprintln!(
+            "grab: {} targets in {}: {} success ({}), {} refused, {} no answer, {} data timeouts, {} resets, {} closed; cpu {:.2} s user, {:.2} s system = {:.1} µs per success; peak {} open",
+            s.completed + s.syn_timeouts,
+            human_seconds(s.wall_s),
+            s.success,
+            per_second(s.conn_per_s, "conn"),
+            s.refused,
+            s.syn_timeouts,
+            s.timeouts,
+            s.resets,
+            s.closed,
+            s.cpu_user_s,
+            s.cpu_sys_s,
+            s.cpu_us_per_conn,
+            s.peak_outstanding
+        );
+    }
+    if let Some(path) = &s.checkpoint {
+        eprintln!(
+            "grab interrupted: checkpoint written to {path}; finish with the same command plus --resume {path} (and another -o, or --append)"
+        );
+    }
+    if let Some(path) = &args.run.summary_json {
+        crate::cmd::blast::write_json(path, s)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,259 @@
+//! The grab mode: the client half of TCP in user space. Discovery is the SYN: the same target
+//! feed, pacing, queues, status line and checkpoint as a scan, but a valid SYN-ACK opens a
+//! connection, the request goes out in the handshake's ACK or right after it, the reply is
+//! reassembled, and one row per target says how it ended.
+//!
+//! Two ways to run it: [`user`], sonde's own TCP client (`sonde-tcp`) over AF_XDP or a packet
+//! ring, and [`kernel`], the same targets and apps over the kernel's sockets (non-blocking
+//! connect and epoll): the baseline the user-space path is measured against.
+
+pub mod kernel;
+pub mod user;
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use serde::Serialize;
+use sonde_apps::AnyApp;
+use sonde_meter::Counter;
+use sonde_scan::output::Row;
+use sonde_scan::reply::{Field, FieldType, Value};
+use sonde_tcp::{App, Outcome};
+
+use crate::plan::RunPlan;
+use crate::status::{per_second, StatusSource, Tick};
+
+pub use user::run;
+
+/// An application as grab uses it: the engine's request/complete seam plus its output fields.
+pub trait GrabApp: App + Send {
+    fn name(&self) -> &'static str;
+    /// The app's output fields, in the order `describe` fills them.
+    fn fields(&self) -> &'static [Field];
+    /// The app's field values for a reply's bytes.
+    fn describe(&self, received: &[u8]) -> Vec<Value>;
+}
+
+impl GrabApp for AnyApp {
+    fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+    fn fields(&self) -> &'static [Field] {
+        AnyApp::fields(self)
+    }
+    fn describe(&self, received: &[u8]) -> Vec<Value> {
+        AnyApp::describe(self, received)
+    }
+}
+
+/// A grab, ready to run.
+pub struct GrabPlan<A: GrabApp> {
+    pub run: RunPlan,
+    pub tcp: sonde_tcp::Config,
+    pub app: A,
+    /// Extra SYNs per unanswered target, the first after `syn_timeout_us`, doubling.
+    pub syn_retries: u8,
+    pub syn_timeout_us: u64,
+    /// Answer ARP requests for this address (a source the kernel does not own).
+    pub arp_for: Option<Ipv4Addr>,
+    /// The output fields selected (see [`fields`] and the app's).
+    pub fields: Vec<&'static Field>,
+}
+
+const fn field(name: &'static str, kind: FieldType, help: &'static str) -> Field {
+    Field { name, kind, help }
+}
+
+/// The fields every grab row has, before the app's.
+pub const FIELDS: &[Field] = &[
+    field("saddr", FieldType::Str, "the target's address"),
+    field("dport", FieldType::Int, "the target's port"),
+    field("sport", FieldType::Int, "our source port"),
+    field(
+        "status",
+        FieldType::Str,
+        "success, refused, syn-timeout, data-timeout, reset, closed",
+    ),
+    field("rtt_us", FieldType::Int, "SYN to SYN-ACK, microseconds"),
+    field(
+        "t_first_byte_us",
+        FieldType::Int,
+        "SYN-ACK to the first reply byte, microseconds",
+    ),
+    field(
+        "t_total_us",
+        FieldType::Int,
+        "SYN-ACK to the end of the connection, microseconds",
+    ),
+    field("bytes", FieldType::Int, "reply bytes received in order"),
+    field(
+        "retransmits_received",
+        FieldType::Int,
+        "segments the server sent twice",
+    ),
+    field(
+        "ooo_segments",
+        FieldType::Int,
+        "segments that arrived ahead of a gap",
+    ),
+    field(
+        "timestamp",
+        FieldType::Int,
+        "end of the connection, microseconds since the Unix epoch",
+    ),
+];
+
+/// Counters the engine thread shares with the status line.
+#[derive(Default)]
+pub struct GrabCounts {
+    pub syn_sent: Counter,
+    pub finished: Counter,
+    pub success: Counter,
+    pub outstanding: Counter,
+    pub retransmits: Counter,
+    pub drops: Counter,
+    pub rows: Counter,
+}
+
+/// What a grab reports at the end (`--summary-json`).
+#[derive(Serialize, Clone, Debug, Default)]
+pub struct GrabSummary {
+    pub targets: u64,
+    pub syn_sent: u64,
+    pub syn_retransmitted: u64,
+    pub established: u64,
+    pub completed: u64,
+    pub success: u64,
+    pub refused: u64,
+    pub syn_timeouts: u64,
+    pub timeouts: u64,
+    pub resets: u64,
+    pub closed: u64,
+    pub retransmits_received: u64,
+    pub retransmits_sent: u64,
+    pub sack_blocks_sent: u64,
+    pub ooo_segments: u64,
+    pub table_full: u64,
+    pub invalid: u64,
+    pub drops: u64,
+    pub conn_per_s: f64,
+    pub wall_s: f64,
+    pub cpu_user_s: f64,
+    pub cpu_sys_s: f64,
+    pub cpu_us_per_conn: f64,
+    pub peak_outstanding: u64,
+    pub peak_rss_bytes: u64,
+    pub engine_bytes: u64,
+    pub interrupted: bool,
+    pub app: String,
+    pub backend: String,
+    pub checkpoint: Option<String>,
+}
+
+/// The output fields of a grab with `app`: the connection's, then the app's.
+pub fn all_fields<A: GrabApp>(app: &A) -> impl Iterator<Item = &'static Field> {
+    FIELDS.iter().chain(app.fields())
+}
+
+/// One output row: the connection's outcome and the app's fields.
+pub(crate) struct GrabRow<'a> {
+    pub outcome: &'a Outcome,
+    pub app_fields: &'static [Field],
+    pub app_values: &'a [Value],
+    pub timestamp_us: u64,
+}
+
+impl Row for GrabRow<'_> {
+    fn get(&self, name: &str) -> Value {
+        let o = self.outcome;
+        let int = |v: Option<u64>| v.map_or(Value::Null, Value::Int);
+        match name {
+            "saddr" => Value::Str(o.addr.to_string()),
+            "dport" => Value::Int(o.port.into()),
+            "sport" => Value::Int(o.sport.into()),
+            "status" => Value::Str(o.status.name().into()),
+            "rtt_us" => int(o.rtt_us),
+            "t_first_byte_us" => int(o.t_first_byte_us),
+            "t_total_us" => Value::Int(o.t_total_us),
+            "bytes" => Value::Int(o.bytes),
+            "retransmits_received" => Value::Int(o.retransmits_received.into()),
+            "ooo_segments" => Value::Int(o.ooo_segments.into()),
+            "timestamp" => Value::Int(self.timestamp_us),
+            _ => self
+                .app_fields
+                .iter()
+                .position(|f| f.name == name)
+                .and_then(|i| self.app_values.get(i).cloned())
+                .unwrap_or(Value::Null),
+        }
+    }
+}
+
+/// Grab's part of the status line: connections per second, outstanding, success share,
+/// retransmissions, drops.
+pub(crate) struct GrabStatus {
+    pub counts: Arc<GrabCounts>,
+    total: u64,
+    last_finished: u64,
+    rate: f64,
+    pub syn_retransmitted: u64,
+    pub syn_timeouts: u64,
+    pub invalid: u64,
+}
+
+impl GrabStatus {
+    pub fn new(counts: Arc<GrabCounts>, total: u64) -> GrabStatus {
+        GrabStatus {
+            counts,
+            total,
+            last_finished: 0,
+            rate: 0.0,
+            syn_retransmitted: 0,
+            syn_timeouts: 0,
+            invalid: 0,
+        }
+    }
+
+    pub fn done_fraction(&self) -> f64 {
+        self.counts.finished.get() as f64 / self.total.max(1) as f64
+    }
+}
+
+impl StatusSource for GrabStatus {
+    fn csv_header(&self) -> &'static str {
+        "finished,conn_per_s,outstanding,success,syn_sent,syn_retransmitted,retransmits_received,drops"
+    }
+
+    fn sample(&mut self, tick: &Tick) -> (String, String) {
+        let c = &self.counts;
+        let finished = c.finished.get();
+        self.rate = (finished - self.last_finished) as f64 / tick.dt;
+        self.last_finished = finished;
+        let success = 100.0 * c.success.get() as f64 / finished.max(1) as f64;
+        let text = format!(
+            "done {finished} at {}; open {}; success {success:.2} %; SYNs {} ({} again); retransmits in {}; drops {}",
+            per_second(self.rate, "conn"),
+            c.outstanding.get(),
+            c.syn_sent.get(),
+            self.syn_retransmitted,
+            c.retransmits.get(),
+            c.drops.get()
+        );
+        let row = format!(
+            "{finished},{:.0},{},{},{},{},{},{}",
+            self.rate,
+            c.outstanding.get(),
+            c.success.get(),
+            c.syn_sent.get(),
+            self.syn_retransmitted,
+            c.retransmits.get(),
+            c.drops.get()
+        );
+        (text, row)
+    }
+
+    fn seconds_left(&self) -> Option<f64> {
+        let left = self.total.saturating_sub(self.counts.finished.get());
+        (self.rate > 0.0).then(|| left as f64 / self.rate)
+    }
+}
