@@ -22,12 +22,12 @@
 
 use std::net::IpAddr;
 
-use sonde_wire::{tcp, TcpFlags};
+use sonde_wire::TcpFlags;
 
 use crate::conn::{Bits, Conn, State, NIL};
 use crate::rxbuf::{Placed, Pool};
-use crate::segment::{self, Link, Parsed, Seg};
-use crate::table::{Table, MAX_CAPACITY};
+use crate::segment::{self, Header, Link, Parsed, Seg};
+use crate::table::{Table, Vacancy, MAX_CAPACITY};
 use crate::timer::{Wheel, UNLINKED};
 use crate::{App, CloseMode, Config, Outcome, Rx, Stats, Status};
 
@@ -49,6 +49,14 @@ const DEFAULT_MSS_V4: u16 = 536;
 const DEFAULT_MSS_V6: u16 = 1220;
 const MIN_PEER_MSS: u16 = 64;
 
+/// What a connection's cookie gives: our ISN and our port. Computed once per received segment
+/// or timer event and carried by the descriptors, so rendering needs no SipHash.
+#[derive(Clone, Copy, Debug)]
+struct Cookie {
+    iss: u32,
+    port: u16,
+}
+
 /// A segment to send: a connection's (rendered from its state) or a bare RST.
 #[derive(Clone, Copy, Debug)]
 enum Tx {
@@ -56,15 +64,20 @@ enum Tx {
     /// and so carries the sequence number of its first byte.
     Ack {
         idx: u32,
+        ck: Cookie,
         before_request: bool,
     },
     /// Request bytes `[off, off + len)`.
     Data {
         idx: u32,
+        ck: Cookie,
         off: u16,
         len: u16,
     },
-    Fin(u32),
+    Fin {
+        idx: u32,
+        ck: Cookie,
+    },
     Rst {
         target: IpAddr,
         port: u16,
@@ -177,14 +190,17 @@ impl<A: App> Engine<A> {
             IpAddr::V4(_) => self.cfg.mss,
             IpAddr::V6(_) => self.cfg.mss - 20,
         };
-        let syn = tcp::Repr {
-            flags: TcpFlags::SYN,
-            window_len: self.cfg.rcv_window.min(0xffff) as u16,
-            window_scale: Some(self.cfg.wscale),
-            max_seg_size: Some(mss),
-            sack_permitted: true,
-            timestamp: Some((now_us as u32, 0)),
-            ..segment::bare(self.cfg.ports.port_for(token), port, token as u32, None)
+        let syn = Header {
+            window: self.cfg.rcv_window.min(0xffff) as u16,
+            syn: Some((mss, self.cfg.wscale)),
+            timestamps: Some((now_us as u32, 0)),
+            ..Header::new(
+                self.cfg.ports.port_for(token),
+                port,
+                token as u32,
+                None,
+                TcpFlags::SYN,
+            )
         };
         self.stats.syn_sent += 1;
         segment::render(&self.link, ours, addr, &syn, &[], buf)
@@ -216,18 +232,21 @@ impl<A: App> Engine<A> {
         if seg.our_port != self.cfg.ports.port_for(token) {
             return self.invalid();
         }
-        let iss = token as u32;
+        let ck = Cookie {
+            iss: token as u32,
+            port: seg.our_port,
+        };
         match self.table.find(&seg.key, seg.port) {
-            Some((idx, pos)) => {
+            Ok((idx, pos)) => {
                 self.hint = Some(pos);
                 match self.table.slab[idx as usize].state() {
-                    State::Open => self.on_open(idx, iss, &seg, now_us),
-                    State::Closing => self.on_closing(idx, iss, &seg),
+                    State::Open => self.on_open(idx, ck, &seg, now_us),
+                    State::Closing => self.on_closing(idx, ck, &seg),
                 }
                 self.hint = None;
                 Rx::Segment
             }
-            None => self.on_unknown(iss, &seg, now_us, answered),
+            Err(vacancy) => self.on_unknown(ck.iss, &seg, vacancy, now_us, answered),
         }
     }
 
@@ -272,7 +291,7 @@ impl<A: App> Engine<A> {
                     .set(Bits::ACK_QUEUED, false);
                 self.render_conn(buf, idx, tx, now_us)
             }
-            Tx::Data { idx, .. } | Tx::Fin(idx) => self.render_conn(buf, idx, tx, now_us),
+            Tx::Data { idx, .. } | Tx::Fin { idx, .. } => self.render_conn(buf, idx, tx, now_us),
         };
         if self.tx.len() == 0 {
             self.table.release();
@@ -305,7 +324,8 @@ impl<A: App> Engine<A> {
         let live: Vec<u32> = self.table.live_indexes().collect();
         for idx in live {
             if self.conn(idx).state() == State::Open {
-                self.finish(idx, Status::DataTimeout, now_us);
+                let ck = self.cookie(idx);
+                self.finish(idx, ck, Status::DataTimeout, now_us);
             }
             if !self.conn(idx).has(Bits::DEAD) {
                 self.free(idx);
@@ -353,6 +373,7 @@ impl<A: App> Engine<A> {
         &mut self,
         iss: u32,
         seg: &Seg,
+        vacancy: Vacancy,
         now_us: u64,
         mut answered: impl FnMut(IpAddr, u16) -> bool,
     ) -> Rx {
@@ -375,7 +396,11 @@ impl<A: App> Engine<A> {
                 self.queue_rst(seg, iss.wrapping_add(1), None);
                 return self.invalid();
             }
-            return self.open(iss, seg, now_us);
+            let ck = Cookie {
+                iss,
+                port: seg.our_port,
+            };
+            return self.open(ck, seg, vacancy, now_us);
         }
         // A late segment of a connection that has ended: reset it, as a closed port would.
         let max_ack = self.app.max_request_len() as u32 + 1;
@@ -416,11 +441,11 @@ impl<A: App> Engine<A> {
     }
 
     /// A valid SYN-ACK: the connection is established.
-    fn open(&mut self, iss: u32, seg: &Seg, now_us: u64) -> Rx {
+    fn open(&mut self, ck: Cookie, seg: &Seg, vacancy: Vacancy, now_us: u64) -> Rx {
         let Some(idx) = self.table.alloc() else {
             // No room: the server gets an RST, and the SYN retry tries again later.
             self.stats.table_full += 1;
-            self.queue_rst(seg, iss.wrapping_add(1), None);
+            self.queue_rst(seg, ck.iss.wrapping_add(1), None);
             return Rx::Segment;
         };
         let req_len = self.app_request(seg.addr, seg.port).len() as u32;
@@ -456,14 +481,14 @@ impl<A: App> Engine<A> {
             bits,
             timer_at: 0,
         };
-        self.table.index(idx);
+        self.table.index_at(idx, vacancy);
         self.stats.established += 1;
         self.stats.peak_outstanding = self.stats.peak_outstanding.max(self.table.live() as u64);
         let limit = self.conn(idx).send_limit();
         if !(self.cfg.request_in_ack && limit > 0) {
-            self.queue_handshake_ack(idx);
+            self.queue_handshake_ack(idx, ck);
         }
-        self.queue_request(idx, 0, limit);
+        self.queue_request(idx, ck, 0, limit);
         self.rearm(idx, now_us);
         Rx::Answered {
             addr: seg.addr,
@@ -479,13 +504,13 @@ impl<A: App> Engine<A> {
     }
 
     /// A segment of an open connection.
-    fn on_open(&mut self, idx: u32, iss: u32, seg: &Seg, now_us: u64) {
+    fn on_open(&mut self, idx: u32, ck: Cookie, seg: &Seg, now_us: u64) {
         if seg.has(TcpFlags::SYN) {
-            self.on_dup_synack(idx, iss, seg);
+            self.on_dup_synack(idx, ck, seg);
             return;
         }
         if self.paws_rejects(idx, seg) {
-            self.queue_ack(idx);
+            self.queue_ack(idx, ck);
             return;
         }
         let allowance = self.rcv_allowance(idx);
@@ -493,43 +518,43 @@ impl<A: App> Engine<A> {
         if !acceptable(d, seg, allowance) {
             if !seg.has(TcpFlags::RST) {
                 self.count_duplicate(idx, d, seg);
-                self.queue_ack(idx);
+                self.queue_ack(idx, ck);
             }
             return;
         }
         if seg.has(TcpFlags::RST) {
-            self.finish(idx, Status::Reset, now_us);
+            self.finish(idx, ck, Status::Reset, now_us);
             return;
         }
         let Some(ack) = seg.tcp.ack_number else {
             return;
         };
-        if !self.on_ack(idx, iss, ack, seg) {
-            self.queue_ack(idx);
+        if !self.on_ack(idx, ck, ack, seg) {
+            self.queue_ack(idx, ck);
             return;
         }
         self.update_ts_recent(idx, d, seg);
         if !seg.payload.is_empty() || seg.has(TcpFlags::FIN) {
-            self.on_data(idx, d, allowance, seg, now_us);
+            self.on_data(idx, ck, d, allowance, seg, now_us);
         }
     }
 
     /// A SYN on an established connection: a retransmitted SYN-ACK means our handshake ACK
     /// (and the request with it) was lost; anything else gets an ACK.
-    fn on_dup_synack(&mut self, idx: u32, iss: u32, seg: &Seg) {
+    fn on_dup_synack(&mut self, idx: u32, ck: Cookie, seg: &Seg) {
         let conn = self.conn(idx);
         let in_order = self.in_order(idx);
         let irs = conn.rcv_nxt.wrapping_sub(in_order).wrapping_sub(1);
         let same = seg.has(TcpFlags::ACK)
             && seg.tcp.seq_number == irs
-            && seg.tcp.ack_number == Some(iss.wrapping_add(1));
+            && seg.tcp.ack_number == Some(ck.iss.wrapping_add(1));
         let (acked, limit) = (conn.acked(), conn.send_limit());
         if same && acked < limit {
-            self.queue_handshake_ack(idx);
-            let sent = self.queue_request(idx, acked, limit);
+            self.queue_handshake_ack(idx, ck);
+            let sent = self.queue_request(idx, ck, acked, limit);
             self.stats.retransmits_sent += sent;
         } else {
-            self.queue_ack(idx);
+            self.queue_ack(idx, ck);
         }
     }
 
@@ -569,10 +594,10 @@ impl<A: App> Engine<A> {
 
     /// The ACK field of an open connection's segment; false when it acknowledges what we never
     /// sent (the segment is then dropped and answered with an ACK).
-    fn on_ack(&mut self, idx: u32, iss: u32, ack: u32, seg: &Seg) -> bool {
+    fn on_ack(&mut self, idx: u32, ck: Cookie, ack: u32, seg: &Seg) -> bool {
         let conn = self.conn(idx);
         let (acked, req_len, old_limit) = (conn.acked(), conn.req_len(), conn.send_limit());
-        let advance = ack.wrapping_sub(iss.wrapping_add(1).wrapping_add(acked));
+        let advance = ack.wrapping_sub(ck.iss.wrapping_add(1).wrapping_add(acked));
         if (advance as i32) < 0 {
             return true; // an old ACK: ignore the field
         }
@@ -593,13 +618,13 @@ impl<A: App> Engine<A> {
         let acked = acked + advance;
         let limit = self.conn(idx).send_limit();
         if limit > old_limit.max(acked) {
-            self.queue_request(idx, old_limit.max(acked), limit);
+            self.queue_request(idx, ck, old_limit.max(acked), limit);
         }
         true
     }
 
     /// Data and FIN of an acceptable segment of an open connection.
-    fn on_data(&mut self, idx: u32, d: i64, allowance: u32, seg: &Seg, now_us: u64) {
+    fn on_data(&mut self, idx: u32, ck: Cookie, d: i64, allowance: u32, seg: &Seg, now_us: u64) {
         let in_order = i64::from(self.in_order(idx));
         let start = in_order + d;
         let end = start + seg.payload.len() as i64;
@@ -623,13 +648,13 @@ impl<A: App> Engine<A> {
             conn.bits.set(Bits::FIN_RCVD, true);
         }
         if let Some(status) = self.completion(idx, placed.advanced) {
-            self.finish(idx, status, now_us);
+            self.finish(idx, ck, status, now_us);
             return;
         }
         if ack_now {
-            self.queue_ack(idx);
+            self.queue_ack(idx, ck);
         } else if placed.advanced {
-            self.delay_ack(idx, now_us);
+            self.delay_ack(idx, ck, now_us);
         }
     }
 
@@ -685,15 +710,15 @@ impl<A: App> Engine<A> {
 
     /// A segment of a closing connection: the peer's ACK of our FIN, its FIN, or more data
     /// (acknowledged and dropped, so that the server can finish and close).
-    fn on_closing(&mut self, idx: u32, iss: u32, seg: &Seg) {
+    fn on_closing(&mut self, idx: u32, ck: Cookie, seg: &Seg) {
         if seg.has(TcpFlags::SYN) || self.paws_rejects(idx, seg) {
-            self.queue_ack(idx);
+            self.queue_ack(idx, ck);
             return;
         }
         let d = i64::from(seg.tcp.seq_number.wrapping_sub(self.conn(idx).rcv_nxt) as i32);
         if !acceptable(d, seg, self.cfg.rcv_window) {
             if !seg.has(TcpFlags::RST) {
-                self.queue_ack(idx);
+                self.queue_ack(idx, ck);
             }
             return;
         }
@@ -701,7 +726,10 @@ impl<A: App> Engine<A> {
             self.free(idx);
             return;
         }
-        let fin_seq = iss.wrapping_add(1).wrapping_add(self.conn(idx).req_len());
+        let fin_seq = ck
+            .iss
+            .wrapping_add(1)
+            .wrapping_add(self.conn(idx).req_len());
         self.update_ts_recent(idx, d, seg);
         let conn = self.conn_mut(idx);
         if seg.tcp.ack_number == Some(fin_seq.wrapping_add(1)) && conn.has(Bits::FIN_SENT) {
@@ -721,7 +749,7 @@ impl<A: App> Engine<A> {
         }
         let done = conn.has(Bits::FIN_RCVD) && conn.has(Bits::FIN_ACKED);
         if ack_now {
-            self.queue_ack(idx);
+            self.queue_ack(idx, ck);
         }
         if done {
             self.free(idx);
@@ -732,15 +760,14 @@ impl<A: App> Engine<A> {
 
     /// Reports the connection's outcome and closes it as configured (a `Reset` is not
     /// answered).
-    fn finish(&mut self, idx: u32, status: Status, now_us: u64) {
-        let (_, iss, our_port) = self.cookie(idx);
+    fn finish(&mut self, idx: u32, ck: Cookie, status: Status, now_us: u64) {
         let conn = &mut self.table.slab[idx as usize];
         let buf = std::mem::replace(&mut conn.buf, NIL);
         let since = abs_us(now_us, conn.since_us);
         let mut outcome = Outcome {
             addr: conn.target(),
             port: conn.port,
-            sport: our_port,
+            sport: ck.port,
             status,
             rtt_us: conn.rtt().map(u64::from),
             t_first_byte_us: None,
@@ -774,11 +801,11 @@ impl<A: App> Engine<A> {
         match self.cfg.close {
             CloseMode::Rst => {
                 let conn = self.conn(idx);
-                let seq = iss.wrapping_add(1).wrapping_add(conn.send_limit());
+                let seq = ck.iss.wrapping_add(1).wrapping_add(conn.send_limit());
                 self.tx.push(Tx::Rst {
                     target: conn.target(),
                     port: conn.port,
-                    our_port,
+                    our_port: ck.port,
                     seq,
                     ack: Some(conn.rcv_nxt),
                 });
@@ -790,7 +817,7 @@ impl<A: App> Engine<A> {
                 conn.bits.put(Bits::RETRIES, 0);
                 conn.bits.set(Bits::ACK_PENDING | Bits::SEG_UNACKED, false);
                 conn.since_us = now_us as u32;
-                self.tx.push(Tx::Fin(idx));
+                self.tx.push(Tx::Fin { idx, ck });
                 self.rearm(idx, now_us);
             }
         }
@@ -809,6 +836,7 @@ impl<A: App> Engine<A> {
     // ---- timers ---------------------------------------------------------------------------
 
     fn fire(&mut self, idx: u32, now_us: u64) {
+        let ck = self.cookie(idx);
         let conn = self.conn(idx);
         let since = abs_us(now_us, conn.since_us);
         let retry = conn.retries() < u32::from(self.cfg.max_retransmits)
@@ -822,14 +850,14 @@ impl<A: App> Engine<A> {
         match state {
             State::Open => {
                 if now_us >= self.open_timeout(idx, now_us) {
-                    self.finish(idx, Status::DataTimeout, now_us);
+                    self.finish(idx, ck, Status::DataTimeout, now_us);
                     return;
                 }
                 if ack_pending {
-                    self.queue_ack(idx);
+                    self.queue_ack(idx, ck);
                 }
                 if retry && request_unacked {
-                    self.retransmit_request(idx);
+                    self.retransmit_request(idx, ck);
                 }
             }
             State::Closing => {
@@ -838,7 +866,7 @@ impl<A: App> Engine<A> {
                     return;
                 }
                 if retry && !fin_acked {
-                    self.tx.push(Tx::Fin(idx));
+                    self.tx.push(Tx::Fin { idx, ck });
                     self.stats.retransmits_sent += 1;
                     let bits = &mut self.conn_mut(idx).bits;
                     bits.put(Bits::RETRIES, bits.get(Bits::RETRIES) + 1);
@@ -903,10 +931,10 @@ impl<A: App> Engine<A> {
 
     /// Owes an ACK for in-order data: at once for the second unacknowledged segment,
     /// otherwise after `delayed_ack_us`.
-    fn delay_ack(&mut self, idx: u32, now_us: u64) {
+    fn delay_ack(&mut self, idx: u32, ck: Cookie, now_us: u64) {
         let bits = &mut self.conn_mut(idx).bits;
         if bits.has(Bits::SEG_UNACKED) {
-            self.queue_ack(idx);
+            self.queue_ack(idx, ck);
             return;
         }
         bits.set(Bits::SEG_UNACKED | Bits::ACK_PENDING, true);
@@ -914,15 +942,16 @@ impl<A: App> Engine<A> {
         self.wheel.arm_by(&mut self.table.slab, idx, tick);
     }
 
-    fn retransmit_request(&mut self, idx: u32) {
+    fn retransmit_request(&mut self, idx: u32, ck: Cookie) {
         let conn = self.conn(idx);
         let (acked, limit) = (conn.acked(), conn.send_limit());
         let sent = if limit > acked {
-            self.queue_request(idx, acked, limit)
+            self.queue_request(idx, ck, acked, limit)
         } else {
             // Zero window: probe with the next byte.
             self.tx.push(Tx::Data {
                 idx,
+                ck,
                 off: acked as u16,
                 len: 1,
             });
@@ -935,21 +964,22 @@ impl<A: App> Engine<A> {
 
     // ---- sending --------------------------------------------------------------------------
 
-    fn queue_ack(&mut self, idx: u32) {
-        self.push_ack(idx, false);
+    fn queue_ack(&mut self, idx: u32, ck: Cookie) {
+        self.push_ack(idx, ck, false);
     }
 
     /// The ACK that goes ahead of the request (the handshake's, or its repeat).
-    fn queue_handshake_ack(&mut self, idx: u32) {
-        self.push_ack(idx, true);
+    fn queue_handshake_ack(&mut self, idx: u32, ck: Cookie) {
+        self.push_ack(idx, ck, true);
     }
 
-    fn push_ack(&mut self, idx: u32, before_request: bool) {
+    fn push_ack(&mut self, idx: u32, ck: Cookie, before_request: bool) {
         let bits = &mut self.conn_mut(idx).bits;
         if !bits.has(Bits::ACK_QUEUED) {
             bits.set(Bits::ACK_QUEUED, true);
             self.tx.push(Tx::Ack {
                 idx,
+                ck,
                 before_request,
             });
         }
@@ -957,7 +987,7 @@ impl<A: App> Engine<A> {
 
     /// Queues request bytes `[from, to)` as segments of at most the peer's MSS; returns how
     /// many.
-    fn queue_request(&mut self, idx: u32, from: u32, to: u32) -> u64 {
+    fn queue_request(&mut self, idx: u32, ck: Cookie, from: u32, to: u32) -> u64 {
         let conn = self.conn(idx);
         let options = if conn.has(Bits::TS_OK) {
             TIMESTAMPS_LEN
@@ -971,6 +1001,7 @@ impl<A: App> Engine<A> {
             let len = most.min(to - off);
             self.tx.push(Tx::Data {
                 idx,
+                ck,
                 off: off as u16,
                 len: len as u16,
             });
@@ -980,16 +1011,25 @@ impl<A: App> Engine<A> {
         segments
     }
 
-    /// Our address, ISN and port for a connection (the cookie, recomputed).
-    fn cookie(&self, idx: u32) -> (IpAddr, u32, u16) {
+    /// Our ISN and port for a connection: the cookie, recomputed.
+    fn cookie(&self, idx: u32) -> Cookie {
         let conn = self.conn(idx);
         let target = conn.target();
-        let ours = self
-            .link
+        let token = self
+            .cfg
+            .validator
+            .token(self.ours(target), target, conn.port);
+        Cookie {
+            iss: token as u32,
+            port: self.cfg.ports.port_for(token),
+        }
+    }
+
+    /// Our address in the family of `target` (a connection exists only in such a family).
+    fn ours(&self, target: IpAddr) -> IpAddr {
+        self.link
             .ours(target)
-            .expect("a connection exists only in a family we have an address of");
-        let token = self.cfg.validator.token(ours, target, conn.port);
-        (ours, token as u32, self.cfg.ports.port_for(token))
+            .expect("a connection exists only in a family we have an address of")
     }
 
     fn render_rst(
@@ -1003,20 +1043,22 @@ impl<A: App> Engine<A> {
     ) -> usize {
         self.stats.rsts_sent += 1;
         let ours = self.link.ours(target).expect("RSTs answer our own family");
-        let rst = tcp::Repr {
-            flags: TcpFlags::RST,
-            ..segment::bare(our_port, port, seq, ack)
-        };
+        let rst = Header::new(our_port, port, seq, ack, TcpFlags::RST);
         segment::render(&self.link, ours, target, &rst, &[], buf)
     }
 
     /// Renders a connection's ACK, request segment or FIN from its state now.
     fn render_conn(&mut self, buf: &mut [u8], idx: u32, tx: Tx, now_us: u64) -> usize {
-        let (ours, iss, our_port) = self.cookie(idx);
+        let ck = match tx {
+            Tx::Ack { ck, .. } | Tx::Data { ck, .. } | Tx::Fin { ck, .. } => ck,
+            Tx::Rst { .. } => unreachable!("RSTs are rendered by render_rst"),
+        };
+        let (iss, our_port) = (ck.iss, ck.port);
         let window = self.advertised_window(idx);
         let sack_ranges = self.sack_blocks(idx);
         let conn = self.conn(idx);
         let target = conn.target();
+        let ours = self.ours(target);
         let after_request = iss.wrapping_add(1).wrapping_add(conn.req_len());
         let (seq, flags, payload) = match tx {
             Tx::Ack { before_request, .. } => match conn.state() {
@@ -1050,35 +1092,33 @@ impl<A: App> Engine<A> {
                     off..end,
                 )
             }
-            Tx::Fin(_) => (after_request, TcpFlags::FIN | TcpFlags::ACK, 0..0),
+            Tx::Fin { .. } => (after_request, TcpFlags::FIN | TcpFlags::ACK, 0..0),
             Tx::Rst { .. } => unreachable!("RSTs are rendered by render_rst"),
         };
-        let tcp = tcp::Repr {
-            flags,
-            window_len: window,
-            sack_ranges,
-            timestamp: conn
+        let tcp = Header {
+            window,
+            sacks: sack_ranges,
+            timestamps: conn
                 .has(Bits::TS_OK)
                 .then_some((now_us as u32, conn.ts_recent)),
-            payload_len: payload.len(),
-            ..segment::bare(our_port, conn.port, seq, Some(conn.rcv_nxt))
+            ..Header::new(our_port, conn.port, seq, Some(conn.rcv_nxt), flags)
         };
         let port = conn.port;
         let bits = &mut self.conn_mut(idx).bits;
         bits.set(Bits::ACK_PENDING | Bits::SEG_UNACKED, false);
-        if matches!(tx, Tx::Fin(_)) {
+        if matches!(tx, Tx::Fin { .. }) {
             bits.set(Bits::FIN_SENT, true);
         }
         self.stats.sack_blocks_sent += sack_ranges.iter().flatten().count() as u64;
         if payload.is_empty() {
             return segment::render(&self.link, ours, target, &tcp, &[], buf);
         }
-        let request = self.app_request(target, port);
+        let rendered = self.app_request(target, port).len();
         // A pure app renders the same request again; pad if it did not.
-        let mut bytes = [0u8; MAX_REQUEST_LEN];
-        let have = request.len().min(payload.end).saturating_sub(payload.start);
-        bytes[..have].copy_from_slice(&request[payload.start..payload.start + have]);
-        segment::render(&self.link, ours, target, &tcp, &bytes[..payload.len()], buf)
+        if rendered < payload.end {
+            self.request[rendered..payload.end].fill(0);
+        }
+        segment::render(&self.link, ours, target, &tcp, &self.request[payload], buf)
     }
 
     /// SACK blocks for the connection's ACKs: its out-of-order ranges, most recent first.
@@ -1164,7 +1204,8 @@ impl<A: App> Engine<A> {
             let conn = self.conn(idx);
             if conn.has(Bits::STARVED) && !conn.has(Bits::DEAD) {
                 self.conn_mut(idx).bits.set(Bits::STARVED, false);
-                self.queue_ack(idx);
+                let ck = self.cookie(idx);
+                self.queue_ack(idx, ck);
             }
         }
         self.starved = starved;

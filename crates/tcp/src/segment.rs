@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use sonde_craft::cookie::PortRange;
 use sonde_wire::{
-    ethernet, ipv4, ipv6, tcp, ChecksumMode, EtherType, IpPair, IpProtocol, MacAddr, TcpFlags,
+    ethernet, ipv4, ipv6, tcp, EtherType, IpPair, IpProtocol, MacAddr, TcpFlags, TcpOption,
 };
 
 use crate::conn::{addr_to_key, is_mapped};
@@ -115,24 +115,51 @@ pub(crate) fn parse<'a>(frame: &'a [u8], link: &Link) -> Parsed<'a> {
     if !link.ports.contains(packet.dst_port()) {
         return Parsed::NotOurs;
     }
-    let ips = ip_pair(addr, ours);
-    let checksums = if link.verify_checksums {
-        ChecksumMode::Verify
-    } else {
-        ChecksumMode::Ignore
-    };
-    let Ok(repr) = tcp::Repr::parse(&packet, &ips, checksums) else {
+    if link.verify_checksums && !packet.verify_checksum(&ip_pair(addr, ours)) {
+        return Parsed::Invalid;
+    }
+    let Some(tcp) = read_header(&packet) else {
         return Parsed::Invalid;
     };
     Parsed::Ours(Seg {
         addr,
         key: addr_to_key(addr),
         ours,
-        port: repr.src_port,
-        our_port: repr.dst_port,
-        tcp: repr,
+        port: tcp.src_port,
+        our_port: tcp.dst_port,
+        tcp,
         payload: &segment[packet.header_len()..],
     })
+}
+
+/// The header fields and the options the client uses (the peer's SACK blocks are not: the
+/// request is a few segments at most). None when an option is malformed.
+fn read_header(packet: &tcp::Packet<&[u8]>) -> Option<tcp::Repr> {
+    let flags = packet.flags();
+    let mut tcp = tcp::Repr {
+        src_port: packet.src_port(),
+        dst_port: packet.dst_port(),
+        seq_number: packet.seq_number(),
+        ack_number: flags.contains(TcpFlags::ACK).then(|| packet.ack_number()),
+        flags,
+        window_len: packet.window_len(),
+        window_scale: None,
+        max_seg_size: None,
+        sack_permitted: false,
+        sack_ranges: [None; 3],
+        timestamp: None,
+        payload_len: packet.payload().len(),
+    };
+    for option in packet.iter_options() {
+        match option.ok()? {
+            TcpOption::Mss(mss) => tcp.max_seg_size = Some(mss),
+            TcpOption::WindowScale(shift) => tcp.window_scale = Some(shift),
+            TcpOption::SackPermitted => tcp.sack_permitted = true,
+            TcpOption::Timestamps { tsval, tsecr } => tcp.timestamp = Some((tsval, tsecr)),
+            _ => {}
+        }
+    }
+    Some(tcp)
 }
 
 fn ip_pair(src: IpAddr, dst: IpAddr) -> IpPair {
@@ -143,8 +170,101 @@ fn ip_pair(src: IpAddr, dst: IpAddr) -> IpPair {
     }
 }
 
-/// Writes the frame carrying `tcp` (whose `payload_len` is `payload.len()`) from `ours` to
-/// `target` into `buf`, and returns its length.
+/// The TCP header of a segment to send. Options follow Linux's layout: on a SYN, MSS,
+/// SACK-permitted, timestamps, NOP, window scale (20 bytes); otherwise NOP, NOP, timestamps
+/// and NOP, NOP, SACK blocks (at most 40 bytes with three blocks).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Header {
+    pub src_port: u16,
+    pub dst_port: u16,
+    pub seq: u32,
+    /// Sets the ACK flag.
+    pub ack: Option<u32>,
+    pub flags: TcpFlags,
+    pub window: u16,
+    /// A SYN's MSS and window scale (SACK-permitted and timestamps go with them).
+    pub syn: Option<(u16, u8)>,
+    /// (TSval, TSecr).
+    pub timestamps: Option<(u32, u32)>,
+    pub sacks: [Option<(u32, u32)>; 3],
+}
+
+impl Header {
+    pub fn new(src_port: u16, dst_port: u16, seq: u32, ack: Option<u32>, flags: TcpFlags) -> Self {
+        Header {
+            src_port,
+            dst_port,
+            seq,
+            ack,
+            flags,
+            window: 0,
+            syn: None,
+            timestamps: None,
+            sacks: [None; 3],
+        }
+    }
+
+    fn sack_count(&self) -> usize {
+        self.sacks.iter().flatten().count()
+    }
+
+    fn len(&self) -> usize {
+        if self.syn.is_some() {
+            return tcp::HEADER_LEN + 20;
+        }
+        let ts = if self.timestamps.is_some() { 12 } else { 0 };
+        let sacks = match self.sack_count() {
+            0 => 0,
+            n => 4 + 8 * n,
+        };
+        tcp::HEADER_LEN + ts + sacks
+    }
+
+    /// Writes the header into `segment` (header and payload, payload in place) and the
+    /// checksum over it.
+    fn emit(&self, segment: &mut [u8], ips: &IpPair) {
+        let len = self.len();
+        let mut packet = tcp::Packet::new_unchecked(&mut *segment);
+        packet.set_src_port(self.src_port);
+        packet.set_dst_port(self.dst_port);
+        packet.set_seq_number(self.seq);
+        packet.set_ack_number(self.ack.unwrap_or(0));
+        packet.set_header_len(len);
+        let mut flags = self.flags;
+        flags.set(TcpFlags::ACK, self.ack.is_some());
+        packet.set_flags(flags);
+        packet.set_window_len(self.window);
+        packet.set_urgent_at(0);
+        let options = packet.options_mut();
+        let mut at = 0;
+        let mut put = |option: TcpOption| at += option.emit(&mut options[at..]);
+        if let Some((mss, ws)) = self.syn {
+            let (tsval, tsecr) = self.timestamps.unwrap_or((0, 0));
+            put(TcpOption::Mss(mss));
+            put(TcpOption::SackPermitted);
+            put(TcpOption::Timestamps { tsval, tsecr });
+            put(TcpOption::Nop);
+            put(TcpOption::WindowScale(ws));
+        } else {
+            if let Some((tsval, tsecr)) = self.timestamps {
+                put(TcpOption::Nop);
+                put(TcpOption::Nop);
+                put(TcpOption::Timestamps { tsval, tsecr });
+            }
+            if self.sack_count() > 0 {
+                let mut blocks = [None; 4];
+                blocks[..3].copy_from_slice(&self.sacks);
+                put(TcpOption::Nop);
+                put(TcpOption::Nop);
+                put(TcpOption::SackRange(blocks));
+            }
+        }
+        packet.fill_checksum(ips);
+    }
+}
+
+/// Writes the frame carrying `tcp` and `payload` from `ours` to `target` into `buf`, and
+/// returns its length.
 ///
 /// # Panics
 /// If `buf` is shorter than the frame (transmit buffers hold 1514 bytes, which every segment
@@ -153,12 +273,12 @@ pub(crate) fn render(
     link: &Link,
     ours: IpAddr,
     target: IpAddr,
-    tcp: &tcp::Repr,
+    tcp: &Header,
     payload: &[u8],
     buf: &mut [u8],
 ) -> usize {
-    debug_assert_eq!(tcp.payload_len, payload.len());
-    let tcp_len = tcp.buffer_len();
+    let header_len = tcp.len();
+    let tcp_len = header_len + payload.len();
     let (ethertype, ip_len) = match target {
         IpAddr::V4(_) => (EtherType::Ipv4, ipv4::HEADER_LEN),
         IpAddr::V6(_) => (EtherType::Ipv6, ipv6::HEADER_LEN),
@@ -172,11 +292,8 @@ pub(crate) fn render(
         ethertype,
     }
     .emit(&mut ethernet::Frame::new_unchecked(&mut *frame));
-    frame[l4 + tcp.header_len()..].copy_from_slice(payload);
-    tcp.emit(
-        &mut tcp::Packet::new_unchecked(&mut frame[l4..]),
-        &ip_pair(ours, target),
-    );
+    frame[l4 + header_len..].copy_from_slice(payload);
+    tcp.emit(&mut frame[l4..], &ip_pair(ours, target));
     let ip = &mut frame[ethernet::HEADER_LEN..];
     match (ours, target) {
         (IpAddr::V4(src_addr), IpAddr::V4(dst_addr)) => ipv4::Repr {
@@ -202,22 +319,4 @@ pub(crate) fn render(
         _ => unreachable!("our address is of the target's family"),
     }
     len
-}
-
-/// A bare TCP header: no options, no payload.
-pub(crate) fn bare(src_port: u16, dst_port: u16, seq: u32, ack: Option<u32>) -> tcp::Repr {
-    tcp::Repr {
-        src_port,
-        dst_port,
-        seq_number: seq,
-        ack_number: ack,
-        flags: TcpFlags::empty(),
-        window_len: 0,
-        window_scale: None,
-        max_seg_size: None,
-        sack_permitted: false,
-        sack_ranges: [None; 3],
-        timestamp: None,
-        payload_len: 0,
-    }
 }
