@@ -19,6 +19,8 @@ pub(crate) const UNLINKED: u32 = u32::MAX - 1;
 
 pub(crate) struct Wheel {
     heads: Vec<u32>,
+    /// Bit `s` set: slot `s` holds entries.
+    occupied: Vec<u64>,
     /// The last tick (ms) processed; every armed entry's tick is after it.
     cursor: u64,
     started: bool,
@@ -28,6 +30,7 @@ impl Wheel {
     pub fn new() -> Wheel {
         Wheel {
             heads: vec![NIL; SLOTS as usize],
+            occupied: vec![0; SLOTS as usize / 64],
             cursor: 0,
             started: false,
         }
@@ -35,6 +38,16 @@ impl Wheel {
 
     pub fn memory_bytes(&self) -> usize {
         self.heads.capacity() * std::mem::size_of::<u32>()
+            + self.occupied.capacity() * std::mem::size_of::<u64>()
+    }
+
+    fn mark(&mut self, slot: usize, occupied: bool) {
+        let bit = 1u64 << (slot % 64);
+        if occupied {
+            self.occupied[slot / 64] |= bit;
+        } else {
+            self.occupied[slot / 64] &= !bit;
+        }
     }
 
     /// Sets the clock on first use: nothing before `now_ms` is ever due.
@@ -68,6 +81,7 @@ impl Wheel {
             slab[head as usize].timer_prev = idx;
         }
         self.heads[slot] = idx;
+        self.mark(slot, true);
     }
 
     /// Disarms entry `idx` (nothing if unarmed).
@@ -80,7 +94,11 @@ impl Wheel {
             return;
         }
         if prev == HEAD {
-            self.heads[usize::from(at) % SLOTS as usize] = next;
+            let slot = usize::from(at) % SLOTS as usize;
+            self.heads[slot] = next;
+            if next == NIL {
+                self.mark(slot, false);
+            }
         } else {
             slab[prev as usize].timer_next = next;
         }
@@ -112,13 +130,23 @@ impl Wheel {
             self.cursor = now_ms - SLOTS;
         }
         while self.cursor < now_ms {
-            self.cursor += 1;
-            let slot = (self.cursor % SLOTS) as usize;
-            let head = self.heads[slot];
-            if head != NIL {
-                self.heads[slot] = NIL;
-                return Some(head);
+            // The next occupied slot after the cursor within this word of the bitmap.
+            let slot = ((self.cursor + 1) % SLOTS) as usize;
+            let ahead = self.occupied[slot / 64] >> (slot % 64);
+            if ahead == 0 {
+                self.cursor = now_ms.min(self.cursor + (64 - slot as u64 % 64));
+                continue;
             }
+            let tick = self.cursor + 1 + u64::from(ahead.trailing_zeros());
+            if tick > now_ms {
+                self.cursor = now_ms;
+                break;
+            }
+            self.cursor = tick;
+            let slot = (tick % SLOTS) as usize;
+            let head = std::mem::replace(&mut self.heads[slot], NIL);
+            self.mark(slot, false);
+            return Some(head);
         }
         None
     }
@@ -211,5 +239,48 @@ mod tests {
         let fired = fire_all(&mut wheel, &mut slab, 10_000_000);
         assert_eq!(fired.iter().map(|f| f.0).collect::<Vec<_>>(), [0, 1, 2]);
         assert!(fire_all(&mut wheel, &mut slab, 10_100_000).is_empty());
+    }
+
+    /// Random arming, re-arming and disarming against a model: every armed entry fires
+    /// exactly at its tick, whatever steps the clock takes.
+    #[test]
+    fn fires_exactly_when_due_against_a_model() {
+        let mut wheel = Wheel::new();
+        wheel.start(5);
+        let mut slab = slab(64);
+        let mut due: Vec<Option<u64>> = vec![None; 64];
+        let mut rng = 0x9e37_79b9u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut now = 5;
+        for _ in 0..20_000 {
+            let idx = (next() % 64) as u32;
+            match next() % 4 {
+                0 => {
+                    wheel.unlink(&mut slab, idx);
+                    due[idx as usize] = None;
+                }
+                1 | 2 => {
+                    let tick = now + 1 + next() % 3000;
+                    wheel.unlink(&mut slab, idx);
+                    wheel.link(&mut slab, idx, tick);
+                    due[idx as usize] = Some(tick);
+                }
+                _ => {
+                    now += next() % 700;
+                    for (idx, at) in fire_all(&mut wheel, &mut slab, now) {
+                        assert_eq!(due[idx as usize], Some(at), "entry {idx}");
+                        due[idx as usize] = None;
+                    }
+                    for (idx, d) in due.iter().enumerate() {
+                        assert!(d.is_none_or(|t| t > now), "entry {idx} missed");
+                    }
+                }
+            }
+        }
     }
 }

@@ -346,3 +346,41 @@ fn configuration_errors_are_one_line() {
     cfg.max_outstanding = 1;
     assert!(Engine::new(cfg, TestApp::http()).is_ok());
 }
+
+#[test]
+fn timestamps_without_window_scale() {
+    let mut server = Server::new("198.18.0.9", 80);
+    server.ws = None;
+    let mut h = Harness::new(config(), TestApp::http(), server);
+    let sent = h.established();
+    for s in &sent {
+        assert_eq!(
+            s.tcp.window_len, 0xffff,
+            "no scaling: 64 KiB capped at 65535"
+        );
+        assert_eq!(s.tcp.timestamp, Some((h.now as u32, h.server.tsval)));
+    }
+    // The peer's window is taken as is: 100 bytes let the 29-byte request go.
+    h.server.window = 100;
+    h.input(&h.server.segment(TcpFlags::ACK, 0, 0, b""));
+    assert!(h.flush().is_empty());
+}
+
+#[test]
+fn window_scale_without_timestamps() {
+    let mut server = Server::new("198.18.0.9", 80);
+    server.timestamps = false;
+    server.ws = Some(2);
+    server.window = 10; // the SYN-ACK's window is not scaled: 10 bytes
+    let mut h = Harness::new(config(), TestApp::http(), server);
+    let sent = h.established();
+    assert_eq!(sent[0].tcp.window_len, 512, "ours scaled by 7");
+    assert_eq!(sent[0].tcp.timestamp, None);
+    assert_eq!(sent[1].payload, &REQUEST[..10]);
+    // Later windows are scaled by the peer's 2: 5 << 2 = 20 more bytes.
+    h.server.window = 5;
+    h.input(&h.server.segment(TcpFlags::ACK, 0, 10, b""));
+    let sent = h.flush();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].payload, &REQUEST[10..29]);
+}
