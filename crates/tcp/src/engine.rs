@@ -337,7 +337,9 @@ impl<A: App> Engine<A> {
         &self.stats
     }
 
-    /// Bytes the table, timers and buffer pool hold now (for the summary and the memory test).
+    /// Bytes the table, timers and buffer pool hold now (for the summary and the memory test):
+    /// capacities, so the table counts in full from the start (it is reserved for
+    /// `max_outstanding`), and receive buffers count what they can hold.
     pub fn memory_bytes(&self) -> usize {
         self.table.memory_bytes()
             + self.wheel.memory_bytes()
@@ -830,7 +832,9 @@ impl<A: App> Engine<A> {
         if buf != NIL {
             self.pool.release(buf);
         }
-        self.table.free(idx, self.hint);
+        // Segments already queued for it are rendered from it: it stays intact until then.
+        let unreferenced = self.tx.len() == 0;
+        self.table.free(idx, self.hint, unreferenced);
     }
 
     // ---- timers ---------------------------------------------------------------------------

@@ -201,9 +201,10 @@ impl Table {
         self.slots[vacancy.pos] = self.encode(idx, vacancy.tag, vacancy.disp);
     }
 
-    /// Frees live entry `idx`: out of the index now, reusable once [`Table::release`] runs.
-    /// `hint` is its index position if known (from [`Table::find`]).
-    pub fn free(&mut self, idx: u32, hint: Option<usize>) {
+    /// Frees live entry `idx`: out of the index now; reusable at once if `unreferenced` (no
+    /// queued segment refers to it), else once [`Table::release`] runs. `hint` is its index
+    /// position if known (from [`Table::find`]).
+    pub fn free(&mut self, idx: u32, hint: Option<usize>, unreferenced: bool) {
         let pos = match hint {
             Some(pos) if self.slots[pos] != 0 && self.slot_idx(self.slots[pos]) == idx => pos,
             _ => self.position_of(idx),
@@ -211,7 +212,12 @@ impl Table {
         self.remove_at(pos);
         self.slab[idx as usize].bits.set(Bits::DEAD, true);
         self.live -= 1;
-        self.quarantine.push(idx);
+        if unreferenced {
+            self.slab[idx as usize].timer_next = self.free_head;
+            self.free_head = idx;
+        } else {
+            self.quarantine.push(idx);
+        }
     }
 
     /// Makes the quarantined entries reusable (the transmit queue holds none of them now).
@@ -311,7 +317,8 @@ mod tests {
                 (Some(&idx), Some((found, pos))) => {
                     assert_eq!(idx, found, "step {step}");
                     if rng & 1 == 0 {
-                        table.free(idx, if rng & 2 == 0 { Some(pos) } else { None });
+                        let hint = if rng & 2 == 0 { Some(pos) } else { None };
+                        table.free(idx, hint, rng & 4 == 0);
                         model.remove(&i);
                     }
                 }
@@ -339,13 +346,19 @@ mod tests {
         let mut table = Table::new(100, [0, 0]);
         let first: Vec<u32> = (0..100).map(|i| insert(&mut table, i)).collect();
         assert!(table.alloc().is_none(), "max_live reached");
-        table.free(first[7], None);
+        table.free(first[7], None, false);
         let reused = insert(&mut table, 500);
         assert_ne!(reused, first[7], "a quarantined entry is not reused");
-        table.free(reused, None);
+        table.free(reused, None, false);
         table.release();
         let again = insert(&mut table, 501);
         assert!(again == first[7] || again == reused);
+        table.free(again, None, true);
+        assert_eq!(
+            insert(&mut table, 502),
+            again,
+            "an unreferenced entry is reused at once"
+        );
         assert!(table.slot_count() * 2 >= table.cap * 3);
     }
 
@@ -360,7 +373,7 @@ mod tests {
             assert_eq!(table.find(&addr, port).ok().map(|f| f.0), Some(expect));
         }
         for &gone in idx.iter().step_by(2) {
-            table.free(gone, None);
+            table.free(gone, None, true);
         }
         for (i, &expect) in idx.iter().enumerate() {
             let (addr, port) = key(i as u32);
