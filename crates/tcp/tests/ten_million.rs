@@ -99,7 +99,10 @@ fn ten_million_outstanding_connections() {
     // Fixed buffers (the timer wheel, a pass's transmit queue: about 0.4 MB) amortise over a
     // large table only; at 200,000 they add 2 bytes per connection.
     if n >= 1_000_000 {
-        assert!(per_connection <= 64.0, "{per_connection} bytes per connection");
+        assert!(
+            per_connection <= 64.0,
+            "{per_connection} bytes per connection"
+        );
     }
     // Every connection is findable: the server closes one in a thousand, spread over all of
     // them, and each of those ends as `Closed` with its own row.
