@@ -1,0 +1,1325 @@
+//! The engine: the client's TCP state machine over the connection table, the timer wheel, the
+//! receive-buffer pool and the transmit queue.
+//!
+//! - A SYN-ACK whose ACK matches the cookie creates the connection; the handshake's ACK and the
+//!   request are queued at once (the request in the ACK with `request_in_ack`).
+//! - Received data goes into the connection's buffer in order; data ahead of a gap is kept
+//!   and merged when the gap fills. ACKs are delayed (every second segment or
+//!   `delayed_ack_us`), immediate for out-of-order data, filled holes, duplicates and FIN, and
+//!   carry SACK blocks while holes exist.
+//! - The request is retransmitted on an RTO from the handshake's RTT (min 200 ms, doubling,
+//!   at most `max_retransmits`), or probed byte by byte while the peer's window is zero. The
+//!   schedule is derived from the SYN-ACK's time, `since + RTO·(2^(k+1) − 1)` for the k-th
+//!   retransmission, so it needs no stored send time.
+//! - A connection ends as `Success` (the app says the reply is complete, `max_bytes` reached,
+//!   or the server's FIN after data), `Closed` (FIN before data), `Reset` (RST) or
+//!   `DataTimeout`; its outcome is queued at once and closed by one RST, or by FIN with a
+//!   bounded wait for the peer's ACK and FIN.
+//!
+//! Segments to send are queued as small descriptors and rendered by [`Engine::write_tx`]
+//! straight into the caller's buffer, from the connection's state at that moment (so an ACK
+//! carries the latest `rcv_nxt`). One descriptor is exactly one frame.
+
+use std::net::IpAddr;
+
+use sonde_wire::TcpFlags;
+
+use crate::conn::{Bits, Conn, State, NIL};
+use crate::rxbuf::{Placed, Pool};
+use crate::segment::{self, Header, Link, Parsed, Seg};
+use crate::table::{Table, Vacancy, MAX_CAPACITY};
+use crate::timer::{Wheel, UNLINKED};
+use crate::{App, CloseMode, Config, Outcome, Rx, Stats, Status};
+
+/// The longest request, and the largest payload of any segment the engine sends: with IPv6
+/// and 40 bytes of TCP options a frame is then at most 1514 bytes.
+pub const MAX_REQUEST_LEN: usize = 1400;
+const MIN_RTO_US: u64 = 200_000;
+const MAX_RTO_US: u64 = 60_000_000;
+/// RFC 6298's RTO before any RTT is known (the peer did not echo our timestamp).
+const INITIAL_RTO_US: u64 = 1_000_000;
+/// Times are kept as the low 32 bits of µs and compared as differences (71 minutes), so no
+/// timeout may exceed this.
+const MAX_TIMEOUT_US: u64 = 30 * 60 * 1_000_000;
+/// RFC 1122: an ACK is delayed at most 500 ms.
+const MAX_DELAYED_ACK_US: u64 = 500_000;
+const TIMESTAMPS_LEN: u32 = 12;
+/// Largest payload when the peer sent no MSS option (RFC 9293; RFC 8200 for IPv6).
+const DEFAULT_MSS_V4: u16 = 536;
+const DEFAULT_MSS_V6: u16 = 1220;
+const MIN_PEER_MSS: u16 = 64;
+
+/// What a connection's cookie gives: our ISN and our port. Computed once per received segment
+/// or timer event and carried by the descriptors, so rendering needs no SipHash.
+#[derive(Clone, Copy, Debug)]
+struct Cookie {
+    iss: u32,
+    port: u16,
+}
+
+/// A segment to send: a connection's (rendered from its state) or a bare RST.
+#[derive(Clone, Copy, Debug)]
+enum Tx {
+    /// A pure ACK; `before_request` for the handshake's, which goes out ahead of the request
+    /// and so carries the sequence number of its first byte.
+    Ack {
+        idx: u32,
+        ck: Cookie,
+        before_request: bool,
+    },
+    /// Request bytes `[off, off + len)`.
+    Data {
+        idx: u32,
+        ck: Cookie,
+        off: u16,
+        len: u16,
+    },
+    Fin {
+        idx: u32,
+        ck: Cookie,
+    },
+    Rst {
+        target: IpAddr,
+        port: u16,
+        our_port: u16,
+        seq: u32,
+        ack: Option<u32>,
+    },
+}
+
+/// The transmit queue: a vector drained from the front and cleared when empty, so its
+/// capacity is reused pass after pass.
+#[derive(Default)]
+struct TxQueue {
+    items: Vec<Tx>,
+    head: usize,
+}
+
+impl TxQueue {
+    fn push(&mut self, tx: Tx) {
+        self.items.push(tx);
+    }
+
+    fn pop(&mut self) -> Option<Tx> {
+        let tx = *self.items.get(self.head)?;
+        self.head += 1;
+        if self.head == self.items.len() {
+            self.items.clear();
+            self.head = 0;
+        }
+        Some(tx)
+    }
+
+    fn len(&self) -> usize {
+        self.items.len() - self.head
+    }
+}
+
+/// The engine: connection table, timers, receive buffers, and the queue of segments to send.
+pub struct Engine<A: App> {
+    app: A,
+    cfg: Config,
+    link: Link,
+    table: Table,
+    wheel: Wheel,
+    pool: Pool,
+    tx: TxQueue,
+    /// Ended connections not yet drained, with their buffers.
+    done: Vec<(Outcome, u32)>,
+    /// Connections that advertised a zero window for lack of buffer memory.
+    starved: Vec<u32>,
+    /// Scratch for rendering requests.
+    request: Vec<u8>,
+    stats: Stats,
+    /// The index position of the connection whose segment is being handled.
+    hint: Option<usize>,
+}
+
+impl<A: App> Engine<A> {
+    /// Checks the configuration (a request must fit one segment, `max_outstanding` > 0, …)
+    /// and reserves the table. Errors are one line for the user.
+    pub fn new(cfg: Config, app: A) -> Result<Engine<A>, String> {
+        check_config(&cfg, &app)?;
+        let link = Link {
+            src_mac: cfg.src_mac,
+            dst_mac: cfg.dst_mac,
+            src_ip: cfg.src_ip,
+            src_ip6: cfg.src_ip6,
+            ttl: cfg.ttl,
+            ports: cfg.ports,
+            verify_checksums: cfg.verify_checksums,
+        };
+        Ok(Engine {
+            table: Table::new(cfg.max_outstanding, cfg.validator.key()),
+            wheel: Wheel::new(),
+            pool: Pool::new(cfg.rx_memory_limit),
+            tx: TxQueue::default(),
+            done: Vec::new(),
+            starved: Vec::new(),
+            request: vec![0; MAX_REQUEST_LEN],
+            stats: Stats::default(),
+            hint: None,
+            link,
+            cfg,
+            app,
+        })
+    }
+
+    pub fn app(&self) -> &A {
+        &self.app
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Connections in the table now (established or closing).
+    pub fn outstanding(&self) -> usize {
+        self.table.live()
+    }
+
+    /// Writes the first SYN to (`addr`, `port`) into `buf` (≥ 1514 bytes) and returns the
+    /// frame's length; 0 when we have no address of that family. Creates no state; its
+    /// timestamp carries `now_us` so the SYN-ACK gives the RTT.
+    pub fn write_syn(&mut self, buf: &mut [u8], addr: IpAddr, port: u16, now_us: u64) -> usize {
+        let Some(ours) = self.link.ours(addr) else {
+            return 0;
+        };
+        let token = self.cfg.validator.token(ours, addr, port);
+        let mss = match addr {
+            IpAddr::V4(_) => self.cfg.mss,
+            IpAddr::V6(_) => self.cfg.mss - 20,
+        };
+        let syn = Header {
+            window: self.cfg.rcv_window.min(0xffff) as u16,
+            syn: Some((mss, self.cfg.wscale)),
+            timestamps: Some((now_us as u32, 0)),
+            ..Header::new(
+                self.cfg.ports.port_for(token),
+                port,
+                token as u32,
+                None,
+                TcpFlags::SYN,
+            )
+        };
+        self.stats.syn_sent += 1;
+        segment::render(&self.link, ours, addr, &syn, &[], buf)
+    }
+
+    /// Handles one received Ethernet frame at `now_us`.
+    pub fn on_frame(&mut self, frame: &[u8], now_us: u64) -> Rx {
+        self.on_frame_with(frame, now_us, |_, _| false)
+    }
+
+    /// [`Engine::on_frame`], asking `answered(addr, port)` before a SYN-ACK or RST without a
+    /// connection counts as a target's first answer: true (the target answered before and its
+    /// connection has ended) makes a late duplicate SYN-ACK get an RST and no second
+    /// connection, and a duplicate RST no second `Refused` row. Both then return
+    /// [`Rx::Invalid`]. The run loop passes its bitmap of answered targets.
+    pub fn on_frame_with(
+        &mut self,
+        frame: &[u8],
+        now_us: u64,
+        answered: impl FnMut(IpAddr, u16) -> bool,
+    ) -> Rx {
+        let seg = match segment::parse(frame, &self.link) {
+            Parsed::NotOurs => return Rx::NotOurs,
+            Parsed::Invalid => return self.invalid(),
+            Parsed::Ours(seg) => seg,
+        };
+        self.wheel.start(now_us / 1000);
+        let token = self.cfg.validator.token(seg.ours, seg.addr, seg.port);
+        if seg.our_port != self.cfg.ports.port_for(token) {
+            return self.invalid();
+        }
+        let ck = Cookie {
+            iss: token as u32,
+            port: seg.our_port,
+        };
+        match self.table.find(&seg.key, seg.port) {
+            Ok((idx, pos)) => {
+                self.hint = Some(pos);
+                match self.table.slab[idx as usize].state() {
+                    State::Open => self.on_open(idx, ck, &seg, now_us),
+                    State::Closing => self.on_closing(idx, ck, &seg),
+                }
+                self.hint = None;
+                Rx::Segment
+            }
+            Err(vacancy) => self.on_unknown(ck.iss, &seg, vacancy, now_us, answered),
+        }
+    }
+
+    /// Runs the timers due by `now_us` (delayed ACKs, retransmission of the request or FIN,
+    /// timeouts). Cheap when nothing is due; call it once per loop pass.
+    pub fn on_tick(&mut self, now_us: u64) {
+        self.wheel.start(now_us / 1000);
+        while let Some(mut idx) = self.wheel.next_due(now_us / 1000) {
+            while idx != NIL {
+                let next = Wheel::detach(&mut self.table.slab, idx);
+                self.fire(idx, now_us);
+                idx = next;
+            }
+        }
+    }
+
+    /// Segments queued to send: exactly the frames [`Engine::write_tx`] will write.
+    pub fn tx_pending(&self) -> usize {
+        self.tx.len()
+    }
+
+    /// Writes the next queued segment into `buf` (≥ 1514 bytes) as a whole Ethernet frame and
+    /// returns its length (0: nothing queued).
+    pub fn write_tx(&mut self, buf: &mut [u8], now_us: u64) -> usize {
+        let Some(tx) = self.tx.pop() else {
+            // Nothing queued refers to a freed entry any more: they may be reused.
+            self.table.release();
+            return 0;
+        };
+        let len = match tx {
+            Tx::Rst {
+                target,
+                port,
+                our_port,
+                seq,
+                ack,
+            } => self.render_rst(buf, target, port, our_port, seq, ack),
+            Tx::Ack { idx, .. } => {
+                self.stats.acks_sent += 1;
+                self.table.slab[idx as usize]
+                    .bits
+                    .set(Bits::ACK_QUEUED, false);
+                self.render_conn(buf, idx, tx, now_us)
+            }
+            Tx::Data { idx, .. } | Tx::Fin { idx, .. } => self.render_conn(buf, idx, tx, now_us),
+        };
+        if self.tx.len() == 0 {
+            self.table.release();
+        }
+        len
+    }
+
+    /// Hands every connection that ended since the last call to `f`, with the reply bytes kept
+    /// (at most `max_bytes`), then returns their buffers to the pool.
+    pub fn drain_outcomes(&mut self, mut f: impl FnMut(&Outcome, &[u8])) {
+        let mut done = std::mem::take(&mut self.done);
+        for (outcome, buf) in done.drain(..) {
+            if buf == NIL {
+                f(&outcome, &[]);
+            } else {
+                f(&outcome, &self.pool.get(buf).data[..outcome.bytes as usize]);
+                self.pool.release(buf);
+            }
+        }
+        self.done = done;
+        self.reopen_windows();
+    }
+
+    /// Ends every connection now (Ctrl-C, end of run): each is closed as configured and
+    /// reported with the status it has reached (`DataTimeout` when its reply is incomplete).
+    /// With `CloseMode::Fin` the FIN is sent but not waited for.
+    pub fn abort_all(&mut self, now_us: u64) {
+        self.wheel.start(now_us / 1000);
+        // Once per run: collecting the indexes may allocate.
+        let live: Vec<u32> = self.table.live_indexes().collect();
+        for idx in live {
+            if self.conn(idx).state() == State::Open {
+                let ck = self.cookie(idx);
+                self.finish(idx, ck, Status::DataTimeout, now_us);
+            }
+            if !self.conn(idx).has(Bits::DEAD) {
+                self.free(idx);
+            }
+        }
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Bytes the table, timers and buffer pool hold now (for the summary and the memory test):
+    /// capacities, so the table counts in full from the start (it is reserved for
+    /// `max_outstanding`), and receive buffers count what they can hold.
+    pub fn memory_bytes(&self) -> usize {
+        self.table.memory_bytes()
+            + self.wheel.memory_bytes()
+            + self.pool.memory_bytes()
+            + self.tx.items.capacity() * std::mem::size_of::<Tx>()
+            + self.done.capacity() * std::mem::size_of::<(Outcome, u32)>()
+            + self.starved.capacity() * std::mem::size_of::<u32>()
+            + self.request.capacity()
+    }
+
+    /// Receive buffers in use (connections with data, and outcomes not yet drained).
+    pub fn buffers_in_use(&self) -> usize {
+        self.pool.in_use()
+    }
+
+    // ---- receiving ------------------------------------------------------------------------
+
+    fn invalid(&mut self) -> Rx {
+        self.stats.invalid += 1;
+        Rx::Invalid
+    }
+
+    fn conn(&self, idx: u32) -> &Conn {
+        &self.table.slab[idx as usize]
+    }
+
+    fn conn_mut(&mut self, idx: u32) -> &mut Conn {
+        &mut self.table.slab[idx as usize]
+    }
+
+    /// A segment for no connection: a SYN-ACK or RST answering our SYN, or a late segment.
+    fn on_unknown(
+        &mut self,
+        iss: u32,
+        seg: &Seg,
+        vacancy: Vacancy,
+        now_us: u64,
+        mut answered: impl FnMut(IpAddr, u16) -> bool,
+    ) -> Rx {
+        let answers_syn = seg.tcp.ack_number == Some(iss.wrapping_add(1));
+        if seg.has(TcpFlags::RST) {
+            if !answers_syn || seg.has(TcpFlags::SYN) || answered(seg.addr, seg.port) {
+                return self.invalid();
+            }
+            self.refused(seg, now_us);
+            return Rx::Answered {
+                addr: seg.addr,
+                port: seg.port,
+            };
+        }
+        if seg.has(TcpFlags::SYN) {
+            if !seg.has(TcpFlags::ACK) || !answers_syn {
+                return self.invalid();
+            }
+            if answered(seg.addr, seg.port) {
+                self.queue_rst(seg, iss.wrapping_add(1), None);
+                return self.invalid();
+            }
+            let ck = Cookie {
+                iss,
+                port: seg.our_port,
+            };
+            return self.open(ck, seg, vacancy, now_us);
+        }
+        // A late segment of a connection that has ended: reset it, as a closed port would.
+        let max_ack = self.app.max_request_len() as u32 + 1;
+        if let Some(ack) = seg.tcp.ack_number {
+            if ack.wrapping_sub(iss.wrapping_add(1)) <= max_ack {
+                self.queue_rst(seg, ack, None);
+            }
+        }
+        self.invalid()
+    }
+
+    fn queue_rst(&mut self, seg: &Seg, seq: u32, ack: Option<u32>) {
+        self.tx.push(Tx::Rst {
+            target: seg.addr,
+            port: seg.port,
+            our_port: seg.our_port,
+            seq,
+            ack,
+        });
+    }
+
+    fn refused(&mut self, seg: &Seg, now_us: u64) {
+        self.stats.refused += 1;
+        self.stats.completed += 1;
+        let outcome = Outcome {
+            addr: seg.addr,
+            port: seg.port,
+            sport: seg.our_port,
+            status: Status::Refused,
+            rtt_us: echo_rtt(seg, now_us).map(u64::from),
+            t_first_byte_us: None,
+            t_total_us: 0,
+            bytes: 0,
+            retransmits_received: 0,
+            ooo_segments: 0,
+        };
+        self.done.push((outcome, NIL));
+    }
+
+    /// A valid SYN-ACK: the connection is established.
+    fn open(&mut self, ck: Cookie, seg: &Seg, vacancy: Vacancy, now_us: u64) -> Rx {
+        let Some(idx) = self.table.alloc() else {
+            // No room: the server gets an RST, and the SYN retry tries again later.
+            self.stats.table_full += 1;
+            self.queue_rst(seg, ck.iss.wrapping_add(1), None);
+            return Rx::Segment;
+        };
+        let req_len = self.app_request(seg.addr, seg.port).len() as u32;
+        let t = &seg.tcp;
+        let mut bits = Bits::default();
+        bits.set_state(State::Open);
+        bits.set(Bits::TS_OK, t.timestamp.is_some());
+        bits.set(Bits::SACK_OK, t.sack_permitted);
+        bits.set(Bits::WS_OK, t.window_scale.is_some());
+        bits.put(
+            Bits::PEER_WS,
+            u32::from(t.window_scale.unwrap_or(0).min(14)),
+        );
+        bits.put(Bits::REQ_LEN, req_len);
+        let default_mss = match seg.addr {
+            IpAddr::V4(_) => DEFAULT_MSS_V4,
+            IpAddr::V6(_) => DEFAULT_MSS_V6,
+        };
+        let mss = t.max_seg_size.unwrap_or(default_mss).max(MIN_PEER_MSS);
+        bits.put(Bits::MSS, u32::from(mss));
+        // The SYN-ACK's window is never scaled.
+        bits.put(Bits::WND, u32::from(t.window_len));
+        *self.conn_mut(idx) = Conn {
+            addr: seg.key,
+            port: seg.port,
+            rcv_nxt: t.seq_number.wrapping_add(1),
+            ts_recent: t.timestamp.map_or(0, |ts| ts.0),
+            since_us: now_us as u32,
+            rtt_us: echo_rtt(seg, now_us).unwrap_or(NIL),
+            buf: NIL,
+            timer_next: NIL,
+            timer_prev: UNLINKED,
+            bits,
+            timer_at: 0,
+        };
+        self.table.index_at(idx, vacancy);
+        self.stats.established += 1;
+        self.stats.peak_outstanding = self.stats.peak_outstanding.max(self.table.live() as u64);
+        let limit = self.conn(idx).send_limit();
+        if !(self.cfg.request_in_ack && limit > 0) {
+            self.queue_handshake_ack(idx, ck);
+        }
+        self.queue_request(idx, ck, 0, limit);
+        self.rearm(idx, now_us);
+        Rx::Answered {
+            addr: seg.addr,
+            port: seg.port,
+        }
+    }
+
+    /// The request for a target, rendered into the scratch buffer.
+    fn app_request(&mut self, addr: IpAddr, port: u16) -> &[u8] {
+        let max = self.app.max_request_len().min(MAX_REQUEST_LEN);
+        let len = self.app.write_request(&mut self.request[..max], addr, port);
+        &self.request[..len.min(max)]
+    }
+
+    /// A segment of an open connection.
+    fn on_open(&mut self, idx: u32, ck: Cookie, seg: &Seg, now_us: u64) {
+        if seg.has(TcpFlags::SYN) {
+            self.on_dup_synack(idx, ck, seg);
+            return;
+        }
+        if self.paws_rejects(idx, seg) {
+            self.queue_ack(idx, ck);
+            return;
+        }
+        let allowance = self.rcv_allowance(idx);
+        let d = i64::from(seg.tcp.seq_number.wrapping_sub(self.conn(idx).rcv_nxt) as i32);
+        if !acceptable(d, seg, allowance) {
+            if !seg.has(TcpFlags::RST) {
+                self.count_duplicate(idx, d, seg);
+                self.queue_ack(idx, ck);
+            }
+            return;
+        }
+        if seg.has(TcpFlags::RST) {
+            self.finish(idx, ck, Status::Reset, now_us);
+            return;
+        }
+        let Some(ack) = seg.tcp.ack_number else {
+            return;
+        };
+        if !self.on_ack(idx, ck, ack, seg) {
+            self.queue_ack(idx, ck);
+            return;
+        }
+        self.update_ts_recent(idx, d, seg);
+        if !seg.payload.is_empty() || seg.has(TcpFlags::FIN) {
+            self.on_data(idx, ck, d, allowance, seg, now_us);
+        }
+    }
+
+    /// A SYN on an established connection: a retransmitted SYN-ACK means our handshake ACK
+    /// (and the request with it) was lost; anything else gets an ACK.
+    fn on_dup_synack(&mut self, idx: u32, ck: Cookie, seg: &Seg) {
+        let conn = self.conn(idx);
+        let in_order = self.in_order(idx);
+        let irs = conn.rcv_nxt.wrapping_sub(in_order).wrapping_sub(1);
+        let same = seg.has(TcpFlags::ACK)
+            && seg.tcp.seq_number == irs
+            && seg.tcp.ack_number == Some(ck.iss.wrapping_add(1));
+        let (acked, limit) = (conn.acked(), conn.send_limit());
+        if same && acked < limit {
+            self.queue_handshake_ack(idx, ck);
+            let sent = self.queue_request(idx, ck, acked, limit);
+            self.stats.retransmits_sent += sent;
+        } else {
+            self.queue_ack(idx, ck);
+        }
+    }
+
+    /// PAWS (RFC 7323): a segment whose timestamp is older than the last one seen is an old
+    /// duplicate.
+    fn paws_rejects(&self, idx: u32, seg: &Seg) -> bool {
+        let conn = self.conn(idx);
+        match seg.tcp.timestamp {
+            Some((tsval, _)) if conn.has(Bits::TS_OK) && !seg.has(TcpFlags::RST) => {
+                (tsval.wrapping_sub(conn.ts_recent) as i32) < 0
+            }
+            _ => false,
+        }
+    }
+
+    fn update_ts_recent(&mut self, idx: u32, d: i64, seg: &Seg) {
+        let conn = self.conn_mut(idx);
+        if let Some((tsval, _)) = seg.tcp.timestamp {
+            if conn.has(Bits::TS_OK) && d <= 0 {
+                conn.ts_recent = tsval;
+            }
+        }
+    }
+
+    /// Counts the data of an unacceptable segment that had been received already.
+    fn count_duplicate(&mut self, idx: u32, d: i64, seg: &Seg) {
+        let in_order = i64::from(self.in_order(idx));
+        let len = seg.payload.len() as i64;
+        if len > 0 && d < 0 && d + in_order >= 0 {
+            let buf = self.conn(idx).buf;
+            if buf != NIL {
+                self.pool.get_mut(buf).retransmits += 1;
+                self.stats.retransmits_received += 1;
+            }
+        }
+    }
+
+    /// The ACK field of an open connection's segment; false when it acknowledges what we never
+    /// sent (the segment is then dropped and answered with an ACK).
+    fn on_ack(&mut self, idx: u32, ck: Cookie, ack: u32, seg: &Seg) -> bool {
+        let conn = self.conn(idx);
+        let (acked, req_len, old_limit) = (conn.acked(), conn.req_len(), conn.send_limit());
+        let advance = ack.wrapping_sub(ck.iss.wrapping_add(1).wrapping_add(acked));
+        if (advance as i32) < 0 {
+            return true; // an old ACK: ignore the field
+        }
+        if advance > req_len - acked {
+            return false;
+        }
+        let scale = if conn.has(Bits::WS_OK) {
+            conn.bits.get(Bits::PEER_WS)
+        } else {
+            0
+        };
+        let window = u32::from(seg.tcp.window_len)
+            .checked_shl(scale)
+            .unwrap_or(u32::MAX);
+        let bits = &mut self.conn_mut(idx).bits;
+        bits.put(Bits::ACKED, acked + advance);
+        bits.put(Bits::WND, window);
+        let acked = acked + advance;
+        let limit = self.conn(idx).send_limit();
+        if limit > old_limit.max(acked) {
+            self.queue_request(idx, ck, old_limit.max(acked), limit);
+        }
+        true
+    }
+
+    /// Data and FIN of an acceptable segment of an open connection.
+    fn on_data(&mut self, idx: u32, ck: Cookie, d: i64, allowance: u32, seg: &Seg, now_us: u64) {
+        let in_order = i64::from(self.in_order(idx));
+        let start = in_order + d;
+        let end = start + seg.payload.len() as i64;
+        let window_end = in_order + i64::from(allowance);
+        let from = start.max(0);
+        let to = end.min(window_end);
+        let mut ack_now = false;
+        let mut placed = Placed::default();
+        if !seg.payload.is_empty() {
+            if to > from {
+                let bytes = &seg.payload[(from - start) as usize..(to - start) as usize];
+                placed = self.place(idx, from as u32, bytes, now_us);
+            }
+            ack_now |= to < end || placed.duplicate || placed.out_of_order || placed.filled_hole;
+        }
+        let in_order = self.in_order(idx);
+        // The FIN counts only in order, after all of the segment's data.
+        if seg.has(TcpFlags::FIN) && to == end && end == i64::from(in_order) {
+            let conn = self.conn_mut(idx);
+            conn.rcv_nxt = conn.rcv_nxt.wrapping_add(1);
+            conn.bits.set(Bits::FIN_RCVD, true);
+        }
+        if let Some(status) = self.completion(idx, placed.advanced) {
+            self.finish(idx, ck, status, now_us);
+            return;
+        }
+        if ack_now {
+            self.queue_ack(idx, ck);
+        } else if placed.advanced {
+            self.delay_ack(idx, ck, now_us);
+        }
+    }
+
+    /// Stores data in the connection's buffer (taken now if this is its first data).
+    fn place(&mut self, idx: u32, from: u32, bytes: &[u8], now_us: u64) -> Placed {
+        let before = self.in_order(idx);
+        let mut buf = self.conn(idx).buf;
+        if buf == NIL {
+            buf = self.pool.take();
+            self.conn_mut(idx).buf = buf;
+        }
+        let placed = self.pool.place(buf, from, bytes);
+        let rx = self.pool.get_mut(buf);
+        if placed.new_data {
+            rx.last_rx_us = now_us as u32;
+        }
+        if placed.advanced && rx.first_byte_us.is_none() {
+            rx.first_byte_us = Some(now_us as u32);
+        }
+        if placed.duplicate {
+            rx.retransmits += 1;
+            self.stats.retransmits_received += 1;
+        }
+        if placed.out_of_order {
+            rx.ooo_segments += 1;
+            self.stats.ooo_segments += 1;
+        }
+        let grown = rx.in_order - before;
+        let conn = &mut self.table.slab[idx as usize];
+        conn.rcv_nxt = conn.rcv_nxt.wrapping_add(grown);
+        placed
+    }
+
+    /// The connection's status if its reply is complete now.
+    fn completion(&self, idx: u32, advanced: bool) -> Option<Status> {
+        let conn = self.conn(idx);
+        let in_order = self.in_order(idx);
+        if advanced {
+            let data = &self.pool.get(conn.buf).data[..in_order as usize];
+            if in_order as usize >= self.cfg.max_bytes || self.app.is_complete(data) {
+                return Some(Status::Success);
+            }
+        }
+        if conn.has(Bits::FIN_RCVD) {
+            return Some(if in_order > 0 {
+                Status::Success
+            } else {
+                Status::Closed
+            });
+        }
+        None
+    }
+
+    /// A segment of a closing connection: the peer's ACK of our FIN, its FIN, or more data
+    /// (acknowledged and dropped, so that the server can finish and close).
+    fn on_closing(&mut self, idx: u32, ck: Cookie, seg: &Seg) {
+        if seg.has(TcpFlags::SYN) || self.paws_rejects(idx, seg) {
+            self.queue_ack(idx, ck);
+            return;
+        }
+        let d = i64::from(seg.tcp.seq_number.wrapping_sub(self.conn(idx).rcv_nxt) as i32);
+        if !acceptable(d, seg, self.cfg.rcv_window) {
+            if !seg.has(TcpFlags::RST) {
+                self.queue_ack(idx, ck);
+            }
+            return;
+        }
+        if seg.has(TcpFlags::RST) {
+            self.free(idx);
+            return;
+        }
+        let fin_seq = ck
+            .iss
+            .wrapping_add(1)
+            .wrapping_add(self.conn(idx).req_len());
+        self.update_ts_recent(idx, d, seg);
+        let conn = self.conn_mut(idx);
+        if seg.tcp.ack_number == Some(fin_seq.wrapping_add(1)) && conn.has(Bits::FIN_SENT) {
+            conn.bits.set(Bits::FIN_ACKED, true);
+        }
+        let mut ack_now = false;
+        if d == 0 && !conn.has(Bits::FIN_RCVD) {
+            conn.rcv_nxt = conn.rcv_nxt.wrapping_add(seg.payload.len() as u32);
+            ack_now = !seg.payload.is_empty();
+            if seg.has(TcpFlags::FIN) {
+                conn.rcv_nxt = conn.rcv_nxt.wrapping_add(1);
+                conn.bits.set(Bits::FIN_RCVD, true);
+                ack_now = true;
+            }
+        } else if !seg.payload.is_empty() {
+            ack_now = true;
+        }
+        let done = conn.has(Bits::FIN_RCVD) && conn.has(Bits::FIN_ACKED);
+        if ack_now {
+            self.queue_ack(idx, ck);
+        }
+        if done {
+            self.free(idx);
+        }
+    }
+
+    // ---- ending ---------------------------------------------------------------------------
+
+    /// Reports the connection's outcome and closes it as configured (a `Reset` is not
+    /// answered).
+    fn finish(&mut self, idx: u32, ck: Cookie, status: Status, now_us: u64) {
+        let conn = &mut self.table.slab[idx as usize];
+        let buf = std::mem::replace(&mut conn.buf, NIL);
+        let since = abs_us(now_us, conn.since_us);
+        let mut outcome = Outcome {
+            addr: conn.target(),
+            port: conn.port,
+            sport: ck.port,
+            status,
+            rtt_us: conn.rtt().map(u64::from),
+            t_first_byte_us: None,
+            t_total_us: now_us.saturating_sub(since),
+            bytes: 0,
+            retransmits_received: 0,
+            ooo_segments: 0,
+        };
+        if buf != NIL {
+            let rx = self.pool.get(buf);
+            outcome.bytes = u64::from(rx.in_order);
+            outcome.t_first_byte_us = rx
+                .first_byte_us
+                .map(|t| u64::from(t.wrapping_sub(conn.since_us)));
+            outcome.retransmits_received = rx.retransmits;
+            outcome.ooo_segments = rx.ooo_segments;
+        }
+        self.done.push((outcome, buf));
+        self.stats.completed += 1;
+        match status {
+            Status::Success => self.stats.success += 1,
+            Status::DataTimeout => self.stats.timeouts += 1,
+            Status::Reset => self.stats.resets += 1,
+            Status::Closed => self.stats.closed += 1,
+            Status::Refused | Status::SynTimeout => {}
+        }
+        if status == Status::Reset {
+            self.free(idx);
+            return;
+        }
+        match self.cfg.close {
+            CloseMode::Rst => {
+                let conn = self.conn(idx);
+                let seq = ck.iss.wrapping_add(1).wrapping_add(conn.send_limit());
+                self.tx.push(Tx::Rst {
+                    target: conn.target(),
+                    port: conn.port,
+                    our_port: ck.port,
+                    seq,
+                    ack: Some(conn.rcv_nxt),
+                });
+                self.free(idx);
+            }
+            CloseMode::Fin => {
+                let conn = self.conn_mut(idx);
+                conn.bits.set_state(State::Closing);
+                conn.bits.put(Bits::RETRIES, 0);
+                conn.bits.set(Bits::ACK_PENDING | Bits::SEG_UNACKED, false);
+                conn.since_us = now_us as u32;
+                self.tx.push(Tx::Fin { idx, ck });
+                self.rearm(idx, now_us);
+            }
+        }
+    }
+
+    /// Takes a connection out of the table (its outcome, if any, is already queued).
+    fn free(&mut self, idx: u32) {
+        self.wheel.unlink(&mut self.table.slab, idx);
+        let buf = std::mem::replace(&mut self.conn_mut(idx).buf, NIL);
+        if buf != NIL {
+            self.pool.release(buf);
+        }
+        // Segments already queued for it are rendered from it: it stays intact until then.
+        let unreferenced = self.tx.len() == 0;
+        self.table.free(idx, self.hint, unreferenced);
+    }
+
+    // ---- timers ---------------------------------------------------------------------------
+
+    fn fire(&mut self, idx: u32, now_us: u64) {
+        let ck = self.cookie(idx);
+        let conn = self.conn(idx);
+        let since = abs_us(now_us, conn.since_us);
+        let retry = conn.retries() < u32::from(self.cfg.max_retransmits)
+            && now_us >= since + rto_offset(conn);
+        let (state, ack_pending, fin_acked) = (
+            conn.state(),
+            conn.has(Bits::ACK_PENDING),
+            conn.has(Bits::FIN_ACKED),
+        );
+        let request_unacked = conn.acked() < conn.req_len();
+        match state {
+            State::Open => {
+                if now_us >= self.open_timeout(idx, now_us) {
+                    self.finish(idx, ck, Status::DataTimeout, now_us);
+                    return;
+                }
+                if ack_pending {
+                    self.queue_ack(idx, ck);
+                }
+                if retry && request_unacked {
+                    self.retransmit_request(idx, ck);
+                }
+            }
+            State::Closing => {
+                if now_us >= since + self.cfg.close_timeout_us {
+                    self.free(idx);
+                    return;
+                }
+                if retry && !fin_acked {
+                    self.tx.push(Tx::Fin { idx, ck });
+                    self.stats.retransmits_sent += 1;
+                    let bits = &mut self.conn_mut(idx).bits;
+                    bits.put(Bits::RETRIES, bits.get(Bits::RETRIES) + 1);
+                }
+            }
+        }
+        self.rearm(idx, now_us);
+    }
+
+    /// When an open connection times out: the total timeout, and the first-byte timeout
+    /// before data (the idle timeout after).
+    fn open_timeout(&self, idx: u32, now_us: u64) -> u64 {
+        let conn = self.conn(idx);
+        let since = abs_us(now_us, conn.since_us);
+        let total = since + self.cfg.total_timeout_us;
+        let first = match conn.buf {
+            NIL => None,
+            buf => self.pool.get(buf).first_byte_us,
+        };
+        let data = match first {
+            None => since + self.cfg.first_byte_timeout_us,
+            Some(_) => {
+                let last = self.pool.get(conn.buf).last_rx_us;
+                abs_us(now_us, last) + self.cfg.idle_timeout_us
+            }
+        };
+        total.min(data)
+    }
+
+    /// The connection's next deadline (µs).
+    fn next_deadline(&self, idx: u32, now_us: u64) -> u64 {
+        let conn = self.conn(idx);
+        let since = abs_us(now_us, conn.since_us);
+        let retrying = conn.retries() < u32::from(self.cfg.max_retransmits);
+        let rto_due = since + rto_offset(conn);
+        match conn.state() {
+            State::Open => {
+                let timeout = self.open_timeout(idx, now_us);
+                if retrying && conn.acked() < conn.req_len() {
+                    timeout.min(rto_due)
+                } else {
+                    timeout
+                }
+            }
+            State::Closing => {
+                let close = since + self.cfg.close_timeout_us;
+                if retrying && !conn.has(Bits::FIN_ACKED) {
+                    close.min(rto_due)
+                } else {
+                    close
+                }
+            }
+        }
+    }
+
+    /// Arms the connection's timer for its next deadline.
+    fn rearm(&mut self, idx: u32, now_us: u64) {
+        let tick = self.next_deadline(idx, now_us).div_ceil(1000);
+        self.wheel.unlink(&mut self.table.slab, idx);
+        self.wheel.link(&mut self.table.slab, idx, tick);
+    }
+
+    /// Owes an ACK for in-order data: at once for the second unacknowledged segment,
+    /// otherwise after `delayed_ack_us`.
+    fn delay_ack(&mut self, idx: u32, ck: Cookie, now_us: u64) {
+        let bits = &mut self.conn_mut(idx).bits;
+        if bits.has(Bits::SEG_UNACKED) {
+            self.queue_ack(idx, ck);
+            return;
+        }
+        bits.set(Bits::SEG_UNACKED | Bits::ACK_PENDING, true);
+        let tick = (now_us + self.cfg.delayed_ack_us).div_ceil(1000);
+        self.wheel.arm_by(&mut self.table.slab, idx, tick);
+    }
+
+    fn retransmit_request(&mut self, idx: u32, ck: Cookie) {
+        let conn = self.conn(idx);
+        let (acked, limit) = (conn.acked(), conn.send_limit());
+        let sent = if limit > acked {
+            self.queue_request(idx, ck, acked, limit)
+        } else {
+            // Zero window: probe with the next byte.
+            self.tx.push(Tx::Data {
+                idx,
+                ck,
+                off: acked as u16,
+                len: 1,
+            });
+            1
+        };
+        self.stats.retransmits_sent += sent;
+        let bits = &mut self.conn_mut(idx).bits;
+        bits.put(Bits::RETRIES, bits.get(Bits::RETRIES) + 1);
+    }
+
+    // ---- sending --------------------------------------------------------------------------
+
+    fn queue_ack(&mut self, idx: u32, ck: Cookie) {
+        self.push_ack(idx, ck, false);
+    }
+
+    /// The ACK that goes ahead of the request (the handshake's, or its repeat).
+    fn queue_handshake_ack(&mut self, idx: u32, ck: Cookie) {
+        self.push_ack(idx, ck, true);
+    }
+
+    fn push_ack(&mut self, idx: u32, ck: Cookie, before_request: bool) {
+        let bits = &mut self.conn_mut(idx).bits;
+        if !bits.has(Bits::ACK_QUEUED) {
+            bits.set(Bits::ACK_QUEUED, true);
+            self.tx.push(Tx::Ack {
+                idx,
+                ck,
+                before_request,
+            });
+        }
+    }
+
+    /// Queues request bytes `[from, to)` as segments of at most the peer's MSS; returns how
+    /// many.
+    fn queue_request(&mut self, idx: u32, ck: Cookie, from: u32, to: u32) -> u64 {
+        let conn = self.conn(idx);
+        let options = if conn.has(Bits::TS_OK) {
+            TIMESTAMPS_LEN
+        } else {
+            0
+        };
+        let most = (conn.bits.get(Bits::MSS) - options).min(MAX_REQUEST_LEN as u32);
+        let mut segments = 0;
+        let mut off = from;
+        while off < to {
+            let len = most.min(to - off);
+            self.tx.push(Tx::Data {
+                idx,
+                ck,
+                off: off as u16,
+                len: len as u16,
+            });
+            off += len;
+            segments += 1;
+        }
+        segments
+    }
+
+    /// Our ISN and port for a connection: the cookie, recomputed.
+    fn cookie(&self, idx: u32) -> Cookie {
+        let conn = self.conn(idx);
+        let target = conn.target();
+        let token = self
+            .cfg
+            .validator
+            .token(self.ours(target), target, conn.port);
+        Cookie {
+            iss: token as u32,
+            port: self.cfg.ports.port_for(token),
+        }
+    }
+
+    /// Our address in the family of `target` (a connection exists only in such a family).
+    fn ours(&self, target: IpAddr) -> IpAddr {
+        self.link
+            .ours(target)
+            .expect("a connection exists only in a family we have an address of")
+    }
+
+    fn render_rst(
+        &mut self,
+        buf: &mut [u8],
+        target: IpAddr,
+        port: u16,
+        our_port: u16,
+        seq: u32,
+        ack: Option<u32>,
+    ) -> usize {
+        self.stats.rsts_sent += 1;
+        let ours = self.link.ours(target).expect("RSTs answer our own family");
+        let rst = Header::new(our_port, port, seq, ack, TcpFlags::RST);
+        segment::render(&self.link, ours, target, &rst, &[], buf)
+    }
+
+    /// Renders a connection's ACK, request segment or FIN from its state now.
+    fn render_conn(&mut self, buf: &mut [u8], idx: u32, tx: Tx, now_us: u64) -> usize {
+        let ck = match tx {
+            Tx::Ack { ck, .. } | Tx::Data { ck, .. } | Tx::Fin { ck, .. } => ck,
+            Tx::Rst { .. } => unreachable!("RSTs are rendered by render_rst"),
+        };
+        let (iss, our_port) = (ck.iss, ck.port);
+        let window = self.advertised_window(idx);
+        let sack_ranges = self.sack_blocks(idx);
+        let conn = self.conn(idx);
+        let target = conn.target();
+        let ours = self.ours(target);
+        let after_request = iss.wrapping_add(1).wrapping_add(conn.req_len());
+        let (seq, flags, payload) = match tx {
+            Tx::Ack { before_request, .. } => match conn.state() {
+                // Otherwise the request went out before: SND.NXT is past what the window let
+                // us send (never behind what the peer has, so the ACK is never "old").
+                State::Open => (
+                    iss.wrapping_add(1).wrapping_add(if before_request {
+                        conn.acked()
+                    } else {
+                        conn.send_limit()
+                    }),
+                    TcpFlags::ACK,
+                    0..0,
+                ),
+                State::Closing => (
+                    after_request.wrapping_add(u32::from(conn.has(Bits::FIN_SENT))),
+                    TcpFlags::ACK,
+                    0..0,
+                ),
+            },
+            Tx::Data { off, len, .. } => {
+                let (off, end) = (usize::from(off), usize::from(off) + usize::from(len));
+                let push = if end == conn.req_len() as usize {
+                    TcpFlags::PSH
+                } else {
+                    TcpFlags::empty()
+                };
+                (
+                    iss.wrapping_add(1).wrapping_add(off as u32),
+                    TcpFlags::ACK | push,
+                    off..end,
+                )
+            }
+            Tx::Fin { .. } => (after_request, TcpFlags::FIN | TcpFlags::ACK, 0..0),
+            Tx::Rst { .. } => unreachable!("RSTs are rendered by render_rst"),
+        };
+        let tcp = Header {
+            window,
+            sacks: sack_ranges,
+            timestamps: conn
+                .has(Bits::TS_OK)
+                .then_some((now_us as u32, conn.ts_recent)),
+            ..Header::new(our_port, conn.port, seq, Some(conn.rcv_nxt), flags)
+        };
+        let port = conn.port;
+        let bits = &mut self.conn_mut(idx).bits;
+        bits.set(Bits::ACK_PENDING | Bits::SEG_UNACKED, false);
+        if matches!(tx, Tx::Fin { .. }) {
+            bits.set(Bits::FIN_SENT, true);
+        }
+        self.stats.sack_blocks_sent += sack_ranges.iter().flatten().count() as u64;
+        if payload.is_empty() {
+            return segment::render(&self.link, ours, target, &tcp, &[], buf);
+        }
+        let rendered = self.app_request(target, port).len();
+        // A pure app renders the same request again; pad if it did not.
+        if rendered < payload.end {
+            self.request[rendered..payload.end].fill(0);
+        }
+        segment::render(&self.link, ours, target, &tcp, &self.request[payload], buf)
+    }
+
+    /// SACK blocks for the connection's ACKs: its out-of-order ranges, most recent first.
+    fn sack_blocks(&self, idx: u32) -> [Option<(u32, u32)>; 3] {
+        let mut blocks = [None; 3];
+        let conn = self.conn(idx);
+        if !conn.has(Bits::SACK_OK) || conn.buf == NIL || conn.state() != State::Open {
+            return blocks;
+        }
+        let rx = self.pool.get(conn.buf);
+        let base = conn.rcv_nxt.wrapping_sub(rx.in_order);
+        for (block, &(start, end)) in blocks.iter_mut().zip(rx.ranges()) {
+            *block = Some((base.wrapping_add(start), base.wrapping_add(end)));
+        }
+        blocks
+    }
+
+    // ---- windows --------------------------------------------------------------------------
+
+    fn in_order(&self, idx: u32) -> u32 {
+        match self.conn(idx).buf {
+            NIL => 0,
+            buf => self.pool.get(buf).in_order,
+        }
+    }
+
+    /// Bytes beyond `rcv_nxt` the connection accepts now: the receive window, no more than
+    /// `max_bytes` allows, no more than the pool's memory allows.
+    fn rcv_allowance(&self, idx: u32) -> u32 {
+        let conn = self.conn(idx);
+        if conn.state() == State::Closing {
+            return self.cfg.rcv_window;
+        }
+        let (in_order, held) = match conn.buf {
+            NIL => (0, 0),
+            buf => {
+                let rx = self.pool.get(buf);
+                (rx.in_order, rx.held_beyond())
+            }
+        };
+        let by_config = self.by_config(in_order);
+        let by_memory = (held as usize).saturating_add(self.pool.headroom());
+        by_config.min(by_memory.min(u32::MAX as usize) as u32)
+    }
+
+    fn by_config(&self, in_order: u32) -> u32 {
+        let left = self.cfg.max_bytes - in_order as usize;
+        self.cfg.rcv_window.min(left.min(u32::MAX as usize) as u32)
+    }
+
+    /// The window field of the connection's next segment. Short of buffer memory (less than
+    /// one MSS), it is zero and the connection is marked to get a window update later.
+    fn advertised_window(&mut self, idx: u32) -> u16 {
+        let allowance = self.rcv_allowance(idx);
+        let conn = self.conn(idx);
+        let mut window = allowance;
+        if conn.state() == State::Open && allowance < u32::from(self.cfg.mss) {
+            let by_config = self.by_config(self.in_order(idx));
+            if allowance < by_config {
+                window = 0;
+                if !conn.has(Bits::STARVED) && !conn.has(Bits::DEAD) {
+                    self.conn_mut(idx).bits.set(Bits::STARVED, true);
+                    self.starved.push(idx);
+                }
+            }
+        }
+        let conn = self.conn(idx);
+        let scaled = if conn.has(Bits::WS_OK) {
+            window >> self.cfg.wscale
+        } else {
+            window
+        };
+        scaled.min(0xffff) as u16
+    }
+
+    /// Sends window updates to starved connections once buffer memory is back.
+    fn reopen_windows(&mut self) {
+        if self.starved.is_empty() || self.pool.headroom() < usize::from(self.cfg.mss) {
+            return;
+        }
+        let starved = std::mem::take(&mut self.starved);
+        for &idx in &starved {
+            let conn = self.conn(idx);
+            if conn.has(Bits::STARVED) && !conn.has(Bits::DEAD) {
+                self.conn_mut(idx).bits.set(Bits::STARVED, false);
+                let ck = self.cookie(idx);
+                self.queue_ack(idx, ck);
+            }
+        }
+        self.starved = starved;
+        self.starved.clear();
+    }
+}
+
+/// Whether a segment lies in the receive window (RFC 9293 3.10.7.4): `d` is its sequence
+/// number minus `rcv_nxt`.
+fn acceptable(d: i64, seg: &Seg, window: u32) -> bool {
+    let len = seg.payload.len() as i64 + i64::from(seg.has(TcpFlags::FIN));
+    let window = i64::from(window);
+    let inside = |at: i64| (0..window).contains(&at);
+    match (len, window) {
+        (0, 0) => d == 0,
+        (0, _) => inside(d),
+        (_, 0) => false,
+        _ => inside(d) || inside(d + len - 1),
+    }
+}
+
+/// SYN to SYN-ACK from the echoed timestamp (our TSval is our clock in µs).
+fn echo_rtt(seg: &Seg, now_us: u64) -> Option<u32> {
+    let (_, tsecr) = seg.tcp.timestamp?;
+    // Zero means the peer echoed nothing.
+    let rtt = (now_us as u32).wrapping_sub(tsecr);
+    (tsecr != 0 && rtt < 1 << 31).then_some(rtt)
+}
+
+/// The absolute time (µs) of a 32-bit timestamp taken at or before `now_us`.
+fn abs_us(now_us: u64, t: u32) -> u64 {
+    now_us.saturating_sub(u64::from((now_us as u32).wrapping_sub(t)))
+}
+
+/// The retransmission timeout: three RTTs (RFC 6298's first estimate), 200 ms to 60 s, 1 s
+/// without an RTT.
+fn rto_us(conn: &Conn) -> u64 {
+    match conn.rtt() {
+        Some(rtt) => (3 * u64::from(rtt)).clamp(MIN_RTO_US, MAX_RTO_US),
+        None => INITIAL_RTO_US,
+    }
+}
+
+/// From `since` to the next retransmission: RTO·(2^(k+1) − 1) after k of them.
+fn rto_offset(conn: &Conn) -> u64 {
+    rto_us(conn) * ((2u64 << conn.retries()) - 1)
+}
+
+fn check_config(cfg: &Config, app: &impl App) -> Result<(), String> {
+    if cfg.src_ip.is_none() && cfg.src_ip6.is_none() {
+        return Err("no source address: give an IPv4 or IPv6 address to connect from".into());
+    }
+    let request = app.max_request_len();
+    if request > MAX_REQUEST_LEN {
+        return Err(format!(
+            "the request can be {request} bytes, more than the {MAX_REQUEST_LEN} one segment carries: shorten it"
+        ));
+    }
+    if cfg.max_outstanding == 0 || cfg.max_outstanding > MAX_CAPACITY {
+        return Err(format!(
+            "max outstanding connections {} is out of range: give 1 to {MAX_CAPACITY}",
+            cfg.max_outstanding
+        ));
+    }
+    if cfg.wscale > 14 {
+        return Err(format!(
+            "window scale {} is above 14 (RFC 7323): give 0 to 14",
+            cfg.wscale
+        ));
+    }
+    if cfg.mss < 536 {
+        return Err(format!("MSS {} is below 536: give at least 536", cfg.mss));
+    }
+    let most = 0xffffu64 << cfg.wscale;
+    if cfg.rcv_window == 0 || u64::from(cfg.rcv_window) > most {
+        return Err(format!(
+            "receive window {} is out of range for window scale {}: give 1 to {most}",
+            cfg.rcv_window, cfg.wscale
+        ));
+    }
+    if cfg.max_bytes == 0 || cfg.max_bytes > 1 << 30 {
+        return Err(format!(
+            "max bytes per connection {} is out of range: give 1 to 1 GiB",
+            cfg.max_bytes
+        ));
+    }
+    for (name, value) in [
+        ("first-byte timeout", cfg.first_byte_timeout_us),
+        ("idle timeout", cfg.idle_timeout_us),
+        ("total timeout", cfg.total_timeout_us),
+        ("close timeout", cfg.close_timeout_us),
+    ] {
+        if value == 0 || value > MAX_TIMEOUT_US {
+            return Err(format!(
+                "{name} {value} µs is out of range: give 1 µs to 30 minutes"
+            ));
+        }
+    }
+    if cfg.delayed_ack_us > MAX_DELAYED_ACK_US {
+        return Err(format!(
+            "delayed ACK {} µs is above 500 ms (RFC 1122): give at most 500000",
+            cfg.delayed_ack_us
+        ));
+    }
+    if u32::from(cfg.max_retransmits) > Bits::RETRIES.max() {
+        return Err(format!(
+            "max retransmits {} is above {}: give fewer",
+            cfg.max_retransmits,
+            Bits::RETRIES.max()
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,297 @@
+//! Endings: FIN and RST in every state, each timeout, both close modes, abort.
+
+use sonde_wire::TcpFlags;
+
+use super::peer::*;
+use crate::{CloseMode, Rx, Status};
+
+const ACK: TcpFlags = TcpFlags::ACK;
+const FIN: TcpFlags = TcpFlags::FIN;
+const RST: TcpFlags = TcpFlags::RST;
+const REQ: u32 = REQUEST.len() as u32;
+
+fn fin_mode() -> Harness {
+    let mut cfg = config();
+    cfg.close = CloseMode::Fin;
+    Harness::new(cfg, TestApp::http(), Server::new("198.18.0.7", 80))
+}
+
+#[test]
+fn fin_without_data_is_closed() {
+    let mut h = Harness::v4();
+    h.established();
+    h.input(&h.server.segment(ACK | FIN, 0, REQ, b""));
+    let (outcome, bytes) = h.outcome();
+    assert_eq!(outcome.status, Status::Closed);
+    assert!(bytes.is_empty());
+    let rst = h.flush().pop().unwrap();
+    assert_eq!(rst.flags(), RST | ACK);
+    assert_eq!(rst.tcp.ack_number, Some(h.server.seq(1)));
+    assert_eq!(h.engine.stats().closed, 1);
+}
+
+#[test]
+fn fin_before_the_request_is_acked() {
+    let mut h = Harness::v4();
+    h.established();
+    h.input(&h.server.segment(ACK | FIN, 0, 0, b"bye"));
+    assert_eq!(h.outcome().0.status, Status::Success);
+    assert_eq!(h.engine.outstanding(), 0);
+}
+
+#[test]
+fn rst_after_the_handshake_is_reset_and_not_answered() {
+    let mut h = Harness::v4();
+    h.established();
+    h.input(&h.server.segment(ACK, 0, REQ, b"partial"));
+    h.input(&h.server.segment(RST | ACK, 7, REQ, b""));
+    let (outcome, bytes) = h.outcome();
+    assert_eq!(outcome.status, Status::Reset);
+    assert_eq!(bytes, b"partial", "what arrived is kept");
+    assert_eq!(h.engine.outstanding(), 0);
+    assert!(h.flush().iter().all(|s| !s.flags().contains(RST)));
+    assert_eq!(h.engine.stats().resets, 1);
+}
+
+#[test]
+fn rst_out_of_window_is_ignored() {
+    let mut h = Harness::v4();
+    h.established();
+    h.input(&h.server.segment(RST, 200_000, REQ, b""));
+    assert_eq!(h.engine.outstanding(), 1);
+    h.input(&h.server.segment(RST, 0, REQ, b""));
+    assert_eq!(h.engine.outstanding(), 0);
+}
+
+#[test]
+fn first_byte_timeout() {
+    let mut cfg = config();
+    cfg.first_byte_timeout_us = 2_000_000;
+    let mut h = Harness::new(cfg, TestApp::http(), Server::new("198.18.0.7", 80));
+    h.established();
+    h.input(&h.server.segment(ACK, 0, REQ, b""));
+    h.tick(1_999_000);
+    assert_eq!(h.engine.outstanding(), 1);
+    h.tick(1_000);
+    assert_eq!(h.engine.outstanding(), 0);
+    let (outcome, _) = h.outcome();
+    assert_eq!(outcome.status, Status::DataTimeout);
+    assert_eq!(outcome.t_total_us, 2_000_000);
+    assert_eq!(outcome.t_first_byte_us, None);
+    let rst = h.flush().pop().unwrap();
+    assert_eq!(rst.flags(), RST | ACK);
+}
+
+#[test]
+fn idle_timeout_runs_from_the_last_data() {
+    let mut cfg = config();
+    cfg.idle_timeout_us = 1_000_000;
+    let mut h = Harness::new(cfg, TestApp::http(), Server::new("198.18.0.7", 80));
+    h.established();
+    let mut off = 0;
+    for _ in 0..5 {
+        h.tick(900_000);
+        h.input(&h.server.segment(ACK, off, REQ, b"tick"));
+        off += 4;
+    }
+    h.tick(999_000);
+    assert_eq!(h.engine.outstanding(), 1);
+    h.tick(1_000);
+    let (outcome, bytes) = h.outcome();
+    assert_eq!(outcome.status, Status::DataTimeout);
+    assert_eq!(bytes.len(), 20);
+    assert_eq!(outcome.t_first_byte_us, Some(900_000));
+    assert_eq!(outcome.t_total_us, 5 * 900_000 + 1_000_000);
+}
+
+#[test]
+fn total_timeout_bounds_a_trickle() {
+    let mut cfg = config();
+    cfg.total_timeout_us = 3_000_000;
+    let mut h = Harness::new(cfg, TestApp::http(), Server::new("198.18.0.7", 80));
+    h.established();
+    for off in 0..40 {
+        h.tick(100_000);
+        h.input(&h.server.segment(ACK, off, REQ, b"."));
+        h.flush();
+        if h.engine.outstanding() == 0 {
+            break;
+        }
+    }
+    let (outcome, bytes) = h.outcome();
+    assert_eq!(outcome.status, Status::DataTimeout);
+    assert_eq!(outcome.t_total_us, 3_000_000);
+    assert_eq!(bytes.len(), 29);
+}
+
+#[test]
+fn fin_close_after_completion_waits_for_ack_and_fin() {
+    let app = TestApp {
+        request: REQUEST.to_vec(),
+        end: Some(b"END"),
+    };
+    let mut cfg = config();
+    cfg.close = CloseMode::Fin;
+    let mut h = Harness::new(cfg, app, Server::new("198.18.0.8", 80));
+    h.established();
+    h.input(&h.server.segment(ACK, 0, REQ, b"dataEND"));
+    assert_eq!(
+        h.outcome().0.status,
+        Status::Success,
+        "reported at completion"
+    );
+    assert_eq!(h.engine.outstanding(), 1, "held while closing");
+    let sent = h.flush();
+    let fin = sent.last().unwrap();
+    assert_eq!(fin.flags(), FIN | ACK);
+    assert_eq!(fin.tcp.seq_number, h.server.client_seq(REQ));
+    assert_eq!(fin.tcp.ack_number, Some(h.server.seq(7)));
+    // The server ACKs our FIN and sends its own: we ACK it and the entry is freed.
+    h.input(&h.server.segment(ACK | FIN, 7, REQ + 1, b""));
+    assert_eq!(h.engine.outstanding(), 0);
+    let sent = h.flush();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].flags(), ACK);
+    assert_eq!(sent[0].tcp.seq_number, h.server.client_seq(REQ + 1));
+    assert_eq!(sent[0].tcp.ack_number, Some(h.server.seq(8)));
+    assert!(h.outcomes().is_empty(), "one row per connection");
+}
+
+#[test]
+fn fin_close_after_the_servers_fin() {
+    let mut h = fin_mode();
+    h.established();
+    h.input(&h.server.segment(ACK | FIN, 0, REQ, b"bye"));
+    assert_eq!(h.outcome().0.status, Status::Success);
+    let sent = h.flush();
+    let fin = sent.last().unwrap();
+    assert_eq!(fin.flags(), FIN | ACK);
+    assert_eq!(
+        fin.tcp.ack_number,
+        Some(h.server.seq(4)),
+        "acks the server's FIN"
+    );
+    // Data after our FIN is acknowledged and dropped; then the ACK of our FIN frees it.
+    h.input(&h.server.segment(ACK, 4, REQ, b""));
+    assert_eq!(h.engine.outstanding(), 1);
+    h.input(&h.server.segment(ACK, 4, REQ + 1, b""));
+    assert_eq!(h.engine.outstanding(), 0);
+}
+
+#[test]
+fn fin_close_retransmits_then_gives_up() {
+    let mut cfg = config();
+    cfg.close = CloseMode::Fin;
+    cfg.close_timeout_us = 1_000_000;
+    let mut h = Harness::new(cfg, TestApp::http(), Server::new("198.18.0.7", 80));
+    h.established();
+    h.input(&h.server.segment(ACK | FIN, 0, REQ, b"x"));
+    h.outcome();
+    h.flush();
+    let mut fins = 0;
+    for _ in 0..1100 {
+        h.tick(1000);
+        fins += h.flush().iter().filter(|s| s.flags().contains(FIN)).count();
+    }
+    // RTO 200 ms (RTT 10 ms): FINs again at 200 and 600 ms; freed at 1 s.
+    assert_eq!(fins, 2);
+    assert_eq!(h.engine.outstanding(), 0);
+}
+
+#[test]
+fn data_and_rst_while_closing() {
+    let mut h = fin_mode();
+    h.established();
+    h.input(&h.server.segment(ACK, 0, REQ, b""));
+    h.tick(5_000_000); // first-byte timeout: FIN
+    assert_eq!(h.outcome().0.status, Status::DataTimeout);
+    assert_eq!(h.flush().last().unwrap().flags(), FIN | ACK);
+    h.input(&h.server.segment(ACK, 0, REQ + 1, b"late data"));
+    let sent = h.flush();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0].tcp.ack_number,
+        Some(h.server.seq(9)),
+        "acked and dropped"
+    );
+    assert_eq!(sent[0].tcp.seq_number, h.server.client_seq(REQ + 1));
+    h.input(&h.server.segment(RST, 9, REQ + 1, b""));
+    assert_eq!(h.engine.outstanding(), 0);
+    assert!(h.outcomes().is_empty());
+}
+
+#[test]
+fn abort_with_fin_close_frees_everything() {
+    let mut h = fin_mode();
+    h.established();
+    h.engine.abort_all(h.now);
+    assert_eq!(h.engine.outstanding(), 0);
+    assert_eq!(h.outcome().0.status, Status::DataTimeout);
+    assert_eq!(h.flush().last().unwrap().flags(), FIN | ACK);
+}
+
+#[test]
+fn abort_reports_every_open_connection() {
+    let mut h = Harness::v4();
+    h.established();
+    h.input(&h.server.segment(ACK, 0, REQ, b"half"));
+    let mut other = Server::new("198.18.1.1", 443);
+    let mut buf = [0u8; 1514];
+    let len = h.engine.write_syn(&mut buf, other.addr, 443, h.now);
+    other.read_syn(&read_sent(&buf[..len]));
+    assert!(matches!(h.input(&other.syn_ack()), Rx::Answered { .. }));
+    h.flush();
+    h.engine.abort_all(h.now + 1);
+    assert_eq!(h.engine.outstanding(), 0);
+    let mut outcomes = h.outcomes();
+    outcomes.sort_by_key(|o| o.0.port);
+    assert_eq!(outcomes.len(), 2);
+    assert!(outcomes.iter().all(|o| o.0.status == Status::DataTimeout));
+    assert_eq!(outcomes[0].1, b"half");
+    let sent = h.flush();
+    assert_eq!(sent.iter().filter(|s| s.flags().contains(RST)).count(), 2);
+    assert_eq!(h.engine.stats().timeouts, 2);
+}
+
+#[test]
+fn late_segments_after_the_end_are_reset() {
+    let mut h = Harness::v4();
+    h.established();
+    h.input(&h.server.segment(ACK | FIN, 0, REQ, b"done"));
+    h.outcome();
+    h.flush();
+    // The server had more in flight.
+    assert_eq!(
+        h.input(&h.server.segment(ACK, 4, REQ, b"more")),
+        Rx::Invalid
+    );
+    let sent = h.flush();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].flags(), RST);
+    assert_eq!(sent[0].tcp.seq_number, h.server.client_seq(REQ));
+    // An RST is never answered.
+    assert_eq!(
+        h.input(&h.server.segment(RST | ACK, 4, REQ, b"")),
+        Rx::Invalid
+    );
+    assert!(h.flush().is_empty());
+}
+
+#[test]
+fn stats_add_up() {
+    let mut h = Harness::v4();
+    h.established();
+    h.input(&h.server.segment(ACK | FIN, 0, REQ, b"x"));
+    h.outcome();
+    h.flush();
+    let s = h.engine.stats().clone();
+    assert_eq!(
+        s.completed,
+        s.success + s.refused + s.timeouts + s.resets + s.closed
+    );
+    assert_eq!(
+        (s.established, s.success, s.rsts_sent, s.acks_sent),
+        (1, 1, 1, 1)
+    );
+    assert_eq!(s.peak_outstanding, 1);
+}

@@ -1,0 +1,124 @@
+//! Sending the request: retransmission on the RTO with backoff, and the peer's zero window.
+
+use sonde_wire::TcpFlags;
+
+use super::peer::*;
+use crate::Status;
+
+const ACK: TcpFlags = TcpFlags::ACK;
+const REQ: u32 = REQUEST.len() as u32;
+
+/// Ticks in 1 ms steps for `ms` milliseconds, returning each retransmitted request's time.
+fn retransmissions(h: &mut Harness, ms: u64) -> Vec<u64> {
+    let start = h.now;
+    let mut at = Vec::new();
+    for _ in 0..ms {
+        h.tick(1000);
+        for sent in h.flush() {
+            if !sent.payload.is_empty() {
+                at.push((h.now - start) / 1000);
+            }
+        }
+    }
+    at
+}
+
+#[test]
+fn request_retransmitted_with_backoff_and_bounded() {
+    let mut cfg = config();
+    cfg.max_retransmits = 3;
+    cfg.first_byte_timeout_us = 10_000_000;
+    let mut h = Harness::new(cfg, TestApp::http(), Server::new("198.18.0.7", 80));
+    // RTT 100 ms: RTO 300 ms from the SYN-ACK, then 600, 1200.
+    assert!(matches!(h.handshake(100_000), crate::Rx::Answered { .. }));
+    h.flush();
+    let at = retransmissions(&mut h, 5000);
+    assert_eq!(at, [300, 900, 2100], "RTO·(2^k − 1) after the SYN-ACK");
+    assert_eq!(h.engine.stats().retransmits_sent, 3);
+    // The peer finally answers: ACK of the request, then the reply.
+    h.input(&h.server.segment(ACK, 0, REQ, b""));
+    h.input(&h.server.segment(ACK | TcpFlags::FIN, 0, REQ, b"ok"));
+    assert_eq!(h.outcome().0.status, Status::Success);
+}
+
+#[test]
+fn rto_has_a_floor_of_200_ms_and_stops_once_acked() {
+    let mut h = Harness::v4();
+    assert!(matches!(h.handshake(1_000), crate::Rx::Answered { .. }));
+    h.flush();
+    assert_eq!(retransmissions(&mut h, 250), [200]);
+    h.input(&h.server.segment(ACK, 0, REQ, b""));
+    assert!(retransmissions(&mut h, 3000).is_empty());
+}
+
+#[test]
+fn no_rtt_means_a_one_second_rto() {
+    let mut server = Server::new("198.18.0.7", 80);
+    server.timestamps = false;
+    let mut h = Harness::new(config(), TestApp::http(), server);
+    h.established();
+    assert_eq!(retransmissions(&mut h, 1500), [1000]);
+}
+
+#[test]
+fn zero_window_waits_probes_and_sends_when_it_opens() {
+    let mut server = Server::new("198.18.0.7", 80);
+    server.window = 0;
+    let mut h = Harness::new(config(), TestApp::http(), server);
+    assert!(matches!(h.handshake(50_000), crate::Rx::Answered { .. }));
+    let sent = h.flush();
+    assert_eq!(sent.len(), 1, "only the ACK: the peer's window is zero");
+    assert!(sent[0].payload.is_empty());
+    // Probes of one byte on the RTO schedule (RTO 200 ms: at 200 and 600 ms).
+    let mut probes = Vec::new();
+    for _ in 0..700 {
+        h.tick(1000);
+        for s in h.flush() {
+            assert_eq!(s.payload, &REQUEST[..1]);
+            assert_eq!(s.tcp.seq_number, h.server.client_seq(0));
+            probes.push(s);
+        }
+    }
+    assert_eq!(probes.len(), 2);
+    // The window opens: 1, scaled by the peer's 7, is 128 bytes, enough for the request.
+    h.server.window = 1;
+    h.input(&h.server.segment(ACK, 0, 0, b""));
+    let sent = h.flush();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].payload, REQUEST);
+    assert_eq!(sent[0].flags(), ACK | TcpFlags::PSH);
+}
+
+#[test]
+fn small_window_sends_what_fits_then_the_rest() {
+    let mut server = Server::new("198.18.0.7", 80);
+    server.ws = None;
+    server.window = 10;
+    let mut h = Harness::new(config(), TestApp::http(), server);
+    let sent = h.established();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[1].payload, &REQUEST[..10]);
+    assert_eq!(sent[1].flags(), ACK);
+    // The peer ACKs 10 bytes and opens its window.
+    h.server.window = 1000;
+    h.input(&h.server.segment(ACK, 0, 10, b""));
+    let sent = h.flush();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].payload, &REQUEST[10..]);
+    assert_eq!(sent[0].tcp.seq_number, h.server.client_seq(10));
+}
+
+#[test]
+fn an_ack_of_unsent_data_is_answered_and_ignored() {
+    let mut h = Harness::v4();
+    h.established();
+    h.input(&h.server.segment(ACK, 0, REQ + 5, b"x"));
+    let sent = h.flush();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0].tcp.ack_number,
+        Some(h.server.seq(0)),
+        "the data was dropped"
+    );
+    assert_eq!(h.engine.buffers_in_use(), 0);
+}
