@@ -230,14 +230,18 @@ fn select(app: &AnyApp, spec: Option<&str>) -> anyhow::Result<Vec<&'static Field
     list.split(',')
         .map(str::trim)
         .map(|name| {
-            known.iter().copied().find(|f| f.name == name).ok_or_else(|| {
-                let names: Vec<&str> = known.iter().map(|f| f.name).collect();
-                anyhow::anyhow!(
-                    "unknown field \"{name}\" for grab -M {}: known fields are {}",
-                    app.kind().name(),
-                    names.join(", ")
-                )
-            })
+            known
+                .iter()
+                .copied()
+                .find(|f| f.name == name)
+                .ok_or_else(|| {
+                    let names: Vec<&str> = known.iter().map(|f| f.name).collect();
+                    anyhow::anyhow!(
+                        "unknown field \"{name}\" for grab -M {}: known fields are {}",
+                        app.kind().name(),
+                        names.join(", ")
+                    )
+                })
         })
         .collect()
 }

@@ -478,5 +478,8 @@ fn dryrun_prints_every_frame_and_sends_nothing() {
             .collect()
     };
     assert_eq!(order(&again), order(&out), "same seed, same order");
-    assert_ne!(again.stdout, out.stdout, "a new validation key for every run");
+    assert_ne!(
+        again.stdout, out.stdout,
+        "a new validation key for every run"
+    );
 }

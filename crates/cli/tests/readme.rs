@@ -35,12 +35,20 @@ fn usage_examples(readme: &str) -> Vec<String> {
 
 #[test]
 fn the_usage_section_has_runnable_examples() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
-        .unwrap();
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
     let lines = usage_examples(&readme);
     assert!(lines.len() >= 10, "{lines:?}");
-    assert!(lines[0].starts_with("sonde lab up --name demo"), "{}", lines[0]);
-    assert!(lines.last().unwrap().starts_with("sonde lab down --name demo"));
+    assert!(
+        lines[0].starts_with("sonde lab up --name demo"),
+        "{}",
+        lines[0]
+    );
+    assert!(lines
+        .last()
+        .unwrap()
+        .starts_with("sonde lab down --name demo"));
 }
 
 #[test]
@@ -48,17 +56,23 @@ fn every_readme_example_runs_as_pasted() {
     if !can_run_labs() {
         return;
     }
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
-        .unwrap();
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
     let lines = usage_examples(&readme);
     // The guard's lab is brought up by the README's own first line, under the guard's name.
     let lab = Lab::named();
     let bin = lab.dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     std::os::unix::fs::symlink(SONDE, bin.join("sonde")).unwrap();
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     for line in &lines {
-        let command = line.replace("--name demo", &format!("--name {}", lab.name))
+        let command = line
+            .replace("--name demo", &format!("--name {}", lab.name))
             .replace("--lab demo", &format!("--lab {}", lab.name));
         let out = Command::new("sh")
             .args(["-c", &command])

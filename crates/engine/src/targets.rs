@@ -321,7 +321,10 @@ mod tests {
     #[test]
     fn more_than_a_slash_8_needs_confirmation() {
         let tokens = vec!["0.0.0.0/7".to_string()];
-        let err = read_targets(&tokens, None, false).err().unwrap().to_string();
+        let err = read_targets(&tokens, None, false)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("--confirm-large-scan"), "{err}");
         assert!(read_targets(&tokens, None, true).is_ok());
         assert!(read_targets(&["10.0.0.0/8".to_string()], None, false).is_ok());

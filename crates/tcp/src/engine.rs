@@ -404,11 +404,14 @@ impl<A: App> Engine<A> {
             };
             return self.open(ck, seg, vacancy, now_us);
         }
-        // A late segment of a connection that has ended: reset it, as a closed port would.
+        // A late segment of a connection that has ended (the server's FIN after our RST, a
+        // retransmission): reset it, as a closed port would.
         let max_ack = self.app.max_request_len() as u32 + 1;
         if let Some(ack) = seg.tcp.ack_number {
             if ack.wrapping_sub(iss.wrapping_add(1)) <= max_ack {
                 self.queue_rst(seg, ack, None);
+                self.stats.late += 1;
+                return Rx::Late;
             }
         }
         self.invalid()

@@ -234,11 +234,16 @@ pub enum Rx {
     Answered { addr: IpAddr, port: u16 },
     /// A segment of a connection, handled.
     Segment,
+    /// A segment of a connection that has ended (the server's FIN after our RST close, a
+    /// retransmission): answered with an RST, as a closed port would.
+    Late,
 }
 
 /// Counters over the engine's life, for the status line and the summary.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
+    /// Segments of connections that had already ended (see [`Rx::Late`]).
+    pub late: u64,
     /// First SYNs written by [`Engine::write_syn`] (retries included: the run loop writes
     /// those with it too).
     pub syn_sent: u64,

@@ -19,6 +19,11 @@ use response::{final_head, parser_config, Framing, HeadParse};
 /// Fields of the `http` app.
 pub static HTTP_FIELDS: &[Field] = &[
     Field {
+        name: "http_path",
+        kind: FieldType::Str,
+        help: "the path requested",
+    },
+    Field {
         name: "http_status",
         kind: FieldType::Int,
         help: "status code of the final response (after any 1xx)",
@@ -67,6 +72,8 @@ pub struct HttpApp {
     after_host: Vec<u8>,
     /// The request is HEAD: the response has no body.
     head_request: bool,
+    /// The path requested, for the rows.
+    path: String,
 }
 
 impl HttpApp {
@@ -113,11 +120,13 @@ impl HttpApp {
             host: options.http_host.clone(),
             after_host,
             head_request: method == "HEAD",
+            path: path.clone(),
         })
     }
 
     /// Values of [`HTTP_FIELDS`] for the reply `received`.
     pub fn describe_into(&self, received: &[u8], values: &mut Vec<Value>) {
+        values.push(Value::Str(self.path.clone()));
         let (offset, head) = final_head(received, self.head_request);
         let reply = &received[offset..];
         match head {

@@ -7,8 +7,8 @@
 //! The kernel does the TCP: its own SYN retries (bounded here by the same total connect time
 //! as the user-space path's retries), retransmissions, window and reassembly.
 
-use std::collections::BinaryHeap;
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::AsFd;
@@ -151,7 +151,9 @@ struct Pool<'p, A: GrabApp> {
 impl<'p, A: GrabApp> Pool<'p, A> {
     fn new(plan: &'p GrabPlan<A>, epoll: &'p Epoll) -> Self {
         // The user-space path's whole SYN schedule: the first SYN and every retry's wait.
-        let waits = (0..=plan.syn_retries).map(|k| plan.syn_timeout_us << k).sum();
+        let waits = (0..=plan.syn_retries)
+            .map(|k| plan.syn_timeout_us << k)
+            .sum();
         Pool {
             plan,
             epoll,
@@ -225,8 +227,11 @@ impl<'p, A: GrabApp> Pool<'p, A> {
         self.epoll
             .add(conn.stream.as_fd(), EpollEvent::new(interest, slot as u64))
             .context("adding a socket to epoll")?;
-        self.deadlines
-            .push(Reverse((started + self.connect_timeout, slot, self.generation)));
+        self.deadlines.push(Reverse((
+            started + self.connect_timeout,
+            slot,
+            self.generation,
+        )));
         self.slots[slot] = Some(Conn {
             generation: self.generation,
             ..conn
@@ -265,8 +270,11 @@ impl<'p, A: GrabApp> Pool<'p, A> {
             self.established += 1;
             let timeout = self.plan.tcp.first_byte_timeout_us;
             let generation = conn.generation;
-            self.deadlines
-                .push(Reverse((now + Duration::from_micros(timeout), slot, generation)));
+            self.deadlines.push(Reverse((
+                now + Duration::from_micros(timeout),
+                slot,
+                generation,
+            )));
         }
         let conn = self.slots[slot].as_mut().expect("the slot is open");
         if !conn.request.is_empty() {
@@ -333,7 +341,9 @@ impl<'p, A: GrabApp> Pool<'p, A> {
                 break;
             }
             self.deadlines.pop();
-            let Some(conn) = self.slots[slot].as_ref().filter(|c| c.generation == generation)
+            let Some(conn) = self.slots[slot]
+                .as_ref()
+                .filter(|c| c.generation == generation)
             else {
                 continue;
             };
@@ -347,7 +357,9 @@ impl<'p, A: GrabApp> Pool<'p, A> {
                 ),
             };
             match next {
-                Some(later) if later > now => self.deadlines.push(Reverse((later, slot, generation))),
+                Some(later) if later > now => {
+                    self.deadlines.push(Reverse((later, slot, generation)))
+                }
                 Some(_) => self.close(slot, Status::DataTimeout, writer, counts)?,
                 None => self.close(slot, Status::SynTimeout, writer, counts)?,
             }

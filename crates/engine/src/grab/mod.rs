@@ -135,6 +135,8 @@ pub struct GrabSummary {
     pub ooo_segments: u64,
     pub table_full: u64,
     pub invalid: u64,
+    /// Segments of connections that had already ended (answered with an RST).
+    pub late_segments: u64,
     pub drops: u64,
     pub conn_per_s: f64,
     pub wall_s: f64,

@@ -7,6 +7,7 @@
 //! kernel sees it, so this works on the host's own address; with a packet ring (`ring`), the
 //! source must be an address the kernel does not own, and sonde answers ARP for it.
 
+use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -20,10 +21,10 @@ use sonde_scan::reply::Value;
 use sonde_tcp::{App, Engine, Outcome, Rx, Status, SynRetries};
 use sonde_wire::{arp, ethernet, EtherType, MacAddr};
 
+use super::{GrabApp, GrabCounts, GrabPlan, GrabRow, GrabStatus, GrabSummary};
 use crate::checkpoint::Checkpoint;
 use crate::feed::Feed;
 use crate::pace::Pacer;
-use super::{GrabApp, GrabCounts, GrabPlan, GrabRow, GrabStatus, GrabSummary};
 use crate::plan::pin_to_cpu;
 use crate::queues::{open_queues, ReplyFilter};
 use crate::status::{Phase, StatusLine};
@@ -75,6 +76,7 @@ pub fn run<A: GrabApp>(
         status,
         arps: Vec::new(),
         resend: Vec::new(),
+        fresh: VecDeque::new(),
         timed_out: Vec::new(),
         app_values: Vec::new(),
         drops_read: Instant::now(),
@@ -86,6 +88,7 @@ pub fn run<A: GrabApp>(
     pin_to_cpu(0);
     Pacer::tighten_timers();
     let outcome = looper.run(stop);
+    looper.tick_status_figures();
     let interrupted = stop.reason() != StopReason::None;
     let checkpoint = if interrupted {
         looper.save_checkpoint(true)?;
@@ -124,6 +127,7 @@ pub fn run<A: GrabApp>(
         ooo_segments: stats.ooo_segments,
         table_full: stats.table_full,
         invalid: stats.invalid + status.source().invalid,
+        late_segments: stats.late,
         drops: status.source().counts.drops.get(),
         conn_per_s: stats.success as f64 / wall.max(1e-9),
         wall_s: wall,
@@ -174,6 +178,8 @@ struct Looper<'p, A: GrabApp> {
     arps: Vec<arp::Repr>,
     /// Targets whose SYN is due again this pass.
     resend: Vec<u64>,
+    /// Targets whose first SYN leaves this pass (or the next, when the ring was full).
+    fresh: VecDeque<u64>,
     /// Targets whose last SYN went unanswered.
     timed_out: Vec<u64>,
     app_values: Vec<Value>,
@@ -197,6 +203,8 @@ impl<A: GrabApp> Looper<'_, A> {
         loop {
             if stop.is_set() && !draining {
                 draining = true;
+                let fresh: Vec<u64> = self.fresh.drain(..).collect();
+                self.feed.put_back(fresh);
                 self.save_checkpoint(false)?;
                 stop.rearm();
                 if !self.plan.run.quiet {
@@ -208,6 +216,8 @@ impl<A: GrabApp> Looper<'_, A> {
             }
             let busy = self.pass(!draining)?;
             let idle = self.feed_exhausted(draining)
+                && self.fresh.is_empty()
+                && self.resend.is_empty()
                 && self.retries.in_flight() == 0
                 && self.engine.outstanding() == 0
                 && self.engine.tx_pending() == 0;
@@ -275,7 +285,14 @@ impl<A: GrabApp> Looper<'_, A> {
                     return;
                 }
             }
-            match engine.on_frame(frame, now) {
+            // A late duplicate SYN-ACK of a target that already answered gets an RST, not a
+            // second connection.
+            let seen = |addr, port| {
+                space
+                    .index_of(addr, port)
+                    .is_some_and(|i| answered.contains(i))
+            };
+            match engine.on_frame_with(frame, now, seen) {
                 Rx::Answered { addr, port } => match space.index_of(addr, port) {
                     Some(index) => {
                         answered.check_and_insert(index);
@@ -283,7 +300,7 @@ impl<A: GrabApp> Looper<'_, A> {
                     None => *invalid += 1,
                 },
                 Rx::Invalid => *invalid += 1,
-                Rx::NotOurs | Rx::Segment => {}
+                Rx::NotOurs | Rx::Segment | Rx::Late => {}
             }
         })?;
         if self.drops_read.elapsed() >= DROPS_EVERY {
@@ -315,9 +332,17 @@ impl<A: GrabApp> Looper<'_, A> {
     }
 
     /// Everything of this pass in one batch: ARP replies, the engine's segments, SYNs due
-    /// again, then `new` first SYNs.
+    /// again, then up to `new` first SYNs.
     fn transmit(&mut self, new: usize, now: u64) -> anyhow::Result<usize> {
-        let queued = self.arps.len() + self.engine.tx_pending() + self.resend.len() + new;
+        // Targets a full ring left over from the last pass go first.
+        while self.fresh.len() < new {
+            match self.feed.next_target() {
+                Some(index) => self.fresh.push_back(index),
+                None => break,
+            }
+        }
+        let queued =
+            self.arps.len() + self.engine.tx_pending() + self.resend.len() + self.fresh.len();
         if queued == 0 {
             return Ok(0);
         }
@@ -326,7 +351,7 @@ impl<A: GrabApp> Looper<'_, A> {
             engine,
             arps,
             resend,
-            feed,
+            fresh,
             retries,
             plan,
             ..
@@ -348,14 +373,12 @@ impl<A: GrabApp> Looper<'_, A> {
                         resent += 1;
                         index
                     }
-                    None => match feed.next_target() {
-                        Some(index) => {
-                            retries.sent(index, now);
-                            opened += 1;
-                            index
-                        }
-                        None => return 0,
-                    },
+                    None => {
+                        let index = fresh.pop_front().expect("counted in queued");
+                        retries.sent(index, now);
+                        opened += 1;
+                        index
+                    }
                 };
                 let (addr, port) = space.target_at(index);
                 engine.write_syn(buf, addr, port, now)
@@ -441,6 +464,13 @@ impl<A: GrabApp> Looper<'_, A> {
     }
 
     fn tick_status(&mut self) -> anyhow::Result<()> {
+        self.tick_status_figures();
+        let done = self.status.source().done_fraction();
+        self.status.tick(Phase::Sending { done }, false)
+    }
+
+    /// Hands the loop's own figures to the status line (and so to the summary).
+    fn tick_status_figures(&mut self) {
         self.counts
             .outstanding
             .set(self.engine.outstanding() as u64);
@@ -450,8 +480,6 @@ impl<A: GrabApp> Looper<'_, A> {
         s.syn_retransmitted = self.syn_retransmitted;
         s.syn_timeouts = self.syn_timeouts;
         s.invalid = self.invalid;
-        let done = s.done_fraction();
-        self.status.tick(Phase::Sending { done }, false)
     }
 
     /// Ends every connection now, putting unanswered targets back for a resume.
@@ -469,7 +497,8 @@ impl<A: GrabApp> Looper<'_, A> {
             },
             |index| last.push(index),
         );
-        self.feed.put_back(due.into_iter().chain(last));
+        let fresh: Vec<u64> = self.fresh.drain(..).collect();
+        self.feed.put_back(due.into_iter().chain(last).chain(fresh));
         let _ = self.write_rows();
     }
 
