@@ -48,9 +48,10 @@ fn close_parser() -> impl TypedValueParser<Value = CloseMode> {
 pub struct GrabArgs {
     #[command(flatten)]
     run: RunArgs,
-    /// Ports to connect to: lists and ranges, e.g. 80,443,8000-8100.
-    #[arg(short = 'p', long, default_value = "80")]
-    ports: String,
+    /// Ports to connect to: lists and ranges, e.g. 80,443,8000-8100. Default: the ports an -I
+    /// file names (addr:port lines, or `sonde scan` output), else 80.
+    #[arg(short = 'p', long)]
+    ports: Option<String>,
     /// Application: http (GET and the reply), banner (what the server says first), payload
     /// (send bytes, read the reply), tls (ClientHello; the ServerHello and certificates).
     #[arg(short = 'M', long = "app", default_value = "http")]
@@ -129,7 +130,8 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
     let fields = select(&app, args.fields.as_deref())?;
     runargs::check_input(&args.run, false)?;
     let place = Place::enter(&args.run)?;
-    let resolved = runargs::resolve(&args.run, &place, Some(&args.ports), false)?;
+    let ports = runargs::Ports::Given(args.ports.as_deref(), 80);
+    let resolved = runargs::resolve(&args.run, &place, ports, false)?;
     let notes = resolved.notes.clone();
     let v6 = resolved.space.ipv6_addresses() > 0;
     let arp_for = match args.backend {

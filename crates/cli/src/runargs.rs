@@ -179,24 +179,31 @@ pub struct Resolved {
     pub resume: Option<Checkpoint>,
 }
 
-/// Resolves targets, shard, seed, key and host. `ports` are the tool's ports (`None`: the
-/// module has none, e.g. ICMP: port 0). `dryrun` sends nothing, so it may skip the large-scan
-/// confirmation and ARP.
+/// The ports of a run: as given with -p, or those the input file names, or a default.
+pub enum Ports<'a> {
+    /// The tool probes no ports (ICMP): port 0.
+    None,
+    /// -p as given (`None`: not given), and the default.
+    Given(Option<&'a str>, u16),
+}
+
+/// Resolves targets, shard, seed, key and host. `dryrun` sends nothing, so it may skip ARP.
 pub fn resolve(
     args: &RunArgs,
     place: &Place,
-    ports: Option<&str>,
+    ports: Ports,
     dryrun: bool,
 ) -> anyhow::Result<Resolved> {
     let resume = args.resume.as_deref().map(Checkpoint::load).transpose()?;
-    let ports = match ports {
-        Some(text) => parse_ports(text)?,
-        None => vec![0],
+    let (ports, default_ports) = match ports {
+        Ports::None => (Some(vec![0]), vec![0]),
+        Ports::Given(text, default) => (text.map(parse_ports).transpose()?, vec![default]),
     };
     let request = TargetRequest {
         tokens: args.targets.clone(),
         input_file: args.input_file.clone(),
         ports,
+        default_ports,
         allowlist: args.allowlist.clone(),
         blocklists: args.blocklists.clone(),
         default_blocklist: !args.no_default_blocklist,

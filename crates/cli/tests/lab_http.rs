@@ -18,8 +18,10 @@ enum Seen {
     Nothing,
     /// The handshake completed, and then no byte and no close for SILENCE.
     Silent,
-    /// The server closed at once without sending anything (the small accept-and-close server).
+    /// The server closed at once without sending anything.
     Closed,
+    /// One line, then the close (the lab's small server).
+    Banner(Vec<u8>),
     /// An HTTP reply: status code and body.
     Http(u16, Vec<u8>),
 }
@@ -47,6 +49,7 @@ fn get(addr: IpAddr, port: u16, path: &str) -> Seen {
         Err(e) if e.kind() == ErrorKind::ConnectionReset && reply.is_empty() => Seen::Closed,
         Err(e) => panic!("{addr}:{port}: {e}"),
         Ok(0) => Seen::Closed,
+        Ok(_) if reply.starts_with(b"SONDE-LAB ") => Seen::Banner(reply),
         Ok(_) => parse_http(&reply),
     }
 }
@@ -108,6 +111,7 @@ fn expected(rows: &[(IpAddr, u16, String, String)], addr: IpAddr, port: u16) -> 
         ("none", _) => Seen::Nothing,
         ("synack", "silent") => Seen::Silent,
         ("synack", "http") => Seen::Http(200, format!("sonde lab {addr}\n").into_bytes()),
+        ("synack", "banner") => Seen::Banner(format!("SONDE-LAB {addr} {port}\r\n").into_bytes()),
         ("synack", "") => Seen::Closed,
         other => panic!("unexpected truth {other:?} for {addr}:{port}"),
     }

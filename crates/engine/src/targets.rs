@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use ipnet::{Ipv4Net, Ipv6Net};
 use sonde_scan::targets::{
-    default_blocklist, parse_targets, read_target_file, PrefixSet, TargetSpace, TargetSpec,
+    default_blocklist, parse_targets, read_target_list, PrefixSet, TargetSpace, TargetSpec,
     DEFAULT_BLOCKLIST,
 };
 
@@ -36,9 +36,11 @@ pub struct LabScope {
 pub struct TargetRequest {
     /// Prefixes, ranges and addresses from the command line.
     pub tokens: Vec<String>,
-    /// `-I FILE`: more of them, one per line.
+    /// `-I FILE`: more of them, one per line (`addr:port` lines and sonde's csv output too).
     pub input_file: Option<PathBuf>,
-    pub ports: Vec<u16>,
+    /// The ports given (`-p`); `None`: the ports the input file names, else `default_ports`.
+    pub ports: Option<Vec<u16>>,
+    pub default_ports: Vec<u16>,
     pub allowlist: Option<PathBuf>,
     /// `-b FILE`, each added to the blocklist.
     pub blocklists: Vec<PathBuf>,
@@ -63,10 +65,13 @@ pub fn read_targets(
     tokens: &[String],
     input_file: Option<&Path>,
     large_scan_ok: bool,
-) -> anyhow::Result<(Vec<String>, TargetSpec)> {
+) -> anyhow::Result<(Vec<String>, TargetSpec, Vec<u16>)> {
     let mut tokens = tokens.to_vec();
+    let mut file_ports = Vec::new();
     if let Some(path) = input_file {
-        tokens.extend(read_target_file(path)?);
+        let list = read_target_list(path)?;
+        tokens.extend(list.tokens);
+        file_ports = list.ports;
     }
     if tokens.is_empty() {
         bail!("no targets: give prefixes, ranges or addresses, or -I FILE");
@@ -78,13 +83,18 @@ pub fn read_targets(
             spec.address_count()
         );
     }
-    Ok((tokens, spec))
+    Ok((tokens, spec, file_ports))
 }
 
 /// Builds the target space from checked targets (see [`read_targets`]), enforcing the lab's
 /// scope.
 pub fn plan_targets(req: &TargetRequest) -> anyhow::Result<TargetPlan> {
-    let (tokens, spec) = read_targets(&req.tokens, req.input_file.as_deref(), true)?;
+    let (tokens, spec, file_ports) = read_targets(&req.tokens, req.input_file.as_deref(), true)?;
+    let ports = match (&req.ports, file_ports.is_empty()) {
+        (Some(given), _) => given.clone(),
+        (None, false) => file_ports,
+        (None, true) => req.default_ports.clone(),
+    };
     if let Some(lab) = &req.lab {
         check_inside_lab(&spec, lab)?;
     }
@@ -94,7 +104,7 @@ pub fn plan_targets(req: &TargetRequest) -> anyhow::Result<TargetPlan> {
         .map(PrefixSet::from_file)
         .transpose()?;
     let (block, notes) = blocklist(req)?;
-    let space = match TargetSpace::new(&spec, allow.as_ref(), &block, &req.ports) {
+    let space = match TargetSpace::new(&spec, allow.as_ref(), &block, &ports) {
         Ok(space) => space,
         Err(e) if e.to_string().contains("no targets left") => {
             bail!("{}", explain_empty(&tokens, req, allow.as_ref()))
@@ -236,7 +246,7 @@ mod tests {
     fn request(tokens: &[&str]) -> TargetRequest {
         TargetRequest {
             tokens: tokens.iter().map(|s| s.to_string()).collect(),
-            ports: vec![80],
+            ports: Some(vec![80]),
             default_blocklist: true,
             ..TargetRequest::default()
         }

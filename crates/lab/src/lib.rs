@@ -31,6 +31,6 @@ pub use netns::{current_lab, enter_scan_ns, exec, list};
 pub use server::{serve, serve_silent};
 pub use setup::{down, status, up};
 pub use truth::{
-    http_body, is_responsive, is_responsive6, is_silent, truth, truth_csv, Answer, Expect, Service,
-    Truth,
+    banner_line, http_body, is_responsive, is_responsive6, is_silent, truth, truth_csv, Answer,
+    Expect, Service, Truth,
 };

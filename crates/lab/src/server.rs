@@ -1,4 +1,4 @@
-//! The lab's TCP servers (`serve`: accept and close; `serve_silent`: accept and hold), and
+//! The lab's TCP servers (`serve`: accept, one line, close; `serve_silent`: accept and hold), and
 //! starting and stopping them (and the other servers a lab runs) from `up` and `down`.
 
 use std::collections::VecDeque;
@@ -34,8 +34,8 @@ const SPARE_FILES: usize = 1024;
 /// How often an idle silent server looks for connections to let go.
 const EXPIRE_EVERY: Duration = Duration::from_secs(1);
 
-/// Listens on 0.0.0.0:P and [::]:P (IPV6_V6ONLY) for each of `ports` and
-/// accepts and closes connections forever. The lab runs it inside its net
+/// Listens on 0.0.0.0:P and [::]:P (IPV6_V6ONLY) for each of `ports`, and
+/// forever accepts, says one line (`banner_line`) and closes. The lab runs it inside its net
 /// namespace, where the kernel owns every population address, so one listener
 /// per port and family serves them all. A kernel without IPv6
 /// (EAFNOSUPPORT) gets the IPv4 listeners only.
@@ -196,12 +196,20 @@ fn listener(port: u16, v6: bool, bind_to: Bind) -> Result<Option<TcpListener>> {
     Ok(Some(TcpListener::from(fd)))
 }
 
-/// Accepts and closes (dropping the stream sends FIN). Errors such as
-/// ECONNABORTED or EMFILE are transient for a server that holds nothing.
+/// Accepts, says one line naming the address and port (`banner_line`), and
+/// closes (dropping the stream sends FIN). A fresh socket's send buffer is
+/// empty, so the write does not block. Errors such as ECONNABORTED or EMFILE
+/// are transient for a server that holds nothing.
 fn accept_forever(l: &TcpListener) {
     loop {
-        if l.accept().is_err() {
-            thread::sleep(Duration::from_millis(1));
+        match l.accept() {
+            Ok((mut stream, _)) => {
+                if let Ok(local) = stream.local_addr() {
+                    let line = crate::truth::banner_line(local.ip(), local.port());
+                    let _ = std::io::Write::write_all(&mut stream, line.as_bytes());
+                }
+            }
+            Err(_) => thread::sleep(Duration::from_millis(1)),
         }
     }
 }

@@ -172,18 +172,21 @@ pub enum Service {
     Silent,
     /// unbound (port 53 with `dns`, UDP and TCP).
     Dns,
-    /// No service: the small server's accept-and-close, closed ports, ICMP, silence.
+    /// The small server on the other open ports: one line ([`banner_line`]), then close.
+    Banner,
+    /// No service: closed ports, ICMP, silence.
     None,
 }
 
 impl Service {
-    /// The `service` column: `http`, `https`, `silent`, `dns`, or empty.
+    /// The `service` column: `http`, `https`, `silent`, `dns`, `banner`, or empty.
     pub fn as_str(self) -> &'static str {
         match self {
             Service::Http => "http",
             Service::Https => "https",
             Service::Silent => "silent",
             Service::Dns => "dns",
+            Service::Banner => "banner",
             Service::None => "",
         }
     }
@@ -213,6 +216,12 @@ impl Expect {
 /// The body nginx sends for `GET /` on `addr`: `sonde lab <addr>\n`.
 pub fn http_body(addr: IpAddr) -> String {
     format!("sonde lab {addr}\n")
+}
+
+/// What the lab's small server says on accepting a connection to (`addr`, `port`), before it
+/// closes: one line, so banner grabs can be checked byte for byte.
+pub fn banner_line(addr: IpAddr, port: u16) -> String {
+    format!("SONDE-LAB {addr} {port}\r\n")
 }
 
 /// The exact behaviour of a lab (loss aside), address by address: what `lab truth` prints and
@@ -336,7 +345,7 @@ impl Truth {
         } else if self.http && port == HTTPS_PORT {
             Service::Https
         } else {
-            Service::None
+            Service::Banner
         };
         Expect {
             answer: Answer::Synack,

@@ -189,3 +189,31 @@ mod targets {
         assert_eq!(error(""), "no ports given");
     }
 }
+
+#[test]
+fn target_lists_carry_ports_from_addr_port_lines_and_scan_csv() {
+    use sonde_scan::targets::read_target_list;
+    let dir = std::env::temp_dir().join(format!("sonde-list-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plain = dir.join("pairs.txt");
+    std::fs::write(
+        &plain,
+        "# hits\n198.18.0.1:80\n[2001:2::1]:443\n198.18.1.0/30\n",
+    )
+    .unwrap();
+    let list = read_target_list(&plain).unwrap();
+    assert_eq!(list.tokens, ["198.18.0.1", "2001:2::1", "198.18.1.0/30"]);
+    assert_eq!(list.ports, [80, 443]);
+    let scan = dir.join("scan.csv");
+    std::fs::write(
+        &scan,
+        "saddr,sport,classification\n198.18.0.7,80,synack\n198.18.0.9,80,synack\n",
+    )
+    .unwrap();
+    let list = read_target_list(&scan).unwrap();
+    assert_eq!((list.tokens.len(), list.ports.as_slice()), (2, &[80][..]));
+    std::fs::write(&plain, "198.18.0.1:99999\n").unwrap();
+    let err = read_target_list(&plain).unwrap_err().to_string();
+    assert!(err.contains(":1:") && err.contains("99999"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -646,11 +646,17 @@ impl<A: App> Engine<A> {
             ack_now |= to < end || placed.duplicate || placed.out_of_order || placed.filled_hole;
         }
         let in_order = self.in_order(idx);
-        // The FIN counts only in order, after all of the segment's data.
-        if seg.has(TcpFlags::FIN) && to == end && end == i64::from(in_order) {
-            let conn = self.conn_mut(idx);
-            conn.rcv_nxt = conn.rcv_nxt.wrapping_add(1);
-            conn.bits.set(Bits::FIN_RCVD, true);
+        // The FIN counts only in order, after all of the segment's data. One ahead of a gap
+        // (the data before it was lost; a sender's tail-loss probe is often the FIN alone) is
+        // answered at once with a duplicate ACK, so the sender learns what is missing.
+        if seg.has(TcpFlags::FIN) {
+            if to == end && end == i64::from(in_order) {
+                let conn = self.conn_mut(idx);
+                conn.rcv_nxt = conn.rcv_nxt.wrapping_add(1);
+                conn.bits.set(Bits::FIN_RCVD, true);
+            } else {
+                ack_now = true;
+            }
         }
         if let Some(status) = self.completion(idx, placed.advanced) {
             self.finish(idx, ck, status, now_us);

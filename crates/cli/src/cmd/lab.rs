@@ -102,7 +102,8 @@ struct UpArgs {
     #[arg(long, default_value_t = 0.1)]
     responsive: f64,
     /// TCP ports with a listening server (SYN-ACK); other ports answer RST. A small server
-    /// accepts and closes on them (nginx serves 80 and 443 with --http).
+    /// says one line on them, "SONDE-LAB <address> <port>", and closes (nginx serves 80 and
+    /// 443 with --http).
     #[arg(long, value_delimiter = ',', default_value = "80,443")]
     tcp_open: Vec<u16>,
     /// Seed of the keyed hash that picks the responsive addresses.

@@ -21,9 +21,10 @@ use crate::runargs::{self, Place, RunArgs};
 pub struct ScanArgs {
     #[command(flatten)]
     run: RunArgs,
-    /// Ports: lists and ranges, e.g. 80,443,8000-8100 (ignored by icmp_echo).
-    #[arg(short = 'p', long, default_value = "80")]
-    ports: String,
+    /// Ports: lists and ranges, e.g. 80,443,8000-8100 (ignored by icmp_echo). Default: the
+    /// ports an -I file names (addr:port lines, sonde output), else 80.
+    #[arg(short = 'p', long)]
+    ports: Option<String>,
     /// Probe module: tcp_syn, icmp_echo, udp, dns.
     #[arg(short = 'M', long = "probe-module", default_value = "tcp_syn")]
     module: ModuleKind,
@@ -81,7 +82,10 @@ pub fn run(args: ScanArgs) -> anyhow::Result<()> {
     } else {
         Place::enter(&args.run)?
     };
-    let ports = args.module.uses_ports().then_some(args.ports.as_str());
+    let ports = match args.module.uses_ports() {
+        true => runargs::Ports::Given(args.ports.as_deref(), 80),
+        false => runargs::Ports::None,
+    };
     let resolved = runargs::resolve(&args.run, &place, ports, args.dryrun)?;
     let notes = resolved.notes.clone();
     let setup = ProbeSetup {

@@ -152,6 +152,91 @@ pub fn read_target_file(path: impl AsRef<Path>) -> Result<Vec<String>> {
     Ok(tokens)
 }
 
+/// A target list as read from a file that may carry ports: the address tokens and every port
+/// the lines named.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TargetList {
+    pub tokens: Vec<String>,
+    /// Sorted, distinct; empty when no line named a port.
+    pub ports: Vec<u16>,
+}
+
+/// Reads targets that may come with ports: what [`read_target_file`] reads, plus `addr:port`
+/// and `[v6addr]:port` lines, plus csv output of `sonde scan` or `sonde grab` (a header naming
+/// `saddr`, and `sport` or `dport` for the port), so a scan's hits can be grabbed directly.
+pub fn read_target_list(path: impl AsRef<Path>) -> Result<TargetList> {
+    let path = path.as_ref();
+    if let Some(list) = read_csv_targets(path)? {
+        return Ok(list);
+    }
+    let mut list = TargetList::default();
+    for_each_list_token(path, |line, token| {
+        let (addr, port) = split_port(token)
+            .map_err(|why| anyhow!("{}:{line}: invalid target {token:?}: {why}", path.display()))?;
+        parse_target_block(addr)
+            .map_err(|why| anyhow!("{}:{line}: invalid target {token:?}: {why}", path.display()))?;
+        list.tokens.push(addr.to_string());
+        list.ports.extend(port);
+        Ok(())
+    })?;
+    list.ports.sort_unstable();
+    list.ports.dedup();
+    Ok(list)
+}
+
+/// `198.18.0.1:80` → (`198.18.0.1`, 80), `[2001:2::1]:443` → (`2001:2::1`, 443); anything
+/// else is returned whole, with no port.
+fn split_port(token: &str) -> Result<(&str, Option<u16>), String> {
+    let port = |text: &str| parse_port(text).ok_or_else(|| format!("{text:?} is not a port"));
+    if let Some(rest) = token.strip_prefix('[') {
+        let (addr, after) = rest.split_once(']').ok_or("a '[' without its ']'")?;
+        let p = after.strip_prefix(':').ok_or("expected :PORT after ]")?;
+        return Ok((addr, Some(port(p)?)));
+    }
+    match token.rsplit_once(':') {
+        Some((addr, p)) if addr.parse::<Ipv4Addr>().is_ok() => Ok((addr, Some(port(p)?))),
+        _ => Ok((token, None)),
+    }
+}
+
+/// A csv file whose header names `saddr` (sonde's scan and grab output); `None` for any other
+/// file.
+fn read_csv_targets(path: &Path) -> Result<Option<TargetList>> {
+    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut first = String::new();
+    BufReader::new(file)
+        .read_line(&mut first)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
+    let header: Vec<&str> = first.trim_end().split(',').collect();
+    let Some(saddr) = header.iter().position(|h| *h == "saddr") else {
+        return Ok(None);
+    };
+    let port_column = header.iter().position(|h| *h == "sport" || *h == "dport");
+    let mut reader =
+        csv::Reader::from_path(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut list = TargetList::default();
+    for (i, record) in reader.records().enumerate() {
+        let line = i + 2;
+        let record = record.with_context(|| format!("{}:{line}: not csv", path.display()))?;
+        let addr = record.get(saddr).unwrap_or_default();
+        parse_target_block(addr)
+            .map_err(|why| anyhow!("{}:{line}: invalid saddr {addr:?}: {why}", path.display()))?;
+        list.tokens.push(addr.to_string());
+        if let Some(p) = port_column
+            .and_then(|c| record.get(c))
+            .filter(|p| !p.is_empty())
+        {
+            list.ports.push(
+                parse_port(p)
+                    .ok_or_else(|| anyhow!("{}:{line}: invalid port {p:?}", path.display()))?,
+            );
+        }
+    }
+    list.ports.sort_unstable();
+    list.ports.dedup();
+    Ok(Some(list))
+}
+
 /// Calls `each(line_number, token)` for every token of a list file: one token per line, `#`
 /// starts a comment, blank lines are skipped. Streams, so hit lists of any size fit.
 pub(crate) fn for_each_list_token(

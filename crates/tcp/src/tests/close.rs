@@ -31,6 +31,24 @@ fn fin_without_data_is_closed() {
 }
 
 #[test]
+fn a_fin_ahead_of_lost_data_is_answered_at_once() {
+    let mut h = Harness::v4();
+    h.established();
+    h.flush();
+    // "hello" was lost; the server's FIN (a tail-loss probe) arrives alone, ahead of the gap.
+    h.input(&h.server.segment(ACK | FIN, 5, REQ, b""));
+    let sent = h.flush();
+    assert_eq!(sent.len(), 1, "one duplicate ACK, at once");
+    assert_eq!(sent[0].flags(), ACK);
+    assert_eq!(sent[0].tcp.ack_number, Some(h.server.seq(0)), "we still need byte 0");
+    assert!(h.engine.outstanding() == 1, "the connection goes on");
+    // The server sends the data again, with its FIN: the reply is whole.
+    h.input(&h.server.segment(ACK | FIN, 0, REQ, b"hello"));
+    let (outcome, bytes) = h.outcome();
+    assert_eq!((outcome.status, bytes.as_slice()), (Status::Success, &b"hello"[..]));
+}
+
+#[test]
 fn fin_before_the_request_is_acked() {
     let mut h = Harness::v4();
     h.established();
