@@ -554,6 +554,17 @@ impl<A: App> Engine<A> {
             && seg.tcp.seq_number == irs
             && seg.tcp.ack_number == Some(ck.iss.wrapping_add(1));
         let (acked, limit) = (conn.acked(), conn.send_limit());
+        if same {
+            // Echo this SYN-ACK's timestamp, not the first one's: the server measures its RTT
+            // from our echo, and a 1 s-old echo would stretch its retransmission timer past our
+            // timeouts (found under loss: the banner lost after the handshake ACK was lost
+            // came back too late).
+            if let Some((tsval, _)) = seg.tcp.timestamp {
+                if self.conn(idx).has(Bits::TS_OK) {
+                    self.conn_mut(idx).ts_recent = tsval;
+                }
+            }
+        }
         if same && acked < limit {
             self.queue_handshake_ack(idx, ck);
             let sent = self.queue_request(idx, ck, acked, limit);

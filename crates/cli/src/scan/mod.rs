@@ -77,11 +77,8 @@ pub fn run(args: ScanArgs) -> anyhow::Result<()> {
         return list_fields();
     }
     runargs::check_input(&args.run, args.dryrun)?;
-    let place = if args.dryrun && args.run.lab.is_none() {
-        Place { lab: None }
-    } else {
-        Place::enter(&args.run)?
-    };
+    // A dry run in a lab (--lab, or through `lab exec`) is held to the lab's population too.
+    let place = Place::enter(&args.run)?;
     let ports = match args.module.uses_ports() {
         true => runargs::Ports::Given(args.ports.as_deref(), 80),
         false => runargs::Ports::None,

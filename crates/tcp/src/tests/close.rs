@@ -40,12 +40,19 @@ fn a_fin_ahead_of_lost_data_is_answered_at_once() {
     let sent = h.flush();
     assert_eq!(sent.len(), 1, "one duplicate ACK, at once");
     assert_eq!(sent[0].flags(), ACK);
-    assert_eq!(sent[0].tcp.ack_number, Some(h.server.seq(0)), "we still need byte 0");
+    assert_eq!(
+        sent[0].tcp.ack_number,
+        Some(h.server.seq(0)),
+        "we still need byte 0"
+    );
     assert!(h.engine.outstanding() == 1, "the connection goes on");
     // The server sends the data again, with its FIN: the reply is whole.
     h.input(&h.server.segment(ACK | FIN, 0, REQ, b"hello"));
     let (outcome, bytes) = h.outcome();
-    assert_eq!((outcome.status, bytes.as_slice()), (Status::Success, &b"hello"[..]));
+    assert_eq!(
+        (outcome.status, bytes.as_slice()),
+        (Status::Success, &b"hello"[..])
+    );
 }
 
 #[test]

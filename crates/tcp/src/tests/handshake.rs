@@ -384,3 +384,28 @@ fn window_scale_without_timestamps() {
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].payload, &REQUEST[10..29]);
 }
+
+#[test]
+fn a_retransmitted_syn_ack_is_acked_with_its_own_timestamp() {
+    // Our handshake ACK was lost: the server sends its SYN-ACK again a second later. The ACK
+    // that answers it must echo the new TSval: the server takes its RTT from our echo, and an
+    // echo of the first SYN-ACK would make it think the path takes a second.
+    let mut cfg = config();
+    cfg.request_in_ack = false;
+    let banner = TestApp {
+        request: Vec::new(),
+        end: Some(b"\n"),
+    };
+    let mut h = Harness::new(cfg, banner, Server::new("198.18.0.7", 22));
+    let syn = h.syn();
+    h.server.read_syn(&syn);
+    h.input(&h.server.syn_ack());
+    h.flush();
+    h.tick(1_000_000);
+    h.server.tsval += 1_000;
+    h.input(&h.server.syn_ack());
+    let acks = h.flush();
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0].flags(), TcpFlags::ACK);
+    assert_eq!(acks[0].tcp.timestamp.map(|ts| ts.1), Some(h.server.tsval));
+}
