@@ -47,6 +47,11 @@ fn get(addr: IpAddr, port: u16, path: &str) -> Seen {
             Seen::Silent
         }
         Err(e) if e.kind() == ErrorKind::ConnectionReset && reply.is_empty() => Seen::Closed,
+        // The small server says its line and closes without reading our GET, so its kernel
+        // resets: what was read before the reset is the reply.
+        Err(e) if e.kind() == ErrorKind::ConnectionReset && reply.starts_with(b"SONDE-LAB ") => {
+            Seen::Banner(reply)
+        }
         Err(e) => panic!("{addr}:{port}: {e}"),
         Ok(0) => Seen::Closed,
         Ok(_) if reply.starts_with(b"SONDE-LAB ") => Seen::Banner(reply),

@@ -509,12 +509,12 @@ fn ordinary_connections_work(lab: &LabFacts, ephemeral: PortRange) {
             .unwrap_or_else(|e| panic!("connection {i} to {remote}: {e}"));
         let port = s.local_addr().unwrap().port();
         assert!(ephemeral.contains(port), "port {port} is not ephemeral");
-        // The lab server accepts and closes: its FIN must reach the kernel.
+        // The lab server says one line and closes: the line and its FIN must reach the kernel.
         s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-        let mut buf = [0u8; 16];
-        let n = std::io::Read::read(&mut s, &mut buf)
+        let mut line = Vec::new();
+        std::io::Read::read_to_end(&mut s, &mut line)
             .unwrap_or_else(|e| panic!("connection {i} from port {port}: {e}"));
-        assert_eq!(n, 0, "connection {i}: the server's FIN");
+        assert!(line.starts_with(b"SONDE-LAB "), "connection {i}: {line:?}");
         ports.push(port);
     }
     // The last ACK of each close must reach the kernel too: no socket stays half closed.

@@ -501,7 +501,7 @@ mod tests {
             let want: [String; 3] = if p.answers(addr) {
                 [
                     format!("{addr},0,echo,"),
-                    format!("{addr},80,synack,"),
+                    format!("{addr},80,synack,banner"),
                     format!("{addr},22,rst,"),
                 ]
             } else {
@@ -574,7 +574,7 @@ mod tests {
             let want: [String; 3] = if is_responsive6(5, addr, 0.5) {
                 [
                     format!("{addr},0,echo,"),
-                    format!("{addr},80,synack,"),
+                    format!("{addr},80,synack,banner"),
                     format!("{addr},22,rst,"),
                 ]
             } else {
@@ -662,7 +662,7 @@ mod tests {
             let open = if silent.contains(&addr) {
                 ["silent"; 3]
             } else {
-                ["http", "https", ""]
+                ["http", "https", "banner"]
             };
             let want = [
                 format!("{addr},0,echo,"),
