@@ -187,6 +187,29 @@ fn resume_after_an_interrupt_loses_and_repeats_nothing() {
     assert!(status.success(), "interrupted scan failed");
     assert!(Path::new(&checkpoint).exists(), "no checkpoint written");
 
+    // Resuming into the first output would overwrite its rows: refused, naming --append.
+    let mut into_first: Vec<&str> = vec![
+        "scan",
+        "--lab",
+        &lab.name,
+        "--no-default-blocklist",
+        "-q",
+        "-o",
+        &first,
+        "--resume",
+        &checkpoint,
+    ];
+    into_first.extend_from_slice(&common);
+    let refused = sonde(&into_first);
+    assert!(
+        !refused.status.success(),
+        "the first output was overwritten"
+    );
+    assert!(
+        stderr(&refused).contains("--append"),
+        "{}",
+        stderr(&refused)
+    );
     let mut args: Vec<&str> = vec![
         "scan",
         "--lab",
