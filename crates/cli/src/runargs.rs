@@ -137,6 +137,12 @@ pub fn check_input(args: &RunArgs, dryrun: bool) -> anyhow::Result<()> {
         .map(drop)
 }
 
+/// The CPUs a lab with `--target-cpus` leaves to its scanners; None for a lab without.
+pub fn lab_sender_cpus(lab: &LabStatus) -> Option<Vec<usize>> {
+    lab.target_cpus.as_ref()?;
+    Some(sonde_lab::sender_cpus(lab))
+}
+
 /// Where the run happens: a lab (and which), or the host's own network.
 pub struct Place {
     pub lab: Option<LabStatus>,
@@ -156,6 +162,12 @@ impl Place {
             (None, None) => None,
         };
         Ok(Place { lab })
+    }
+
+    /// The CPUs left for sonde's threads: those the lab's targets do not run on, when the lab
+    /// was brought up with `--target-cpus`; otherwise any.
+    pub fn sender_cpus(&self) -> Option<Vec<usize>> {
+        lab_sender_cpus(self.lab.as_ref()?)
     }
 
     pub fn scope(&self) -> Option<LabScope> {
@@ -239,9 +251,18 @@ pub fn resolve(
     if !dryrun {
         check_source_ports(args.source_ports)?;
     }
+    let mut notes = plan.notes;
+    if let (Some(lab), Some(cpus)) = (&place.lab, place.sender_cpus()) {
+        let targets = lab.target_cpus.as_deref().unwrap_or_default();
+        notes.push(format!(
+            "the lab's targets run on CPU {}, sonde on CPU {}",
+            sonde_lab::cpu_list(targets),
+            sonde_lab::cpu_list(&cpus)
+        ));
+    }
     Ok(Resolved {
         space: plan.space,
-        notes: plan.notes,
+        notes,
         host,
         seed,
         validator,
@@ -298,6 +319,7 @@ impl Resolved {
             source_is_local: self.host.source_is_local,
             iface: self.host.iface,
             queues,
+            cpus: place.sender_cpus(),
             backend,
             rx_backend,
             xdp_mode: args.xdp_mode,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use sonde_craft::{Targets, Template};
 use sonde_engine::pace::Pacer;
-use sonde_engine::plan::pin_to_cpu;
+use sonde_engine::plan::{pin_to_cpu, thread_cpu};
 use sonde_io::{AnyTx, BackendKind, FrameTx, IoConfig};
 use sonde_meter::{Counter, CpuTimes, Stopwatch};
 
@@ -31,6 +31,9 @@ pub struct TxPlan {
     pub rate: f64,
     pub template: Template,
     pub targets: Targets,
+    /// The CPUs the senders run on (thread `t` on `cpus[t % len]`); None: CPU `t % online`.
+    /// A lab with `--target-cpus` leaves the other CPUs to its scanners.
+    pub cpus: Option<Vec<usize>>,
 }
 
 /// What a run measured.
@@ -45,7 +48,6 @@ pub struct TxOutcome {
 pub fn run(plan: &TxPlan, stop: &AtomicBool, progress: &Counter) -> anyhow::Result<TxOutcome> {
     let queues = open_queues(plan)?;
     let how = queues[0].describe();
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let watch = Stopwatch::start();
     let deadline = match plan.limit {
         Limit::Duration(d) => Some(Instant::now() + d),
@@ -57,7 +59,9 @@ pub fn run(plan: &TxPlan, stop: &AtomicBool, progress: &Counter) -> anyhow::Resu
             .enumerate()
             .map(|(t, tx)| {
                 let worker = Worker::new(plan, t, deadline);
-                scope.spawn(move || worker.run(tx, t % cpus, stop, progress))
+                scope.spawn(move || {
+                    worker.run(tx, thread_cpu(plan.cpus.as_deref(), t), stop, progress)
+                })
             })
             .collect();
         workers

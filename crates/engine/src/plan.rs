@@ -38,6 +38,10 @@ pub struct RunPlan {
     pub source_is_local: bool,
     /// Queues of the interface.
     pub queues: u32,
+    /// The CPUs sonde's threads may use: `None`, any (senders spread over all CPUs, the
+    /// receiver where the scheduler puts it); `Some`, only these (a lab whose targets run on
+    /// the other CPUs says which are left for the scanner).
+    pub cpus: Option<Vec<usize>>,
     pub backend: BackendKind,
     pub rx_backend: BackendKind,
     pub xdp_mode: XdpMode,
@@ -89,7 +93,29 @@ pub fn pin_to_cpu(cpu: usize) {
     }
 }
 
-/// The CPU of sender thread `t`.
-pub fn sender_cpu(t: usize) -> usize {
-    t % std::thread::available_parallelism().map_or(1, |n| n.get())
+/// The CPU of sender thread `t`: the `t`-th of `cpus` (round robin), or CPU `t % online` with
+/// no set.
+pub fn thread_cpu(cpus: Option<&[usize]>, t: usize) -> usize {
+    match cpus {
+        Some(cpus) if !cpus.is_empty() => cpus[t % cpus.len()],
+        _ => t % std::thread::available_parallelism().map_or(1, |n| n.get()),
+    }
+}
+
+impl RunPlan {
+    /// The CPU of sender thread `t`.
+    pub fn sender_cpu(&self, t: usize) -> usize {
+        thread_cpu(self.cpus.as_deref(), t)
+    }
+
+    /// Confines the calling (receiving) thread to the run's CPUs, when the run has a set.
+    pub fn confine_receiver(&self) {
+        if let Some(cpus) = self.cpus.as_deref().filter(|c| !c.is_empty()) {
+            let mut set = nix::sched::CpuSet::new();
+            for &cpu in cpus {
+                let _ = set.set(cpu);
+            }
+            let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
+        }
+    }
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use serde::Serialize;
 use sonde_io::{AnyRx, AnyTx, BackendKind, FrameTx};
-use sonde_meter::{peak_rss_bytes, Counter, Stopwatch};
+use sonde_meter::{peak_rss_bytes, Counter, CpuTimes, Stopwatch};
 use sonde_scan::dedup::Dedup;
 use sonde_scan::output::{OutputFilter, RowWriter};
 use sonde_scan::probe::{tcp_ack_number, ModuleKind, Probe, ProbeSetup, RstTemplate, Verdict};
@@ -21,7 +21,7 @@ use sonde_scan::probe::{tcp_ack_number, ModuleKind, Probe, ProbeSetup, RstTempla
 use crate::checkpoint::{Checkpoint, ThreadCheckpoint};
 use crate::feed::Feed;
 use crate::pace::Pacer;
-use crate::plan::{pin_to_cpu, sender_cpu, RunPlan};
+use crate::plan::{pin_to_cpu, RunPlan};
 use crate::queues::{open_queues, ReplyFilter};
 use crate::status::{per_second, Phase, StatusLine, StatusSource, Tick};
 use crate::stop::{Stop, StopReason};
@@ -47,6 +47,20 @@ pub struct Counts {
     pub drops: Counter,
     /// Later IP fragments of replies (they carry no ports, so cannot be validated).
     pub fragments: Counter,
+    /// CPU time of the sender threads and of the receiver thread, user and system, in ns:
+    /// what each stage costs on its own.
+    pub sender_user_ns: Counter,
+    pub sender_sys_ns: Counter,
+    pub receiver_user_ns: Counter,
+    pub receiver_sys_ns: Counter,
+}
+
+impl Counts {
+    fn add_cpu(user: &Counter, sys: &Counter, start: CpuTimes) {
+        let spent = CpuTimes::thread_now().since(&start);
+        user.add(spent.user.as_nanos() as u64);
+        sys.add(spent.system.as_nanos() as u64);
+    }
 }
 
 /// What a scan reports at the end (`--summary-json`).
@@ -66,6 +80,12 @@ pub struct ScanSummary {
     pub fragments: u64,
     pub cpu_user_s: f64,
     pub cpu_sys_s: f64,
+    /// Per stage: the sender threads' CPU per probe sent, and the receiver thread's per reply
+    /// received (user and system, ns).
+    pub sender_user_ns_per_probe: f64,
+    pub sender_sys_ns_per_probe: f64,
+    pub receiver_user_ns_per_reply: f64,
+    pub receiver_sys_ns_per_reply: f64,
     pub peak_rss_bytes: u64,
     pub dedup_reserved_bytes: u64,
     pub interrupted: bool,
@@ -171,6 +191,10 @@ pub fn run(
         fragments: counts.fragments.get(),
         cpu_user_s: cpu.user.as_secs_f64(),
         cpu_sys_s: cpu.system.as_secs_f64(),
+        sender_user_ns_per_probe: per(counts.sender_user_ns.get(), counts.sent.get()),
+        sender_sys_ns_per_probe: per(counts.sender_sys_ns.get(), counts.sent.get()),
+        receiver_user_ns_per_reply: per(counts.receiver_user_ns.get(), counts.received.get()),
+        receiver_sys_ns_per_reply: per(counts.receiver_sys_ns.get(), counts.received.get()),
         peak_rss_bytes: peak_rss_bytes(),
         dedup_reserved_bytes: dedup.reserved_bytes(),
         interrupted,
@@ -180,6 +204,10 @@ pub fn run(
         rate_target_pps: plan.run.rate,
         checkpoint,
     })
+}
+
+fn per(ns: u64, n: u64) -> f64 {
+    ns as f64 / n.max(1) as f64
 }
 
 /// Runs the sender threads to the end (or the stop), ticking the status line meanwhile;
@@ -211,7 +239,9 @@ fn send(
                             plan.run.batch,
                         ),
                     };
+                    let start = CpuTimes::thread_now();
                     let result = sender.run(t, stop, &counts.sent);
+                    Counts::add_cpu(&counts.sender_user_ns, &counts.sender_sys_ns, start);
                     states.lock().expect("checkpoint lock")[t] = Some(sender.feed.checkpoint());
                     result.map(|()| Instant::now())
                 })
@@ -240,7 +270,7 @@ struct Sender<'a> {
 
 impl Sender<'_> {
     fn run(&mut self, thread: usize, stop: &Stop, sent: &Counter) -> anyhow::Result<()> {
-        pin_to_cpu(sender_cpu(thread));
+        pin_to_cpu(self.plan.run.sender_cpu(thread));
         Pacer::tighten_timers();
         loop {
             if !self.pacer.wait(stop.flag()) {
@@ -367,12 +397,16 @@ impl Receiver {
         receiving: &Stop,
         stop: &Stop,
     ) -> anyhow::Result<(Box<dyn RowWriter + Send>, Dedup)> {
+        self.plan.run.confine_receiver();
+        let start = CpuTimes::thread_now();
         while !receiving.is_set() {
             if let Err(e) = self.pass() {
                 stop.set(StopReason::ReceiverFailed);
                 return Err(e);
             }
         }
+        let counts = &self.counts;
+        Counts::add_cpu(&counts.receiver_user_ns, &counts.receiver_sys_ns, start);
         let drops: u64 = self.rxs.iter_mut().map(AnyRx::take_drops).sum();
         self.counts.drops.add(drops);
         self.writer.flush_rows()?;

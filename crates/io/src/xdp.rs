@@ -647,7 +647,9 @@ impl FrameRx for XdpRx {
         while back < n {
             back += unsafe { self.rings.fill.produce(&self.received[back..n]) };
         }
-        if self.rings.fill.needs_wakeup() {
+        // Only frames handed back can need the kernel's attention: an empty pass makes no
+        // system call (a receiver polled in a loop would otherwise make one per pass).
+        if n > 0 && self.rings.fill.needs_wakeup() {
             self.rings.fill.wakeup(self.rings.rx.fd_mut(), 0)?;
         }
         Ok(n)

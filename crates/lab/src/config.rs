@@ -9,6 +9,8 @@ use anyhow::{anyhow, bail, Result};
 use ipnet::{Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 
+use crate::cpus::{check_target_cpus, online_cpus};
+
 /// The only IPv4 space the lab may use (RFC 2544, benchmarking).
 pub(crate) const LAB_SPACE: Ipv4Net = net(198, 18, 0, 0, 15);
 /// The link between the namespaces (inside `LAB_SPACE`, as the rule asks).
@@ -86,6 +88,11 @@ pub struct LabConfig {
     /// open port and then never send anything (a keyed hash of the address, salted apart from
     /// responsiveness, picks them).
     pub silent_share: f64,
+    /// Who answers the probes: the lab's kernel, or an XDP program on nx0.
+    pub responder: Responder,
+    /// CPUs the lab's side runs on (RPS and XPS of nx0, the lab's servers), leaving the others
+    /// to the scanner; None: wherever the kernel runs it (the sending CPU, for veth).
+    pub target_cpus: Option<Vec<usize>>,
 }
 
 impl LabConfig {
@@ -125,7 +132,41 @@ impl Default for LabConfig {
             dns: false,
             http: false,
             silent_share: 0.0,
+            responder: Responder::Kernel,
+            target_cpus: None,
         }
+    }
+}
+
+/// Who answers the scanner's probes on the lab side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Responder {
+    /// The lab's kernel: IP input, nftables, its TCP, ICMP and UDP code, and the servers.
+    Kernel,
+    /// An XDP program on nx0 (xdp/responder.c) answers SYN, ICMP echo and UDP probes to the
+    /// responsive addresses with XDP_TX and drops what goes to the others; everything else still
+    /// goes to the kernel.
+    Xdp,
+}
+
+impl FromStr for Responder {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "kernel" => Ok(Responder::Kernel),
+            "xdp" => Ok(Responder::Xdp),
+            _ => Err(anyhow!("unknown responder {s:?} (use kernel or xdp)")),
+        }
+    }
+}
+
+impl fmt::Display for Responder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Responder::Kernel => "kernel",
+            Responder::Xdp => "xdp",
+        })
     }
 }
 
@@ -229,6 +270,19 @@ pub struct LabStatus {
     /// The silent server's pid, when some address is silent.
     #[serde(default)]
     pub silent_pid: Option<u32>,
+    /// Who answers: "kernel" or "xdp" (`Responder`).
+    #[serde(default = "kernel_responder")]
+    pub responder: String,
+    /// With the XDP responder: how it is attached to nx0 ("xdpgeneric" or "xdpdrv").
+    #[serde(default)]
+    pub responder_mode: Option<String>,
+    /// The CPUs the lab's side runs on (`LabConfig::target_cpus`), ascending.
+    #[serde(default)]
+    pub target_cpus: Option<Vec<usize>>,
+}
+
+fn kernel_responder() -> String {
+    Responder::Kernel.to_string()
 }
 
 /// Checks a lab name: 1 to 20 of `a-z`, `0-9` and `-`, not starting with `-`.
@@ -277,6 +331,12 @@ pub(crate) fn validate(cfg: &LabConfig) -> Result<()> {
     if cfg.tcp_open.contains(&0) {
         bail!("TCP port 0 cannot be opened; use ports 1 to 65535");
     }
+    if cfg.responder == Responder::Xdp {
+        validate_xdp_responder(cfg)?;
+    }
+    if let Some(cpus) = &cfg.target_cpus {
+        check_target_cpus(cpus, &online_cpus()?)?;
+    }
     if let Some(p) = cfg
         .tcp_open
         .iter()
@@ -286,6 +346,24 @@ pub(crate) fn validate(cfg: &LabConfig) -> Result<()> {
         bail!("TCP port {p} is given twice in the open ports");
     }
     Ok(())
+}
+
+/// What the XDP responder cannot do: it answers before nftables and the servers would see a
+/// probe, so random loss, nginx and the silent hosts would not apply; and nx0 has one XDP
+/// program, so not the drop sink as well.
+fn validate_xdp_responder(cfg: &LabConfig) -> Result<()> {
+    let clash = if cfg.loss > 0.0 {
+        "--loss"
+    } else if cfg.http {
+        "--http"
+    } else if cfg.silent_share > 0.0 {
+        "--silent-share"
+    } else if cfg.sink == Sink::Drop {
+        "--sink drop"
+    } else {
+        return Ok(());
+    };
+    bail!("--responder xdp answers probes before the lab's kernel sees them, so {clash} would not apply; use --responder kernel with {clash}")
 }
 
 /// Checks an IPv6 population: inside 2001:2::/48, at most 65,536 addresses,

@@ -3,12 +3,12 @@
 //! was sent to (the kernel delivers all of them to its wildcard socket), and a static root zone
 //! makes it answer from its own data only: it never recurses, so no query leaves the lab.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 
-use crate::state;
+use crate::{server, state};
 
 /// Names the lab's DNS server knows; every other name is NXDOMAIN.
 pub const RECORDS: &[&str] = &[
@@ -48,12 +48,13 @@ fn config(v6: bool) -> String {
 }
 
 /// Starts unbound in namespace `ns` and waits until it listens on UDP 53; returns its pid.
-pub(crate) fn start(name: &str, ns: &str, v6: bool) -> Result<u32> {
+/// On `cpus` if given.
+pub(crate) fn start(name: &str, ns: &str, v6: bool, cpus: Option<&[usize]>) -> Result<u32> {
     let path = state::scratch(name, "-unbound.conf")?;
     std::fs::write(&path, config(v6))
         .map_err(|e| anyhow!("cannot write {}: {e}", path.display()))?;
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns, "setsid", "unbound", "-d", "-c"])
+    let mut child = server::detached_in(ns, cpus)
+        .args(["unbound", "-d", "-c"])
         .arg(&path)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -76,15 +76,16 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// Writes nginx's files for lab `name` and starts it in namespace `ns` (listening over IPv6 as
-/// well with `v6`); returns once it listens on 80 and 443.
-pub(crate) fn start(name: &str, ns: &str, v6: bool) -> Result<Http> {
+/// well with `v6`); returns once it listens on 80 and 443. With `cpus`, nginx and its workers run
+/// only there, one worker per CPU (at most MAX_WORKERS).
+pub(crate) fn start(name: &str, ns: &str, v6: bool, cpus: Option<&[usize]>) -> Result<Http> {
     let nginx = find_nginx()?;
     let dir = state::scratch_dir(name, "-http")?;
     let big = big_body();
     write(&dir.join("big"), &big)?;
     let cert_sha256 = make_certificate(&dir)?;
     let conf = dir.join("nginx.conf");
-    let workers = workers();
+    let workers = cpus.map_or_else(workers, |c| c.len().clamp(1, MAX_WORKERS));
     let slots = CONNECTION_SLOTS.div_ceil(workers);
     // nginx inherits the limit; without CAP_SYS_RESOURCE it cannot pass the hard limit.
     let files = server::raise_open_files((slots + SPARE_FILES) as u64);
@@ -100,7 +101,7 @@ pub(crate) fn start(name: &str, ns: &str, v6: bool) -> Result<Http> {
         "-e".into(),
         path_arg(&dir.join("error.log"))?,
     ];
-    let pid = server::start(ns, &cmd, &[HTTP_PORT, HTTPS_PORT], v6, "nginx")
+    let pid = server::start(ns, cpus, &cmd, &[HTTP_PORT, HTTPS_PORT], v6, "nginx")
         .map_err(|e| anyhow!("{e}{}", last_error(&dir)))?;
     Ok(Http {
         pid,

@@ -214,16 +214,34 @@ fn accept_forever(l: &TcpListener) {
     }
 }
 
-/// Starts `cmd` in namespace `ns`, detached (own session via setsid, stdio to
-/// /dev/null), and waits until it listens on every port (over IPv6 too if
-/// `v6`). Returns its pid. `what` names it in errors ("the lab server").
+/// `ip netns exec NS [taskset -c CPUS] setsid`, to which a server's command line is added: it
+/// runs in namespace `ns`, detached (its own session), and only on `cpus` if given (every thread
+/// and child it makes inherits that).
 ///
-/// `ip netns exec` and `setsid` both exec (setsid only forks when the caller
-/// leads a process group, and a spawned child does not), so the pid of the
-/// spawned child is the server's.
-pub(crate) fn start(ns: &str, cmd: &[String], ports: &[u16], v6: bool, what: &str) -> Result<u32> {
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns, "setsid"])
+/// `ip netns exec`, `taskset` and `setsid` all exec (setsid only forks when the caller leads a
+/// process group, and a spawned child does not), so the pid of the spawned child is the server's.
+pub(crate) fn detached_in(ns: &str, cpus: Option<&[usize]>) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]);
+    if let Some(cpus) = cpus {
+        c.args(["taskset", "-c", &crate::cpus::cpu_list(cpus)]);
+    }
+    c.arg("setsid");
+    c
+}
+
+/// Starts `cmd` in namespace `ns` (on `cpus`, see `detached_in`), stdio to /dev/null, and waits
+/// until it listens on every port (over IPv6 too if `v6`). Returns its pid. `what` names it in
+/// errors ("the lab server").
+pub(crate) fn start(
+    ns: &str,
+    cpus: Option<&[usize]>,
+    cmd: &[String],
+    ports: &[u16],
+    v6: bool,
+    what: &str,
+) -> Result<u32> {
+    let mut child = detached_in(ns, cpus)
         .args(cmd)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -6,13 +6,14 @@ use serde_json::Value;
 
 use crate::cmd::{in_ns, ip_line};
 use crate::config::{
-    validate, validate_name, LabConfig, LabStatus, Sink, GATEWAY_IP, GATEWAY_IP6, LINK_NET,
-    LINK_NET6, LOSS_SINK_IF, NET_IF, SCAN_IF, SCAN_IP, SCAN_IP6, SILENT_PORT,
+    validate, validate_name, LabConfig, LabStatus, Responder, Sink, GATEWAY_IP, GATEWAY_IP6,
+    LINK_NET, LINK_NET6, LOSS_SINK_IF, NET_IF, SCAN_IF, SCAN_IP, SCAN_IP6, SILENT_PORT,
 };
 use crate::http::BIG_PATH;
 use crate::netns::{net_ns, ns_exists, scan_ns};
+use crate::responder::{self, ResponderSpec};
 use crate::truth::{Population, Population6, Truth};
-use crate::{http, nft, server, state, xdp};
+use crate::{cpus, http, nft, server, state, xdp};
 
 /// Fixed, locally administered MACs (02:00 + the IPv4 address), so frames in
 /// captures are recognisable; each lab has its own link, so labs never clash.
@@ -181,32 +182,51 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
         Sink::Drop => Some(xdp::attach_drop(&cfg.name, &net)?.to_string()),
         Sink::Kernel => None,
     };
+    let gateway_mac = mac_of(&net, NET_IF)?;
+    let responder_mode = match cfg.responder {
+        Responder::Xdp => {
+            let spec = ResponderSpec {
+                pop,
+                pop6,
+                open: cfg.open_ports(),
+                dns: cfg.dns,
+                mac: responder::parse_mac(&gateway_mac)?,
+                windows: responder::SynAckWindows::of_namespace(&net)?,
+            };
+            Some(responder::attach(&net, &spec)?.to_string())
+        }
+        Responder::Kernel => None,
+    };
+    let cpus = cfg.target_cpus.as_deref();
+    if let Some(cpus) = cpus {
+        cpus::steer(&net, cpus, cfg.queues)?;
+    }
     let mut started = Vec::new();
     let served = cfg.served_ports();
     let server = if served.is_empty() {
         None
     } else {
         let cmd = server_args(server_cmd, &[], &served);
-        let pid = server::start(&net, &cmd, &served, v6, "the lab server")?;
+        let pid = server::start(&net, cpus, &cmd, &served, v6, "the lab server")?;
         Some((pid, cmd))
     };
     let silent_server = if silent.addrs.is_empty() || silent.ports.is_empty() {
         None
     } else {
         let cmd = server_args(server_cmd, &["--silent"], &[SILENT_PORT]);
-        let pid = server::start(&net, &cmd, &[SILENT_PORT], v6, "the silent server")?;
+        let pid = server::start(&net, cpus, &cmd, &[SILENT_PORT], v6, "the silent server")?;
         started.extend(server::started(pid, "silent server"));
         Some((pid, cmd))
     };
     let nginx = if cfg.http {
-        let h = http::start(&cfg.name, &net, v6)?;
+        let h = http::start(&cfg.name, &net, v6, cpus)?;
         started.extend(server::started(h.pid, "nginx"));
         Some(h)
     } else {
         None
     };
     let dns_pid = if cfg.dns {
-        let pid = crate::dns::start(&cfg.name, &net, v6)?;
+        let pid = crate::dns::start(&cfg.name, &net, v6, cpus)?;
         started.extend(server::started(pid, "unbound"));
         Some(pid)
     } else {
@@ -221,7 +241,7 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
         scan_ip: SCAN_IP,
         scan_mac: mac_of(&scan, SCAN_IF)?,
         gateway_ip: GATEWAY_IP,
-        gateway_mac: mac_of(&net, NET_IF)?,
+        gateway_mac,
         population: pop.net.to_string(),
         responsive: cfg.responsive,
         responsive_count: pop.responsive().count() as u64,
@@ -247,6 +267,9 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
         silent_share: cfg.silent_share,
         silent_count: silent.addrs.len() as u64,
         silent_pid: silent_server.as_ref().map(|s| s.0),
+        responder: cfg.responder.to_string(),
+        responder_mode,
+        target_cpus: cfg.target_cpus.clone(),
     };
     state::save(&state::Saved {
         status: st.clone(),

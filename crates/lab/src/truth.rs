@@ -23,33 +23,44 @@ fn mix64(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// The key of the address hashes under `seed` (what the XDP responder is given).
+pub(crate) fn hash_key(seed: u64) -> u64 {
+    mix64(seed.wrapping_add(GOLDEN))
+}
+
 /// A keyed 64-bit hash of an address: the seed is mixed into a key first, so
 /// nearby seeds give unrelated populations.
 fn addr_hash(seed: u64, addr: Ipv4Addr) -> u64 {
-    let key = mix64(seed.wrapping_add(GOLDEN));
+    let key = hash_key(seed);
     mix64(key ^ u64::from(u32::from(addr)).wrapping_mul(GOLDEN))
 }
 
 /// The same keyed hash over a 128-bit address: the IPv4 step applied to the
 /// high 64 bits, then again with the low 64 bits.
 fn addr_hash6(seed: u64, addr: Ipv6Addr) -> u64 {
-    let key = mix64(seed.wrapping_add(GOLDEN));
+    let key = hash_key(seed);
     let bits = u128::from(addr);
     let (hi, lo) = ((bits >> 64) as u64, bits as u64);
     let h = mix64(key ^ hi.wrapping_mul(GOLDEN));
     mix64(h ^ lo.wrapping_mul(GOLDEN))
 }
 
-/// Whether a hash is among the lowest `share` (0.0..=1.0) of all u64s.
-fn below_share(hash: u64, share: f64) -> bool {
+/// The bound below which a hash is among the lowest `share` (0.0..=1.0) of all u64s; None when
+/// every hash is (share 1, whose bound 2^64 no u64 holds).
+pub(crate) fn share_threshold(share: f64) -> Option<u64> {
     if share >= 1.0 {
-        return true;
+        return None;
     }
     if share.is_nan() || share <= 0.0 {
-        return false;
+        return Some(0);
     }
     // share < 1, so the product is below 2^64 and the cast is exact enough.
-    hash < (share * TWO_POW_64) as u64
+    Some((share * TWO_POW_64) as u64)
+}
+
+/// Whether a hash is among the lowest `share` (0.0..=1.0) of all u64s.
+fn below_share(hash: u64, share: f64) -> bool {
+    share_threshold(share).is_none_or(|bound| hash < bound)
 }
 
 /// Whether `addr` is among the `share` (0.0..=1.0) of addresses that answer

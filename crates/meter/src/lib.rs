@@ -5,6 +5,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use nix::sys::resource::{getrusage, UsageWho};
+use nix::sys::time::TimeVal;
 use serde::Serialize;
 
 /// Bytes a frame occupies on an Ethernet wire beyond its own: FCS (4), preamble and start
@@ -19,11 +21,24 @@ pub struct CpuTimes {
 }
 
 impl CpuTimes {
+    /// This process's CPU time (all threads).
     pub fn now() -> CpuTimes {
-        let usage = rusage();
-        CpuTimes {
-            user: timeval(usage.ru_utime),
-            system: timeval(usage.ru_stime),
+        Self::of(UsageWho::RUSAGE_SELF)
+    }
+
+    /// The calling thread's CPU time: what one stage of a pipeline (a sender, a receiver)
+    /// costs on its own.
+    pub fn thread_now() -> CpuTimes {
+        Self::of(UsageWho::RUSAGE_THREAD)
+    }
+
+    fn of(who: UsageWho) -> CpuTimes {
+        match getrusage(who) {
+            Ok(usage) => CpuTimes {
+                user: timeval(usage.user_time()),
+                system: timeval(usage.system_time()),
+            },
+            Err(_) => CpuTimes::default(),
         }
     }
 
@@ -39,22 +54,13 @@ impl CpuTimes {
     }
 }
 
-fn rusage() -> libc::rusage {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF cannot fail.
-    unsafe {
-        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
-        usage.assume_init()
-    }
-}
-
-fn timeval(tv: libc::timeval) -> Duration {
-    Duration::new(tv.tv_sec as u64, tv.tv_usec as u32 * 1000)
+fn timeval(tv: TimeVal) -> Duration {
+    Duration::new(tv.tv_sec().max(0) as u64, tv.tv_usec().max(0) as u32 * 1000)
 }
 
 /// Peak resident set size of this process, in bytes.
 pub fn peak_rss_bytes() -> u64 {
-    rusage().ru_maxrss as u64 * 1024
+    getrusage(UsageWho::RUSAGE_SELF).map_or(0, |u| u.max_rss().max(0) as u64 * 1024)
 }
 
 /// Wall clock and CPU time from one starting point.

@@ -248,6 +248,8 @@ fn bench_floor(args: FloorArgs) -> anyhow::Result<()> {
     let mut frame = vec![0u8; sonde_io::MAX_FRAME];
     let (addr, port) = p.targets.clone().next_target();
     let len = p.template.write(&mut frame, addr, port);
+    // On the CPU a sender of `blast` would use (the lab's targets may have the others).
+    sonde_engine::plan::pin_to_cpu(sonde_engine::plan::thread_cpu(p.cpus.as_deref(), 0));
     let mut tx = sonde_io::xdp::XdpTx::open(&p.io)?;
     let how = format!("{} (bare descriptor loop)", tx.describe());
     let watch = Stopwatch::start();

@@ -180,6 +180,7 @@ pub fn plan(
         rate,
         template,
         targets,
+        cpus: crate::runargs::lab_sender_cpus(lab),
     })
 }
 

@@ -5,7 +5,7 @@ use std::io::Write;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use ipnet::Ipv4Net;
-use sonde_lab::{LabConfig, Sink};
+use sonde_lab::{LabConfig, Responder, Sink};
 
 #[derive(Args)]
 pub struct LabArgs {
@@ -15,7 +15,7 @@ pub struct LabArgs {
 
 #[derive(Subcommand)]
 enum LabCommand {
-    /// Create a lab: scanner and lab namespaces, veth pair, kernel responder, nftables.
+    /// Create a lab: scanner and lab namespaces, veth pair, kernel (or XDP) responder, nftables.
     Up(UpArgs),
     /// Remove everything a lab made (also after a crash half-way through `up`).
     Down(NameArg),
@@ -136,6 +136,20 @@ struct UpArgs {
     /// them (`lab truth` marks them silent).
     #[arg(long, default_value_t = 0.0)]
     silent_share: f64,
+    /// Who answers the probes: the lab's kernel (IP input, nftables, its TCP/ICMP/UDP code and
+    /// the servers), or xdp: an XDP program on the lab's end of the veth that answers TCP SYNs
+    /// (SYN-ACK on the open ports, RST|ACK elsewhere), ICMP echo requests and UDP (ICMP port
+    /// unreachable) of the responsive addresses itself, so the targets cost next to nothing.
+    /// With xdp only the handshake's first half exists (no connection completes from raw
+    /// frames), and --loss, --http and --silent-share do not apply; --dns still answers on 53.
+    #[arg(long, default_value = "kernel")]
+    responder: Responder,
+    /// CPUs the lab's side runs on, e.g. 1 or 2-3: receive processing of the lab's end of the
+    /// veth (RPS) and its transmit queues (XPS), and the lab's servers. Scanners of the lab run
+    /// their senders on the other CPUs. Default: none, so the lab's work runs on whichever CPU
+    /// sent the probe.
+    #[arg(long, value_name = "LIST")]
+    target_cpus: Option<String>,
 }
 
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
@@ -196,6 +210,12 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
     if !shares.iter().all(|s| (0.0..=1.0).contains(s)) {
         anyhow::bail!("--responsive, --loss and --silent-share are shares between 0.0 and 1.0");
     }
+    let target_cpus = match up.target_cpus.as_deref() {
+        Some(list) => Some(
+            sonde_lab::parse_cpu_list(list).map_err(|e| anyhow::anyhow!("--target-cpus: {e}"))?,
+        ),
+        None => None,
+    };
     let cfg = LabConfig {
         name: up.name.name,
         population: up.population,
@@ -209,6 +229,8 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
         loss: up.loss,
         http: up.http,
         silent_share: up.silent_share,
+        responder: up.responder,
+        target_cpus,
     };
     let exe = std::env::current_exe().context("finding the sonde binary")?;
     let server = vec![exe.display().to_string(), "lab".into(), "__serve".into()];
@@ -219,6 +241,13 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
     }
     if status.silent_count > 0 {
         extra.push_str(&format!(", {} silent", status.silent_count));
+    }
+    if let Some(mode) = &status.responder_mode {
+        extra.push_str(&format!(", XDP responder ({mode})"));
+    }
+    if let Some(cpus) = &status.target_cpus {
+        let list: Vec<String> = cpus.iter().map(usize::to_string).collect();
+        extra.push_str(&format!(", lab on CPU {}", list.join(",")));
     }
     eprintln!(
         "lab \"{}\" is up: population {} ({} addresses answer{extra}), scanner {} on {} in {}",

@@ -85,7 +85,7 @@ pub fn run<A: GrabApp>(
         invalid: 0,
     };
     let watch = Stopwatch::start();
-    pin_to_cpu(0);
+    pin_to_cpu(plan.run.sender_cpu(0));
     Pacer::tighten_timers();
     let outcome = looper.run(stop);
     looper.tick_status_figures();

@@ -1,0 +1,745 @@
+// SPDX-License-Identifier: GPL-2.0
+//
+// The lab's XDP responder (`sonde lab up --responder xdp`), attached to nx0,
+// the lab's end of the veth pair. It answers the scanner's probes itself, with
+// XDP_TX, so the lab's targets cost next to nothing:
+//
+//   TCP SYN        -> SYN-ACK on an open port (MSS, and SACK-permitted,
+//                     timestamps and window scale when the SYN offers them;
+//                     the timestamp echoes the SYN's), RST|ACK on a closed one
+//   ICMP echo      -> echo reply (ICMPv6 likewise)
+//   UDP            -> ICMP (ICMPv6) port unreachable quoting the whole datagram
+//
+// for the responsive addresses of the population, which it picks with the
+// same keyed hash and threshold as the lab's truth (src/truth.rs). The other
+// population addresses are silent: their frames are dropped, as the nftables
+// rules drop them for the kernel responder.
+//
+// Anything it cannot answer exactly as the kernel would goes on to the kernel
+// (XDP_PASS), whose nftables rules and servers are still in place: ARP and
+// neighbour discovery, the link addresses, IPv4 options, IPv6 extension
+// headers, fragments, frames to another MAC or from another source than the
+// scanner's address (the only neighbour the lab knows), datagrams longer
+// than MAX_L4, bad checksums (the kernel drops those; a frame from a socket
+// of the scanner's own kernel carries a partial checksum, which the kernel
+// accepts), TCP segments other than a SYN, ICMP other than echo requests,
+// and with DNS_53 everything to port 53 (the lab's DNS server).
+//
+// build.rs compiles it with `clang -O2 -g -target bpf -c`; the loader is
+// src/responder.rs, whose `ResponderCfg` writes `struct responder_cfg` below.
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+// responder_cfg.flags bits.
+#define EVERY_ADDRESS (1u << 0) // share 1: every address answers
+#define HAS_V6 (1u << 1)        // an IPv6 population
+#define DNS_53 (1u << 2)        // port 53 belongs to the lab's DNS server
+
+// 2^64 / golden ratio, SplitMix64's increment (truth.rs: GOLDEN).
+#define GOLDEN 0x9e3779b97f4a7c15ULL
+// Salt of the initial sequence numbers, so they are not the responsiveness hash.
+#define ISN_SALT 0x7c3a91e55b0d24f3ULL
+
+// The longest transport segment answered here (checksums are summed over it
+// by a bounded loop); longer ones go to the kernel. So a quoted datagram is
+// always whole, as the kernel quotes it (it quotes up to 548 bytes for IPv4,
+// 1232 for IPv6).
+#define MAX_L4 512
+
+#define TCP_FIN 0x01
+#define TCP_SYN 0x02
+#define TCP_RST 0x04
+#define TCP_ACK 0x10
+#define TCP_ECE 0x40
+#define TCP_CWR 0x80
+
+#define IPPROTO_ICMPV6_ 58
+#define IPV4_MF_OFFSET 0x3fff
+#define IPV4_DF 0x4000
+// What Linux puts in its replies' IP headers (net.ipv4.ip_default_ttl and
+// ip6 hop limit) and its ICMP errors' precedence bits.
+#define REPLY_TTL 64
+#define IPTOS_PREC_INTERNETCONTROL 0xc0
+// MSS of a 1500-byte link (the veth's MTU).
+#define MSS4 1460
+#define MSS6 1440
+
+#define ETH_LEN 14
+#define IP4_LEN 20
+#define IP6_LEN 40
+#define TCP_LEN 20
+#define ICMP_LEN 8
+
+// Set by the loader (entry 0 of `responder_cfg`); addresses in host order.
+struct responder_cfg {
+	__u64 key;       // mix64(seed + GOLDEN), as truth.rs keys addr_hash
+	__u64 threshold; // an address answers when its hash is below this
+	__u64 net6_hi, net6_lo, mask6_hi, mask6_lo; // the IPv6 population
+	__u64 peer6_hi, peer6_lo; // the scanner's IPv6 address
+	__u32 flags;
+	__u32 net4, mask4;        // the IPv4 population
+	__u32 link4, link_mask4;  // the link subnet, which never answers
+	__u32 peer4;              // the scanner's IPv4 address
+	__u8 mac[6];              // nx0's MAC
+	__u8 wscale;              // the window scale Linux offers in its SYN-ACKs
+	__u8 pad;
+	__u16 window[4];          // its SYN-ACK window, by [v6 << 1 | timestamps]
+	__u64 open[1024];         // open TCP ports, a bitmap
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct responder_cfg);
+} responder_cfg SEC(".maps");
+
+// Headers as on the wire (sonde's own structs, as in sonde-io's reply filter).
+struct eth_hdr {
+	__u8 dst[6];
+	__u8 src[6];
+	__be16 proto;
+};
+
+struct ipv4_hdr {
+	__u8 ver_ihl;
+	__u8 tos;
+	__be16 tot_len;
+	__be16 id;
+	__be16 frag_off;
+	__u8 ttl;
+	__u8 protocol;
+	__u16 check;
+	__be32 saddr;
+	__be32 daddr;
+};
+
+struct ipv6_hdr {
+	__be32 ver_tc_flow;
+	__be16 payload_len;
+	__u8 nexthdr;
+	__u8 hop_limit;
+	__u8 saddr[16];
+	__u8 daddr[16];
+};
+
+struct tcp_hdr {
+	__be16 source;
+	__be16 dest;
+	__be32 seq;
+	__be32 ack_seq;
+	__u8 doff; // data offset << 4
+	__u8 flags;
+	__be16 window;
+	__u16 check;
+	__be16 urg_ptr;
+};
+
+struct udp_hdr {
+	__be16 source;
+	__be16 dest;
+	__be16 len;
+	__u16 check;
+};
+
+struct icmp_hdr {
+	__u8 type;
+	__u8 code;
+	__u16 check;
+	__u32 rest;
+};
+
+// Checksums: sums of 16-bit words as they lie in memory (one's-complement
+// addition does not care about byte order, so the folded, inverted result
+// is stored back as it is).
+
+static __always_inline __u16 fold(__u64 sum)
+{
+	sum = (sum & 0xffffffff) + (sum >> 32);
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return sum;
+}
+
+// The sum of `len` bytes at `p` (a trailing odd byte padded with zero), or
+// -1 if they run past `end` or `len` is over MAX_L4.
+static __always_inline __s64 sum_bytes(void *p, __u32 len, void *end)
+{
+	__u64 sum = 0;
+	__u32 i;
+
+	if (len > MAX_L4)
+		return -1;
+	for (i = 0; i < MAX_L4; i += 2) {
+		__u16 *w = p + i;
+
+		if (i + 2 > len)
+			break;
+		// Opaque to clang, so it cannot turn the bound checks into
+		// arithmetic on `end`, which the verifier refuses.
+		asm volatile("" : "+r"(end));
+		if ((void *)(w + 1) > end)
+			return -1;
+		sum += *w;
+	}
+	if (len & 1) {
+		__u8 *last = p + ((len - 1) & (MAX_L4 - 1));
+
+		if ((void *)(last + 1) > end)
+			return -1;
+		// Little-endian: a lone first byte is the low half of its word.
+		sum += *last;
+	}
+	return sum;
+}
+
+static __always_inline __u64 sum_words(const void *p, int words)
+{
+	const __u16 *w = p;
+	__u64 sum = 0;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < 20; i++)
+		if (i < words)
+			sum += w[i];
+	return sum;
+}
+
+// The word at `p` changes from `old` to `new`: RFC 1624's HC' = ~(~HC + ~m + m').
+static __always_inline void csum_replace(__u16 *check, __u16 old, __u16 new)
+{
+	*check = ~fold((__u64)(__u16)~*check + (__u16)~old + new);
+}
+
+static __always_inline __u64 mix64(__u64 z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+// Whether the address with this keyed hash answers (truth.rs: below_share).
+static __always_inline int answers(const struct responder_cfg *cfg, __u64 hash)
+{
+	return (cfg->flags & EVERY_ADDRESS) || hash < cfg->threshold;
+}
+
+static __always_inline int port_open(const struct responder_cfg *cfg,
+				     __u16 port)
+{
+	return (cfg->open[port >> 6] >> (port & 63)) & 1;
+}
+
+static __always_inline int mac_is(const __u8 *a, const __u8 *b)
+{
+	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3] &&
+	       a[4] == b[4] && a[5] == b[5];
+}
+
+static __always_inline __u64 load_be64(const __u8 *p)
+{
+	__u64 v;
+
+	__builtin_memcpy(&v, p, 8);
+	return bpf_be64_to_cpu(v);
+}
+
+// What a probe's reply is built from, read before the frame is rewritten.
+struct probe {
+	__u8 src_mac[6];
+	__u8 dst_mac[6];
+	__u32 saddr[4]; // as in the frame; IPv4 uses [0]
+	__u32 daddr[4];
+	__u64 pseudo;   // sum of the addresses (the same both ways)
+	__u8 tclass;    // IPv4 TOS / IPv6 traffic class
+	int v6;
+};
+
+// What a SYN asked for, from its options.
+struct syn_options {
+	__u32 tsval;
+	__u8 ts, sack, wscale;
+};
+
+// Reads the `len` option bytes at offset `at` of the frame into `o`; a
+// malformed option ends the reading, as it does in Linux. A global function,
+// so the verifier checks it once, on its own: inlined, its loop's many states
+// multiplied everything around it past the verifier's limit.
+__attribute__((noinline)) int read_syn_options(struct xdp_md *ctx, __u32 at,
+					       __u32 len, struct syn_options *o)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u8 *opts;
+	__u32 off = 0;
+
+	if (!o || at > 256 || len > 40)
+		return 0;
+	// The verifier must see `at` bounded where it is added: hidden from
+	// clang, which would otherwise drop the mask as redundant.
+	asm volatile("" : "+r"(at), "+r"(len));
+	opts = data + (at & 0x1ff);
+	len &= 63;
+	while (off < len) {
+		__u8 *p = opts + (off & 63), kind, size;
+
+		if ((void *)(p + 1) > end)
+			break;
+		kind = p[0];
+		if (kind == 0)
+			break;
+		if (kind == 1) {
+			off++;
+			continue;
+		}
+		if ((void *)(p + 2) > end)
+			break;
+		size = p[1];
+		if (size < 2 || off + size > len)
+			break;
+		if (kind == 8 && size == 10) {
+			if ((void *)(p + 10) > end)
+				break;
+			o->ts = 1;
+			o->tsval = ((__u32)p[2] << 24) | ((__u32)p[3] << 16) |
+				   ((__u32)p[4] << 8) | p[5];
+		} else if (kind == 4 && size == 2) {
+			o->sack = 1;
+		} else if (kind == 3 && size == 3) {
+			o->wscale = 1;
+		}
+		off += size;
+	}
+	return 0;
+}
+
+// The reply's Ethernet header: back to where the probe came from.
+static __always_inline void write_eth(struct eth_hdr *eth, const struct probe *pr)
+{
+	__builtin_memcpy(eth->dst, pr->src_mac, 6);
+	__builtin_memcpy(eth->src, pr->dst_mac, 6);
+	eth->proto = bpf_htons(pr->v6 ? ETH_P_IPV6 : ETH_P_IP);
+}
+
+static __always_inline void write_ipv4(struct ipv4_hdr *ip, const struct probe *pr,
+				       __u8 tos, __u16 frag_off, __u8 proto,
+				       __u16 payload)
+{
+	ip->ver_ihl = 0x45;
+	ip->tos = tos;
+	ip->tot_len = bpf_htons(IP4_LEN + payload);
+	ip->id = 0;
+	ip->frag_off = bpf_htons(frag_off);
+	ip->ttl = REPLY_TTL;
+	ip->protocol = proto;
+	ip->check = 0;
+	ip->saddr = pr->daddr[0];
+	ip->daddr = pr->saddr[0];
+	ip->check = ~fold(sum_words(ip, IP4_LEN / 2));
+}
+
+static __always_inline void write_ipv6(struct ipv6_hdr *ip6, const struct probe *pr,
+				       __u8 proto, __u16 payload)
+{
+	ip6->ver_tc_flow = bpf_htonl(0x60000000 | ((__u32)pr->tclass << 20));
+	ip6->payload_len = bpf_htons(payload);
+	ip6->nexthdr = proto;
+	ip6->hop_limit = REPLY_TTL;
+	__builtin_memcpy(ip6->saddr, pr->daddr, 16);
+	__builtin_memcpy(ip6->daddr, pr->saddr, 16);
+}
+
+// Resizes the frame to `len` bytes by moving its start (the reply is written
+// from scratch), and returns the new start, or NULL.
+static __always_inline void *resize(struct xdp_md *ctx, __u32 len)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+
+	if (bpf_xdp_adjust_head(ctx, (int)((long)(end - data) - (long)len)))
+		return NULL;
+	return (void *)(long)ctx->data;
+}
+
+// SYN-ACK (open port) or RST|ACK (closed): the header `th` (`hl` bytes of
+// a `seg_len`-byte segment) is read, then the frame becomes the reply.
+static __always_inline int answer_syn(struct xdp_md *ctx,
+				      const struct responder_cfg *cfg,
+				      struct probe *pr, struct tcp_hdr *th,
+				      __u32 hl, __u32 seg_len, void *end)
+{
+	struct syn_options o = {};
+	__u16 sport = th->source, dport = th->dest;
+	__u32 seq = bpf_ntohl(th->seq);
+	__u8 flags = th->flags, reply_flags;
+	__u32 ip_len = pr->v6 ? IP6_LEN : IP4_LEN;
+	__u32 tcp_len, reply_seq, reply_ack;
+	__u16 window;
+	int open = port_open(cfg, bpf_ntohs(dport));
+	struct tcp_hdr *rt;
+	void *data;
+	__u8 *opt;
+	__u64 sum;
+
+	if (open) {
+		read_syn_options(ctx, (void *)(th + 1) - (void *)(long)ctx->data,
+				 hl - TCP_LEN, &o);
+		tcp_len = TCP_LEN + (o.ts ? 20 : 12);
+		// A keyed hash of the connection: different for every probe,
+		// the same for a repeated one.
+		reply_seq = mix64(cfg->key ^ ISN_SALT ^
+				  ((__u64)pr->saddr[0] << 32 | pr->daddr[0]) ^
+				  ((__u64)pr->saddr[3] << 32 | pr->daddr[3]) ^
+				  (((__u64)sport << 16 | dport) * GOLDEN) ^ seq);
+		// Data in a SYN is not taken (no TCP Fast Open): it acks the SYN.
+		reply_ack = seq + 1;
+		reply_flags = TCP_SYN | TCP_ACK;
+		// ECN asked for with ECE|CWR is agreed, as with tcp_ecn=2.
+		if ((flags & (TCP_ECE | TCP_CWR)) == (TCP_ECE | TCP_CWR))
+			reply_flags |= TCP_ECE;
+		window = cfg->window[(pr->v6 << 1 | (tcp_len == TCP_LEN + 20)) & 3];
+	} else {
+		// Linux's reset: seq 0, acking the SYN and any data it held.
+		tcp_len = TCP_LEN;
+		reply_seq = 0;
+		reply_ack = seq + 1 + (seg_len - hl);
+		reply_flags = TCP_RST | TCP_ACK;
+		window = 0;
+	}
+
+	data = resize(ctx, ETH_LEN + ip_len + tcp_len);
+	if (!data)
+		return XDP_PASS;
+	end = (void *)(long)ctx->data_end;
+	if (data + ETH_LEN + IP4_LEN + TCP_LEN > end)
+		return XDP_DROP;
+	write_eth(data, pr);
+	if (pr->v6) {
+		if (data + ETH_LEN + IP6_LEN + TCP_LEN > end)
+			return XDP_DROP;
+		write_ipv6(data + ETH_LEN, pr, IPPROTO_TCP, tcp_len);
+		rt = data + ETH_LEN + IP6_LEN;
+	} else {
+		write_ipv4(data + ETH_LEN, pr, 0, IPV4_DF, IPPROTO_TCP, tcp_len);
+		rt = data + ETH_LEN + IP4_LEN;
+	}
+	rt->source = dport;
+	rt->dest = sport;
+	rt->seq = bpf_htonl(reply_seq);
+	rt->ack_seq = bpf_htonl(reply_ack);
+	rt->doff = (tcp_len / 4) << 4;
+	rt->flags = reply_flags;
+	rt->window = bpf_htons(window);
+	rt->check = 0;
+	rt->urg_ptr = 0;
+	opt = (__u8 *)(rt + 1);
+	if (open) {
+		// Linux's layout: MSS, SACK-permitted (or two NOPs), timestamps
+		// (only when offered), NOP, window scale (or NOPs).
+		__u16 mss = pr->v6 ? MSS6 : MSS4;
+		__u8 *at;
+
+		if ((void *)(opt + 12) > end)
+			return XDP_DROP;
+		opt[0] = 2;
+		opt[1] = 4;
+		opt[2] = mss >> 8;
+		opt[3] = mss & 0xff;
+		at = opt + 4;
+		if (tcp_len != TCP_LEN + 20) {
+			at[0] = 1;
+			at[1] = 1;
+			at += 2;
+		}
+		at[0] = o.sack ? 4 : 1;
+		at[1] = o.sack ? 2 : 1;
+		at += 2;
+		if (tcp_len == TCP_LEN + 20) {
+			__u32 now = bpf_ktime_get_ns() / 1000000;
+
+			if ((void *)(opt + 20) > end)
+				return XDP_DROP;
+			opt[6] = 8;
+			opt[7] = 10;
+			opt[8] = now >> 24;
+			opt[9] = now >> 16;
+			opt[10] = now >> 8;
+			opt[11] = now;
+			opt[12] = o.tsval >> 24;
+			opt[13] = o.tsval >> 16;
+			opt[14] = o.tsval >> 8;
+			opt[15] = o.tsval;
+			at = opt + 16;
+		}
+		if ((void *)(at + 4) > end)
+			return XDP_DROP;
+		at[0] = 1;
+		at[1] = o.wscale ? 3 : 1;
+		at[2] = o.wscale ? 3 : 1;
+		at[3] = o.wscale ? cfg->wscale : 1;
+	}
+	// tcp_len is 20, 32 or 40, each checked against `end` above.
+	sum = sum_words(rt, tcp_len / 2);
+	sum += pr->pseudo + bpf_htons(IPPROTO_TCP) + bpf_htons(tcp_len);
+	rt->check = ~fold(sum);
+	return XDP_TX;
+}
+
+// ICMP (ICMPv6) port unreachable quoting the whole datagram, which stays
+// where it is: the new headers go in front of it. `quote_sum` is the sum of
+// the datagram (header and segment), `quote_len` its length.
+static __always_inline int answer_udp(struct xdp_md *ctx, struct probe *pr,
+				      __u64 quote_sum, __u32 quote_len)
+{
+	__u32 ip_len = pr->v6 ? IP6_LEN : IP4_LEN;
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 frame_len = end - data;
+	struct icmp_hdr *icmp;
+	__u64 sum;
+
+	// Ethernet padding after the datagram is no part of the quote.
+	if (frame_len > ETH_LEN + quote_len &&
+	    bpf_xdp_adjust_tail(ctx, -(int)(frame_len - ETH_LEN - quote_len)))
+		return XDP_PASS;
+	if (bpf_xdp_adjust_head(ctx, -(int)(ip_len + ICMP_LEN)))
+		return XDP_PASS;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	if (data + ETH_LEN + IP4_LEN + ICMP_LEN > end)
+		return XDP_DROP;
+	write_eth(data, pr);
+	if (pr->v6) {
+		if (data + ETH_LEN + IP6_LEN + ICMP_LEN > end)
+			return XDP_DROP;
+		write_ipv6(data + ETH_LEN, pr, IPPROTO_ICMPV6_, ICMP_LEN + quote_len);
+		icmp = data + ETH_LEN + IP6_LEN;
+		icmp->type = 1; // destination unreachable
+		icmp->code = 4; // port unreachable
+		sum = pr->pseudo + bpf_htons(IPPROTO_ICMPV6_) +
+		      bpf_htons(ICMP_LEN + quote_len);
+	} else {
+		write_ipv4(data + ETH_LEN, pr, (pr->tclass & 0x1e) | IPTOS_PREC_INTERNETCONTROL,
+			   0, IPPROTO_ICMP, ICMP_LEN + quote_len);
+		icmp = data + ETH_LEN + IP4_LEN;
+		icmp->type = 3; // destination unreachable
+		icmp->code = 3; // port unreachable
+		sum = 0;
+	}
+	icmp->check = 0;
+	icmp->rest = 0;
+	sum += quote_sum + sum_words(icmp, ICMP_LEN / 2);
+	icmp->check = ~fold(sum);
+	return XDP_TX;
+}
+
+// Echo reply in place: addresses swapped, the type changed, the checksum
+// adjusted for the type (the pseudo-header of ICMPv6 sums the same both ways).
+static __always_inline int answer_echo(struct xdp_md *ctx, struct probe *pr,
+				       __u32 packet_len)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 frame_len = end - data;
+	struct icmp_hdr *icmp;
+	__u16 old, new;
+
+	if (frame_len > ETH_LEN + packet_len &&
+	    bpf_xdp_adjust_tail(ctx, -(int)(frame_len - ETH_LEN - packet_len)))
+		return XDP_PASS;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	if (data + ETH_LEN + IP4_LEN + ICMP_LEN > end)
+		return XDP_DROP;
+	write_eth(data, pr);
+	if (pr->v6) {
+		if (data + ETH_LEN + IP6_LEN + ICMP_LEN > end)
+			return XDP_DROP;
+		write_ipv6(data + ETH_LEN, pr, IPPROTO_ICMPV6_, packet_len - IP6_LEN);
+		icmp = data + ETH_LEN + IP6_LEN;
+	} else {
+		write_ipv4(data + ETH_LEN, pr, pr->tclass, 0, IPPROTO_ICMP,
+			   packet_len - IP4_LEN);
+		icmp = data + ETH_LEN + IP4_LEN;
+	}
+	old = *(__u16 *)icmp;
+	icmp->type = pr->v6 ? 129 : 0;
+	new = *(__u16 *)icmp;
+	csum_replace(&icmp->check, old, new);
+	return XDP_TX;
+}
+
+// A probe to a responsive address with a well-formed IP header: the
+// transport segment `l4` of `l4_len` bytes, protocol `proto`. `ip_sum` is the
+// sum of the IP header (for the quote of an unreachable).
+static __always_inline int answer(struct xdp_md *ctx,
+				  const struct responder_cfg *cfg,
+				  struct probe *pr, __u8 proto, void *l4,
+				  __u32 l4_len, __u64 ip_sum, void *end)
+{
+	__u32 ip_len = pr->v6 ? IP6_LEN : IP4_LEN;
+	__u64 pseudo = pr->pseudo + bpf_htons(proto) + bpf_htons(l4_len);
+	__s64 sum;
+
+	// Each protocol sums its own segment: one loop on each path keeps the
+	// verifier's work small (a loop's exits multiply what follows them).
+	if (proto == IPPROTO_TCP) {
+		struct tcp_hdr *th = l4;
+		__u32 hl;
+
+		if ((void *)(th + 1) > end)
+			return XDP_PASS;
+		hl = (th->doff >> 4) * 4;
+		// A SYN carrying data goes to the kernel.
+		if (hl < TCP_LEN || hl != l4_len)
+			return XDP_PASS;
+		if ((th->flags & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN)) != TCP_SYN)
+			return XDP_PASS;
+		if ((cfg->flags & DNS_53) && th->dest == bpf_htons(53))
+			return XDP_PASS;
+		sum = sum_bytes(l4, hl, end);
+		if (sum < 0 || fold(sum + pseudo) != 0xffff)
+			return XDP_PASS;
+		return answer_syn(ctx, cfg, pr, th, hl, l4_len, end);
+	}
+	if (proto == IPPROTO_UDP) {
+		struct udp_hdr *uh = l4;
+
+		if ((void *)(uh + 1) > end || bpf_ntohs(uh->len) != l4_len)
+			return XDP_PASS;
+		if ((cfg->flags & DNS_53) && uh->dest == bpf_htons(53))
+			return XDP_PASS;
+		sum = sum_bytes(l4, l4_len, end);
+		// No checksum is allowed over IPv4 only.
+		if (sum < 0 || (uh->check == 0 ? pr->v6 : fold(sum + pseudo) != 0xffff))
+			return XDP_PASS;
+		return answer_udp(ctx, pr, ip_sum + sum, ip_len + l4_len);
+	}
+	if (proto == (pr->v6 ? IPPROTO_ICMPV6_ : IPPROTO_ICMP)) {
+		struct icmp_hdr *icmp = l4;
+
+		if ((void *)(icmp + 1) > end)
+			return XDP_PASS;
+		if (icmp->type != (pr->v6 ? 128 : 8) || icmp->code != 0)
+			return XDP_PASS;
+		sum = sum_bytes(l4, l4_len, end);
+		if (sum < 0 || fold(sum + (pr->v6 ? pseudo : 0)) != 0xffff)
+			return XDP_PASS;
+		return answer_echo(ctx, pr, ip_len + l4_len);
+	}
+	return XDP_PASS;
+}
+
+static __always_inline void note_macs(struct probe *pr, struct eth_hdr *eth)
+{
+	__builtin_memcpy(pr->src_mac, eth->src, 6);
+	__builtin_memcpy(pr->dst_mac, eth->dst, 6);
+}
+
+static __always_inline int on_ipv4(struct xdp_md *ctx,
+				   const struct responder_cfg *cfg)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct eth_hdr *eth = data;
+	struct ipv4_hdr *ip = data + ETH_LEN;
+	struct probe pr = {};
+	__u32 daddr, tot;
+	__u64 ip_sum;
+
+	if ((void *)(ip + 1) > end || (ip->ver_ihl >> 4) != 4)
+		return XDP_PASS;
+	daddr = bpf_ntohl(ip->daddr);
+	if ((daddr & cfg->mask4) != cfg->net4 ||
+	    (daddr & cfg->link_mask4) == cfg->link4)
+		return XDP_PASS;
+	// truth.rs: addr_hash.
+	if (!answers(cfg, mix64(cfg->key ^ (__u64)daddr * GOLDEN)))
+		return XDP_DROP;
+	// The kernel answers this address; so do we, when we can exactly.
+	if (ip->ver_ihl != 0x45 || (ip->frag_off & bpf_htons(IPV4_MF_OFFSET)) ||
+	    !mac_is(eth->dst, cfg->mac) || bpf_ntohl(ip->saddr) != cfg->peer4)
+		return XDP_PASS;
+	tot = bpf_ntohs(ip->tot_len);
+	if (tot < IP4_LEN || tot > IP4_LEN + MAX_L4 || data + ETH_LEN + tot > end)
+		return XDP_PASS;
+	ip_sum = sum_words(ip, IP4_LEN / 2);
+	if (fold(ip_sum) != 0xffff)
+		return XDP_PASS;
+	note_macs(&pr, eth);
+	pr.saddr[0] = ip->saddr;
+	pr.daddr[0] = ip->daddr;
+	pr.pseudo = sum_words(&pr.saddr[0], 2) + sum_words(&pr.daddr[0], 2);
+	pr.tclass = ip->tos;
+	return answer(ctx, cfg, &pr, ip->protocol, ip + 1, tot - IP4_LEN, ip_sum, end);
+}
+
+static __always_inline int on_ipv6(struct xdp_md *ctx,
+				   const struct responder_cfg *cfg)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct eth_hdr *eth = data;
+	struct ipv6_hdr *ip6 = data + ETH_LEN;
+	struct probe pr = {};
+	__u64 hi, lo;
+	__u32 plen;
+	__u8 next;
+
+	if ((void *)(ip6 + 1) > end ||
+	    (ip6->ver_tc_flow & bpf_htonl(0xf0000000)) != bpf_htonl(0x60000000))
+		return XDP_PASS;
+	hi = load_be64(ip6->daddr);
+	lo = load_be64(ip6->daddr + 8);
+	if ((hi & cfg->mask6_hi) != cfg->net6_hi ||
+	    (lo & cfg->mask6_lo) != cfg->net6_lo)
+		return XDP_PASS;
+	// truth.rs: addr_hash6.
+	if (!answers(cfg, mix64(mix64(cfg->key ^ hi * GOLDEN) ^ lo * GOLDEN)))
+		return XDP_DROP;
+	if (!mac_is(eth->dst, cfg->mac) ||
+	    load_be64(ip6->saddr) != cfg->peer6_hi ||
+	    load_be64(ip6->saddr + 8) != cfg->peer6_lo)
+		return XDP_PASS;
+	plen = bpf_ntohs(ip6->payload_len);
+	next = ip6->nexthdr;
+	// Extension headers (and with them fragments) go to the kernel.
+	if (next != IPPROTO_TCP && next != IPPROTO_UDP && next != IPPROTO_ICMPV6_)
+		return XDP_PASS;
+	if (plen > MAX_L4 || data + ETH_LEN + IP6_LEN + plen > end)
+		return XDP_PASS;
+	note_macs(&pr, eth);
+	__builtin_memcpy(pr.saddr, ip6->saddr, 16);
+	__builtin_memcpy(pr.daddr, ip6->daddr, 16);
+	pr.pseudo = sum_words(pr.saddr, 8) + sum_words(pr.daddr, 8);
+	pr.tclass = bpf_ntohl(ip6->ver_tc_flow) >> 20;
+	pr.v6 = 1;
+	return answer(ctx, cfg, &pr, next, ip6 + 1, plen,
+		      sum_words(ip6, IP6_LEN / 2), end);
+}
+
+SEC("xdp")
+int sonde_lab_responder(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct eth_hdr *eth = data;
+	__u32 zero = 0;
+	struct responder_cfg *cfg = bpf_map_lookup_elem(&responder_cfg, &zero);
+
+	if (!cfg || (void *)(eth + 1) > end)
+		return XDP_PASS;
+	if (eth->proto == bpf_htons(ETH_P_IP))
+		return on_ipv4(ctx, cfg);
+	if (eth->proto == bpf_htons(ETH_P_IPV6) && (cfg->flags & HAS_V6))
+		return on_ipv6(ctx, cfg);
+	return XDP_PASS;
+}
+
+char _license[] SEC("license") = "GPL";
