@@ -152,7 +152,7 @@ fn queue_files(queues: u32) -> &'static str {
 
 /// The queue settings of nx0 (of `queues` queues) in namespace `ns`, as sysfs there shows them:
 /// (`rx-N/rps_cpus` or `tx-N/xps_cpus`, its CPUs) for every queue.
-pub fn queue_cpus(ns: &str, queues: u32) -> Result<Vec<(String, Vec<usize>)>> {
+fn queue_cpus(ns: &str, queues: u32) -> Result<Vec<(String, Vec<usize>)>> {
     let dir = format!("/sys/class/net/{NET_IF}/queues");
     let script = format!("cd {dir} && grep -H . {}", queue_files(queues));
     let text = in_ns(ns, "sh", &["-c", &script])?;

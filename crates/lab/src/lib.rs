@@ -30,7 +30,7 @@ pub use config::{
     validate_name, LabConfig, LabStatus, Responder, Sink, DNS_PORT, HTTPS_PORT, HTTP_PORT,
 };
 pub use counters::{net_counters, received, scan_counters, IfCounters};
-pub use cpus::{cpu_list, online_cpus, parse_cpu_list, queue_cpus, sender_cpus};
+pub use cpus::{cpu_list, online_cpus, parse_cpu_list, sender_cpus};
 pub use http::{big_body, sha256_hex, BIG_PATH};
 pub use netns::{current_lab, enter_scan_ns, exec, list};
 pub use server::{serve, serve_silent};

@@ -7,7 +7,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use sonde_craft::cookie::PortRange;
 use sonde_wire::{
-    ethernet, ipv4, ipv6, tcp, EtherType, IpPair, IpProtocol, MacAddr, TcpFlags, TcpOption,
+    ethernet, ipv4, ipv6, tcp, ChecksumMode, EtherType, IpPair, IpProtocol, MacAddr, TcpFlags,
+    TcpOption,
 };
 
 use crate::conn::{addr_to_key, is_mapped};
@@ -115,10 +116,14 @@ pub(crate) fn parse<'a>(frame: &'a [u8], link: &Link) -> Parsed<'a> {
     if !link.ports.contains(packet.dst_port()) {
         return Parsed::NotOurs;
     }
-    if link.verify_checksums && !packet.verify_checksum(&ip_pair(addr, ours)) {
-        return Parsed::Invalid;
-    }
-    let Some(tcp) = read_header(&packet) else {
+    // Header and options as wire reads them (a malformed option makes the segment invalid; the
+    // peer's SACK blocks are read but the client never uses them).
+    let checksums = if link.verify_checksums {
+        ChecksumMode::Verify
+    } else {
+        ChecksumMode::Ignore
+    };
+    let Ok(tcp) = tcp::Repr::parse(&packet, &ip_pair(addr, ours), checksums) else {
         return Parsed::Invalid;
     };
     Parsed::Ours(Seg {
@@ -130,36 +135,6 @@ pub(crate) fn parse<'a>(frame: &'a [u8], link: &Link) -> Parsed<'a> {
         tcp,
         payload: &segment[packet.header_len()..],
     })
-}
-
-/// The header fields and the options the client uses (the peer's SACK blocks are not: the
-/// request is a few segments at most). None when an option is malformed.
-fn read_header(packet: &tcp::Packet<&[u8]>) -> Option<tcp::Repr> {
-    let flags = packet.flags();
-    let mut tcp = tcp::Repr {
-        src_port: packet.src_port(),
-        dst_port: packet.dst_port(),
-        seq_number: packet.seq_number(),
-        ack_number: flags.contains(TcpFlags::ACK).then(|| packet.ack_number()),
-        flags,
-        window_len: packet.window_len(),
-        window_scale: None,
-        max_seg_size: None,
-        sack_permitted: false,
-        sack_ranges: [None; 3],
-        timestamp: None,
-        payload_len: packet.payload().len(),
-    };
-    for option in packet.iter_options() {
-        match option.ok()? {
-            TcpOption::Mss(mss) => tcp.max_seg_size = Some(mss),
-            TcpOption::WindowScale(shift) => tcp.window_scale = Some(shift),
-            TcpOption::SackPermitted => tcp.sack_permitted = true,
-            TcpOption::Timestamps { tsval, tsecr } => tcp.timestamp = Some((tsval, tsecr)),
-            _ => {}
-        }
-    }
-    Some(tcp)
 }
 
 fn ip_pair(src: IpAddr, dst: IpAddr) -> IpPair {
