@@ -2,7 +2,9 @@
 
 mod cmd;
 mod grab;
+mod latency;
 mod plot;
+mod profile;
 mod progress;
 mod runargs;
 mod scan;
@@ -36,6 +38,11 @@ enum Command {
     Grab(Box<grab::GrabArgs>),
     /// Sweeps and floors: `bench tx` (backends × batch sizes), `bench floor` (bare AF_XDP).
     Bench(cmd::bench::BenchArgs),
+    /// Round-trip times under fixed packet rates: a reflector and a paced, timestamping client;
+    /// percentiles, loss, heat maps.
+    Latency(latency::LatencyArgs),
+    /// Where the cost of a packet goes: sonde's stages, and a stack's start and stop latency.
+    Profile(profile::ProfileArgs),
 }
 
 /// Prints a line on stdout; a closed pipe (`sonde ... | head`) ends output quietly instead of
@@ -53,6 +60,8 @@ fn main() {
         Command::Bench(args) => cmd::bench::run(args),
         Command::Scan(args) => scan::run(*args),
         Command::Grab(args) => grab::run(*args),
+        Command::Latency(args) => latency::run(args),
+        Command::Profile(args) => profile::run(args),
     };
     if let Err(err) = result {
         // One line: the context chain joined, no backtrace.
