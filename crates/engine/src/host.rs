@@ -111,7 +111,7 @@ pub fn neighbour_mac(iface: &str, ip: Ipv4Addr) -> anyhow::Result<MacAddr> {
 }
 
 /// The interface of the IPv4 default route.
-fn default_route_iface() -> anyhow::Result<String> {
+pub fn default_route_iface() -> anyhow::Result<String> {
     let table = std::fs::read_to_string("/proc/net/route").context("reading /proc/net/route")?;
     table
         .lines()
@@ -123,7 +123,7 @@ fn default_route_iface() -> anyhow::Result<String> {
 }
 
 /// The first IPv4 address of `iface`.
-fn iface_ipv4(iface: &str) -> anyhow::Result<Ipv4Addr> {
+pub fn iface_ipv4(iface: &str) -> anyhow::Result<Ipv4Addr> {
     nix::ifaddrs::getifaddrs()
         .context("listing interfaces")?
         .filter(|a| a.interface_name == iface)

@@ -34,6 +34,7 @@ pub mod mem;
 mod mmsg;
 mod packet_socket;
 mod ring;
+mod ring_frames;
 mod sendto;
 #[cfg(test)]
 mod test_support;
@@ -279,6 +280,7 @@ pub fn open_xdp_pair(cfg: &IoConfig, spec: &FilterSpec) -> anyhow::Result<(AnyTx
 pub enum AnyRx {
     Xdp(Box<xdp::XdpRx>),
     Ring(ring::RingRx),
+    RingFrames(ring_frames::RingFrameRx),
     Mmsg(mmsg::MmsgRx),
     Pcap(libpcap::PcapRx),
     Mem(mem::MemPort),
@@ -295,6 +297,14 @@ impl AnyRx {
             BackendKind::Pcap => AnyRx::Pcap(libpcap::PcapRx::open(cfg)?),
             BackendKind::Mem => AnyRx::Mem(mem::pair(cfg.ring_frames as usize).1),
         })
+    }
+
+    /// Opens an AF_PACKET receive ring that hands over each frame as soon as the kernel has
+    /// copied it (TPACKET_V2, one status word per frame), for round-trip measurements: the
+    /// `ring` backend's TPACKET_V3 blocks wait up to 2 ms for a partly filled block. Filter it
+    /// with [`AnyRx::set_filter`].
+    pub fn open_per_frame(cfg: &IoConfig) -> anyhow::Result<AnyRx> {
+        Ok(AnyRx::RingFrames(ring_frames::RingFrameRx::open(cfg)?))
     }
 
     /// Opens a receive queue that gets only the scan's replies, filtered in the kernel: for
@@ -325,6 +335,7 @@ impl AnyRx {
         match self {
             AnyRx::Xdp(r) => r.describe(),
             AnyRx::Ring(_) => "AF_PACKET TPACKET_V3 rx ring".into(),
+            AnyRx::RingFrames(_) => "AF_PACKET TPACKET_V2 rx ring (per frame)".into(),
             AnyRx::Mmsg(_) => "AF_PACKET recvmmsg".into(),
             AnyRx::Pcap(_) => "libpcap".into(),
             AnyRx::Mem(_) => "in-memory queue".into(),
@@ -349,6 +360,7 @@ impl AnyRx {
         match self {
             AnyRx::Xdp(r) => r.take_drops(),
             AnyRx::Ring(r) => socket_full(r.raw_fd()),
+            AnyRx::RingFrames(r) => socket_full(r.raw_fd()),
             AnyRx::Mmsg(r) => socket_full(r.raw_fd()),
             AnyRx::Pcap(r) => r.take_drops(),
             AnyRx::Mem(_) => RxDrops::default(),
@@ -362,6 +374,7 @@ impl AnyRx {
         match self {
             AnyRx::Xdp(r) => r.raw_fd(),
             AnyRx::Ring(r) => r.raw_fd(),
+            AnyRx::RingFrames(r) => r.raw_fd(),
             AnyRx::Mmsg(r) => r.raw_fd(),
             AnyRx::Pcap(r) => r.raw_fd(),
             AnyRx::Mem(r) => r.raw_fd(),
@@ -373,6 +386,7 @@ impl AnyRx {
     pub fn set_filter(&mut self, expr: &str) -> anyhow::Result<()> {
         match self {
             AnyRx::Ring(r) => filter::attach(r.raw_fd(), &filter::compile(expr)?),
+            AnyRx::RingFrames(r) => filter::attach(r.raw_fd(), &filter::compile(expr)?),
             AnyRx::Mmsg(r) => filter::attach(r.raw_fd(), &filter::compile(expr)?),
             AnyRx::Pcap(r) => r.set_filter(expr),
             AnyRx::Xdp(_) => anyhow::bail!(
@@ -462,6 +476,7 @@ impl FrameRx for AnyRx {
         match self {
             AnyRx::Xdp(r) => r.rx_batch(max, timeout, on_frame),
             AnyRx::Ring(r) => r.rx_batch(max, timeout, on_frame),
+            AnyRx::RingFrames(r) => r.rx_batch(max, timeout, on_frame),
             AnyRx::Mmsg(r) => r.rx_batch(max, timeout, on_frame),
             AnyRx::Pcap(r) => r.rx_batch(max, timeout, on_frame),
             AnyRx::Mem(r) => r.rx_batch(max, timeout, on_frame),

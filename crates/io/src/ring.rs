@@ -24,8 +24,8 @@ const RX_BLOCKS: usize = 16;
 const RX_BLOCK_TIMEOUT_MS: u32 = 2;
 
 /// A shared mapping of a packet ring, unmapped on drop.
-struct Mapping {
-    base: NonNull<u8>,
+pub(crate) struct Mapping {
+    pub(crate) base: NonNull<u8>,
     len: usize,
 }
 
@@ -34,7 +34,7 @@ struct Mapping {
 unsafe impl Send for Mapping {}
 
 impl Mapping {
-    fn new(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
+    pub(crate) fn new(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
         // SAFETY: mapping a packet socket's ring of exactly the size configured on it.
         let ptr = unsafe {
             libc::mmap(
@@ -56,7 +56,7 @@ impl Mapping {
     }
 
     /// The status word at `offset` (the kernel and we hand slots back and forth through it).
-    fn status(&self, offset: usize) -> &AtomicU32 {
+    pub(crate) fn status(&self, offset: usize) -> &AtomicU32 {
         debug_assert!(offset + 4 <= self.len);
         // SAFETY: offset is a slot/block header inside the mapping, 4-byte aligned; the kernel
         // only accesses the word atomically too.

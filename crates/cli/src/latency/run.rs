@@ -1,0 +1,371 @@
+//! `sonde latency run`: the client. One run per rate, each for --duration seconds, every echo
+//! timed on one clock; a table on stdout, and in --out a heat map per rate, the percentile
+//! chart, the summary and (with --samples) every sample.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::net::SocketAddrV4;
+use std::path::{Path as FsPath, PathBuf};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use clap::Args;
+use serde::Serialize;
+use sonde_engine::host::{Host, HostRequest};
+use sonde_engine::stop::Stop;
+use sonde_latency::{
+    hold_port, measure, reflector_answers, Clock, EchoLink, FrameEnds, FrameLink, KernelLink,
+    RunReport, RunResult, RunSpec, HEADER_LEN,
+};
+use sonde_wire::MacAddr;
+
+use super::plot::{self, thousands, HeatTitle, RateCurve};
+use super::{open_frames, Path};
+use crate::say;
+
+/// Largest payload that fits one 1500-byte IPv4 packet: 1500 - 20 (IPv4) - 8 (UDP).
+const MAX_SIZE: usize = 1472;
+const TS_SOURCE: &str =
+    "software: user-space CLOCK_MONOTONIC, read right before the send and right after the read";
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// The reflector: ADDR:PORT (in a lab, an address of the lab).
+    #[arg(long)]
+    to: SocketAddrV4,
+    /// Messages per second, one run each, in order: e.g. 10k,20k,30k,40k (k = thousand).
+    #[arg(long, value_delimiter = ',', value_parser = parse_rate, default_value = "10k,20k,30k,40k")]
+    rates: Vec<f64>,
+    /// Seconds per rate.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// UDP payload bytes per message: at least 24 (the message header), at most 1472 (one
+    /// 1500-byte packet).
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    /// How messages travel: kernel (UDP socket), ring (AF_PACKET rings), xdp (AF_XDP).
+    #[arg(long, value_enum, default_value = "ring")]
+    backend: Path,
+    /// The lab to run in (sonde enters its scanner namespace); found by itself inside one.
+    #[arg(long)]
+    lab: Option<String>,
+    /// Interface for ring and xdp (default: the lab's, or the default route's).
+    #[arg(short = 'i', long)]
+    iface: Option<String>,
+    /// Next-hop MAC for ring and xdp (default: the gateway's, from the neighbour table).
+    #[arg(short = 'G', long)]
+    gateway_mac: Option<MacAddr>,
+    /// Write the heat maps, the percentile chart and latency-summary.json here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Also write every sample (rate, send time, RTT) to latency-samples.csv in --out.
+    #[arg(long, requires = "out")]
+    samples: bool,
+    /// Write the summary as one JSON object to this file.
+    #[arg(long)]
+    summary_json: Option<PathBuf>,
+    /// Seconds to wait for the reflector's first echo before giving up.
+    #[arg(long, default_value_t = 3.0)]
+    wait: f64,
+    /// Milliseconds to wait for the last echoes after the last message of a rate.
+    #[arg(long, default_value_t = 500)]
+    drain_ms: u64,
+    /// Print nothing but errors.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+fn parse_rate(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let (digits, scale) = match t.strip_suffix(['k', 'K']) {
+        Some(d) => (d, 1e3),
+        None => (t, 1.0),
+    };
+    let v: f64 = digits.parse().map_err(|_| {
+        format!("{text:?} is not a rate: give messages per second, e.g. 20k or 20000")
+    })?;
+    let v = v * scale;
+    if !(v > 0.0 && v.is_finite()) {
+        return Err(format!(
+            "{text:?}: a rate must be above 0 messages per second"
+        ));
+    }
+    if v > 10e6 {
+        return Err(format!(
+            "{text:?}: above 10M messages per second is not a latency run"
+        ));
+    }
+    Ok(v)
+}
+
+/// The summary: what ran and every rate's figures.
+#[derive(Serialize)]
+struct Summary {
+    to: String,
+    backend: &'static str,
+    path: String,
+    size: usize,
+    duration_s: f64,
+    ts_source: &'static str,
+    rates: Vec<RunReport>,
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    check(&args)?;
+    let out = prepare_out(&args)?;
+    let lab = enter_lab(&args)?;
+    let stop = Stop::on_signals()?;
+    let clock = Clock::new();
+    let mut link = open_link(&args, lab.as_ref())?;
+    let wait = Duration::from_secs_f64(args.wait);
+    if !reflector_answers(link.as_mut(), &clock, wait, stop.flag())? {
+        if stop.is_set() {
+            bail!("interrupted before the reflector answered");
+        }
+        bail!(
+            "no echo from {} within {} s: is `sonde latency reflect -p {}` running there, and does the path reach it?",
+            args.to,
+            args.wait,
+            args.to.port()
+        );
+    }
+    let describe = link.describe();
+    if !args.quiet {
+        say(format!(
+            "sonde latency: {} over {} ({describe}); {} B payloads, {} s per rate; RTT timestamps {TS_SOURCE}",
+            args.to,
+            args.backend.name(),
+            args.size,
+            args.duration
+        ));
+        say(HEADER);
+    }
+    let mut results: Vec<RunResult> = Vec::new();
+    for (i, &rate) in args.rates.iter().enumerate() {
+        let spec = RunSpec {
+            rate,
+            duration: Duration::from_secs_f64(args.duration),
+            drain: Duration::from_millis(args.drain_ms),
+        };
+        let result = measure(link.as_mut(), i as u32, &spec, &clock, stop.flag())
+            .with_context(|| format!("measuring at {} pps", thousands(rate)))?;
+        if !args.quiet {
+            say(row(&result.report));
+        }
+        results.push(result);
+        if stop.is_set() {
+            eprintln!("sonde latency: interrupted; the rates measured so far are reported");
+            break;
+        }
+    }
+    let summary = Summary {
+        to: args.to.to_string(),
+        backend: args.backend.name(),
+        path: describe,
+        size: args.size,
+        duration_s: args.duration,
+        ts_source: TS_SOURCE,
+        rates: results.iter().map(|r| r.report.clone()).collect(),
+    };
+    write_outputs(&args, out.as_deref(), &summary, &results)
+}
+
+fn check(args: &RunArgs) -> anyhow::Result<()> {
+    if !(args.duration > 0.0 && args.duration.is_finite()) {
+        bail!(
+            "--duration {} is not a number of seconds above 0",
+            args.duration
+        );
+    }
+    if !(HEADER_LEN..=MAX_SIZE).contains(&args.size) {
+        bail!(
+            "--size {}: a message needs {HEADER_LEN} to {MAX_SIZE} bytes ({HEADER_LEN} of header; at most one 1500-byte packet)",
+            args.size
+        );
+    }
+    if !(args.wait > 0.0 && args.wait.is_finite()) {
+        bail!("--wait {} is not a number of seconds above 0", args.wait);
+    }
+    if args.to.port() == 0 {
+        bail!("--to {}: port 0 is not a reflector's port", args.to);
+    }
+    Ok(())
+}
+
+/// Creates --out and checks that it can be written, before anything is sent.
+fn prepare_out(args: &RunArgs) -> anyhow::Result<Option<PathBuf>> {
+    let Some(dir) = &args.out else {
+        return Ok(None);
+    };
+    let unwritable = |e: std::io::Error| anyhow!("cannot write to --out {}: {e}", dir.display());
+    std::fs::create_dir_all(dir).map_err(unwritable)?;
+    let probe = dir.join(".sonde-latency-write-test");
+    File::create(&probe).map_err(unwritable)?;
+    let _ = std::fs::remove_file(probe);
+    Ok(Some(dir.clone()))
+}
+
+/// Enters the lab (named, or the one sonde runs in) and pins to the CPUs it leaves to
+/// senders; in a lab only the lab's addresses may be measured.
+fn enter_lab(args: &RunArgs) -> anyhow::Result<Option<sonde_lab::LabStatus>> {
+    let lab = match (&args.lab, sonde_lab::current_lab()) {
+        (Some(name), _) => {
+            let status = sonde_lab::status(name)?;
+            sonde_lab::enter_scan_ns(name)?;
+            Some(status)
+        }
+        (None, Some(name)) => Some(sonde_lab::status(&name)?),
+        (None, None) => None,
+    };
+    if let Some(lab) = &lab {
+        let benchmarking: ipnet::Ipv4Net = "198.18.0.0/15".parse().expect("a fixed prefix");
+        if !benchmarking.contains(args.to.ip()) {
+            bail!(
+                "--to {}: inside lab {} only the lab's addresses (198.18.0.0/15) may be measured",
+                args.to,
+                lab.name
+            );
+        }
+        if let Some(cpus) = crate::runargs::lab_sender_cpus(lab) {
+            sonde_engine::plan::pin_to_cpu(cpus[0]);
+        }
+    }
+    Ok(lab)
+}
+
+fn open_link(
+    args: &RunArgs,
+    lab: Option<&sonde_lab::LabStatus>,
+) -> anyhow::Result<Box<dyn EchoLink>> {
+    if args.backend == Path::Kernel {
+        let link = KernelLink::open(args.to, args.size)
+            .with_context(|| format!("opening a UDP socket to {}", args.to))?;
+        return Ok(Box::new(link));
+    }
+    let req = HostRequest {
+        iface: args.iface.clone(),
+        gateway_mac: args.gateway_mac,
+        ..HostRequest::default()
+    };
+    let host = Host::resolve(&req, lab.map(|l| l.scan_if.as_str()))?;
+    let guard = hold_port(SocketAddrV4::new(host.src_ip, 0))?;
+    let src = match guard.local_addr()? {
+        std::net::SocketAddr::V4(a) => a,
+        other => bail!("the port guard bound an IPv6 address {other}"),
+    };
+    let (tx, rxs) = open_frames(args.backend, &host.iface, src)?;
+    let ends = FrameEnds {
+        src_mac: host.src_mac,
+        dst_mac: host.gateway_mac,
+        src,
+        dst: args.to,
+    };
+    Ok(Box::new(FrameLink::new(tx, rxs, ends, args.size, guard)))
+}
+
+const HEADER: &str = "     rate   achieved      sent    lost  reord   dup      p50      p90      p99    p99.9   p99.99        max  (RTT, µs)";
+
+fn row(r: &RunReport) -> String {
+    format!(
+        "{:>9} {:>10} {:>9} {:>7} {:>6} {:>5} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>10.1}{}",
+        thousands(r.target_pps),
+        thousands(r.achieved_pps),
+        r.sent,
+        r.lost,
+        r.reordered,
+        r.duplicates,
+        r.rtt.p50_us,
+        r.rtt.p90_us,
+        r.rtt.p99_us,
+        r.rtt.p999_us,
+        r.rtt.p9999_us,
+        r.rtt.max_us,
+        if r.interrupted { "  (interrupted)" } else { "" }
+    )
+}
+
+fn write_outputs(
+    args: &RunArgs,
+    out: Option<&FsPath>,
+    summary: &Summary,
+    results: &[RunResult],
+) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(summary)?;
+    if let Some(path) = &args.summary_json {
+        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let Some(dir) = out else {
+        return Ok(());
+    };
+    std::fs::write(dir.join("latency-summary.json"), &json)
+        .with_context(|| format!("writing {}", dir.display()))?;
+    for r in results {
+        let title = HeatTitle {
+            rate: r.report.target_pps,
+            path: args.backend.name(),
+            size: args.size,
+        };
+        let png = dir.join(format!(
+            "latency-heatmap-{}.png",
+            r.report.target_pps.round()
+        ));
+        plot::heat_map(&r.rtts.samples, &title, &png)?;
+    }
+    let curves: Vec<RateCurve> = results
+        .iter()
+        .map(|r| RateCurve {
+            rate: r.report.target_pps,
+            hist: &r.rtts.hist,
+        })
+        .collect();
+    let title = format!(
+        "RTT percentiles to {} over {} ({} B payloads)",
+        args.to,
+        args.backend.name(),
+        args.size
+    );
+    plot::percentiles(&curves, &title, &dir.join("latency-percentiles.png"))?;
+    if args.samples {
+        write_samples(&dir.join("latency-samples.csv"), results)?;
+    }
+    if !args.quiet {
+        say(format!(
+            "wrote latency-summary.json, latency-percentiles.png and a heat map per rate{} to {}",
+            if args.samples {
+                ", latency-samples.csv"
+            } else {
+                ""
+            },
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
+fn write_samples(path: &FsPath, results: &[RunResult]) -> anyhow::Result<()> {
+    let file = File::create(path).with_context(|| format!("writing {}", path.display()))?;
+    let mut w = BufWriter::new(file);
+    writeln!(w, "rate_pps,sent_ns,rtt_ns")?;
+    for r in results {
+        for s in &r.rtts.samples {
+            writeln!(w, "{},{},{}", r.report.target_pps, s.sent_ns, s.rtt_ns)?;
+        }
+    }
+    w.flush()
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse_with_k_and_refuse_zero_negative_and_garbage() {
+        assert_eq!(parse_rate("10k"), Ok(10_000.0));
+        assert_eq!(parse_rate("2.5K"), Ok(2_500.0));
+        assert_eq!(parse_rate("40000"), Ok(40_000.0));
+        for bad in ["0", "-5k", "fast", "", "nan", "inf"] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! Round-trip times under fixed packet rates (`sonde latency`): a client sends timestamped
+//! messages on a precise schedule and times each echo on the same clock; a reflector echoes them
+//! at the application layer. Both come in two forms — on the kernel's UDP socket path and on
+//! sonde's frame I/O — so the difference between the paths is measured, not assumed.
+//!
+//! Data flow: [`message`] (what a probe carries) → [`link`] (how it travels: kernel socket or
+//! frames) → [`client`] (the schedule, one run per rate) → [`tracker`] (loss, reordering,
+//! duplicates) and [`stats`] (HDR histogram, samples for the heat map, percentiles).
+//! [`reflect`] is the other end.
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod link;
+pub mod message;
+pub mod reflect;
+pub mod stats;
+pub mod tracker;
+
+pub use client::{measure, reflector_answers, RunReport, RunResult, RunSpec};
+pub use link::{hold_port, Clock, EchoLink, FrameEnds, FrameLink, KernelLink};
+pub use message::{Stamp, HEADER_LEN};
+pub use reflect::{reflect_frames, reflect_kernel, EchoMatch, ReflectCount};
+pub use stats::{merge, new_histogram, Percentiles, RttRecorder, Sample};
+pub use tracker::{Arrival, SeqTracker};
