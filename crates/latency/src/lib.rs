@@ -3,13 +3,17 @@
 //! at the application layer. Both come in two forms — on the kernel's UDP socket path and on
 //! sonde's frame I/O — so the difference between the paths is measured, not assumed.
 //!
-//! Data flow: [`message`] (what a probe carries) → [`link`] (how it travels: kernel socket or
-//! frames) → [`client`] (the schedule, one run per rate) → [`tracker`] (loss, reordering,
-//! duplicates) and [`stats`] (HDR histogram, samples for the heat map, percentiles).
-//! [`reflect`] is the other end.
+//! Data flow: [`message`] (what a probe carries) → [`frame`] (its frame on sonde's path, and the
+//! echo's) → [`link`] (how it travels: kernel socket, or frames through `frames_io`) →
+//! [`client`] (the schedule, one run per rate) → [`tracker`] (loss, reordering, duplicates) and
+//! [`stats`] (HDR histogram, samples for the heat map, percentiles). [`reflect`] is the other
+//! end.
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod frame;
+#[cfg(feature = "io")]
+mod frames_io;
 pub mod link;
 pub mod message;
 pub mod reflect;
@@ -17,8 +21,11 @@ pub mod stats;
 pub mod tracker;
 
 pub use client::{measure, reflector_answers, RunReport, RunResult, RunSpec};
-pub use link::{hold_port, Clock, EchoLink, FrameEnds, FrameLink, KernelLink};
+pub use frame::{EchoMatch, FrameEnds};
+#[cfg(feature = "io")]
+pub use frames_io::{hold_port, reflect_frames, FrameLink};
+pub use link::{Clock, EchoLink, KernelLink};
 pub use message::{Stamp, HEADER_LEN};
-pub use reflect::{reflect_frames, reflect_kernel, EchoMatch, ReflectCount};
+pub use reflect::{reflect_kernel, ReflectCount};
 pub use stats::{merge, new_histogram, Percentiles, RttRecorder, Sample};
 pub use tracker::{Arrival, SeqTracker};

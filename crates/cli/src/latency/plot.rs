@@ -98,7 +98,7 @@ pub fn heat_map(samples: &[Sample], title: &HeatTitle, path: &Path) -> anyhow::R
         .disable_mesh()
         .x_desc("time since the first message (s)")
         .y_desc("round-trip time (µs, log scale)")
-        .y_label_formatter(&|v| format!("{v}"))
+        .y_label_formatter(&|v| micros(*v))
         .draw()
         .map_err(|x| e(x.to_string()))?;
     let dt = grid.t_max_s / TIME_BINS as f64;
@@ -136,6 +136,9 @@ fn colour_bar<DB: DrawingBackend>(
         .disable_mesh()
         .disable_x_axis()
         .y_desc("echoes per cell")
+        .y_label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 14))
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()?;
     let steps = 100;
     bar.draw_series((0..steps).map(|i| {
@@ -195,6 +198,7 @@ pub fn percentiles(curves: &[RateCurve], title: &str, path: &Path) -> anyhow::Re
         .x_desc("percentile")
         .y_desc("round-trip time (µs, log scale)")
         .x_label_formatter(&|x| percentile_label(*x))
+        .y_label_formatter(&|v| micros(*v))
         .draw()
         .map_err(|x| e(x.to_string()))?;
     for (i, c) in curves.iter().filter(|c| !c.hist.is_empty()).enumerate() {
@@ -228,6 +232,15 @@ fn percentile_label(x: f64) -> String {
     let q = (1.0 - 1.0 / x) * 100.0;
     let digits = (x.log10().round() as i32 - 2).max(0) as usize;
     format!("{q:.digits$}%")
+}
+
+/// An axis label in µs: whole numbers from 10 up, one decimal below.
+fn micros(v: f64) -> String {
+    if v >= 10.0 {
+        thousands(v)
+    } else {
+        format!("{v:.1}")
+    }
 }
 
 /// 20000 → "20,000".

@@ -1,0 +1,178 @@
+//! sonde's frame path on real queues: the client's [`FrameLink`] (messages sent on a ring or
+//! AF_XDP queue, echoes read from a per-frame ring or AF_XDP sockets) and the frame reflector
+//! [`reflect_frames`]. Built with the `io` feature (on by default; the fuzz targets leave it
+//! out, and with it the AF_XDP build).
+
+use std::io;
+use std::net::SocketAddrV4;
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use sonde_craft::{Patcher, Word};
+use sonde_io::{rx_many, AnyRx, AnyTx, FrameTx};
+use sonde_wire::checksum::pseudo_header_v4;
+use sonde_wire::{ethernet, ipv4, IpProtocol};
+
+use crate::frame::{echo_into, echo_of, echo_template, is_echo_request, EchoMatch, FrameEnds};
+use crate::link::{Clock, EchoLink, POLL_BATCH};
+use crate::message::{Stamp, HEADER_LEN, RUN_AT};
+use crate::reflect::{should_stop, ReflectCount, WAIT_STEP};
+
+/// How long the frame reflector spins after the last frame before it waits in `poll(2)`
+/// instead (so an idle reflector does not hold a CPU, and a busy one never sleeps).
+const SPIN_FOR: Duration = Duration::from_millis(50);
+
+/// sonde's own path: frames from a template, patched with each message's header.
+pub struct FrameLink {
+    tx: AnyTx,
+    /// One receiver per queue the echoes can arrive on.
+    rxs: Vec<AnyRx>,
+    patcher: Patcher,
+    ends: FrameEnds,
+    payload_at: usize,
+    /// Holds the client's port in the kernel, so the kernel neither gives it to another
+    /// socket nor answers the echoes it also sees with ICMP port unreachable.
+    _port: UdpSocket,
+}
+
+impl FrameLink {
+    /// `size`: UDP payload bytes (at least [`HEADER_LEN`]). `port_guard` is a UDP socket bound
+    /// to `ends.src` (see [`hold_port`]).
+    pub fn new(
+        tx: AnyTx,
+        rxs: Vec<AnyRx>,
+        ends: FrameEnds,
+        size: usize,
+        port_guard: UdpSocket,
+    ) -> FrameLink {
+        let (frame, payload_at) = echo_template(&ends, size.max(HEADER_LEN));
+        let ip_at = ethernet::HEADER_LEN;
+        let l4_at = ip_at + ipv4::HEADER_LEN;
+        let pseudo = pseudo_header_v4(
+            *ends.src.ip(),
+            *ends.dst.ip(),
+            IpProtocol::UDP.0,
+            (frame.len() - l4_at) as u16,
+        );
+        let len = frame.len();
+        let patcher = Patcher::new(
+            frame,
+            Some(ip_at..l4_at),
+            l4_at..len,
+            l4_at + 6,
+            pseudo,
+            true,
+        );
+        FrameLink {
+            tx,
+            rxs,
+            patcher,
+            ends,
+            payload_at,
+            _port: port_guard,
+        }
+    }
+
+    /// The header words of a message, as the patcher stores them.
+    fn words(&self, run: u32, seq: u64, sent_ns: u64) -> [Word; 10] {
+        let at = self.payload_at + RUN_AT;
+        let w = |i: usize, v: u64| Word::l4(at + 2 * i, v as u16);
+        [
+            w(0, u64::from(run >> 16)),
+            w(1, u64::from(run)),
+            w(2, seq >> 48),
+            w(3, seq >> 32),
+            w(4, seq >> 16),
+            w(5, seq),
+            w(6, sent_ns >> 48),
+            w(7, sent_ns >> 32),
+            w(8, sent_ns >> 16),
+            w(9, sent_ns),
+        ]
+    }
+}
+
+impl EchoLink for FrameLink {
+    fn send(&mut self, run: u32, seq: u64, clock: &Clock) -> io::Result<bool> {
+        let sent_ns = clock.now_ns();
+        let words = self.words(run, seq, sent_ns);
+        let patcher = &self.patcher;
+        let sent = self.tx.tx_batch(1, |_, buf| patcher.write(buf, &words))?;
+        Ok(sent == 1)
+    }
+
+    fn poll(&mut self, clock: &Clock, on_echo: &mut dyn FnMut(Stamp, u64)) -> io::Result<usize> {
+        let ends = &self.ends;
+        let mut echoed = 0;
+        rx_many(&mut self.rxs, POLL_BATCH, Duration::ZERO, |_, frame| {
+            if let Some(stamp) = echo_of(ends, frame) {
+                on_echo(stamp, clock.now_ns());
+                echoed += 1;
+            }
+        })?;
+        Ok(echoed)
+    }
+
+    fn describe(&self) -> String {
+        let rx = self.rxs.first().map_or_else(String::new, |r| r.describe());
+        format!("{}; {rx} ×{}", self.tx.describe(), self.rxs.len())
+    }
+}
+
+/// A UDP socket holding `addr`'s port (port 0: one the kernel picks) that drops everything it
+/// receives (a one-instruction filter, `ret 0`): the kernel then neither gives the port away
+/// nor answers frames to it, which sonde reads from a packet socket, with ICMP port unreachable.
+pub fn hold_port(addr: SocketAddrV4) -> anyhow::Result<UdpSocket> {
+    let socket = UdpSocket::bind(addr).map_err(|e| {
+        anyhow::anyhow!("cannot hold UDP port {} on {}: {e}", addr.port(), addr.ip())
+    })?;
+    let drop_all = [libc::sock_filter {
+        code: 0x06, // BPF_RET | BPF_K
+        jt: 0,
+        jf: 0,
+        k: 0,
+    }];
+    sonde_io::filter::attach(socket.as_raw_fd(), &drop_all)?;
+    Ok(socket)
+}
+
+/// Echoes every matching datagram that `rxs` (one receiver per queue) receive through `tx`,
+/// until `stop` or `until`.
+pub fn reflect_frames(
+    tx: &mut AnyTx,
+    rxs: &mut [AnyRx],
+    matching: EchoMatch,
+    stop: &AtomicBool,
+    until: Option<Instant>,
+) -> io::Result<ReflectCount> {
+    let mut count = ReflectCount::default();
+    let mut last_frame = Instant::now();
+    while !should_stop(stop, until) {
+        let idle = last_frame.elapsed() > SPIN_FOR;
+        let timeout = if idle { WAIT_STEP } else { Duration::ZERO };
+        let mut failed = None;
+        let got = rx_many(rxs, 64, timeout, |_, frame| {
+            if failed.is_some() {
+                return;
+            }
+            if !is_echo_request(frame, &matching) {
+                count.ignored += 1;
+                return;
+            }
+            match tx.tx_batch(1, |_, buf| echo_into(frame, buf)) {
+                Ok(1) => count.echoed += 1,
+                Ok(_) => count.ignored += 1,
+                Err(e) => failed = Some(e),
+            }
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if got > 0 {
+            last_frame = Instant::now();
+        }
+    }
+    Ok(count)
+}
