@@ -32,7 +32,7 @@ pub use config::{
 pub use counters::{net_counters, received, scan_counters, IfCounters};
 pub use cpus::{cpu_list, online_cpus, parse_cpu_list, sender_cpus};
 pub use http::{big_body, sha256_hex, BIG_PATH};
-pub use netns::{current_lab, enter_scan_ns, exec, list};
+pub use netns::{current_lab, enter_net_ns, enter_scan_ns, exec, list};
 pub use server::{serve, serve_silent};
 pub use setup::{down, status, up};
 pub use truth::{

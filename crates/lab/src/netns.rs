@@ -75,6 +75,23 @@ pub fn enter_scan_ns(name: &str) -> Result<()> {
     })
 }
 
+/// Moves the calling thread into the network namespace of lab `name` (the side that owns the
+/// population and 198.19.255.254 on nx0), e.g. to serve or observe there from one thread of a
+/// process whose other threads stay in the scanner namespace.
+pub fn enter_net_ns(name: &str) -> Result<()> {
+    validate_name(name)?;
+    let path = ns_path(&net_ns(name));
+    let ns = File::open(&path).map_err(|e| {
+        anyhow!(
+            "lab {name:?} is not up ({}: {e}); start it with: sonde lab up --name {name}",
+            path.display()
+        )
+    })?;
+    setns(&ns, CloneFlags::CLONE_NEWNET).map_err(|e| {
+        anyhow!("cannot enter the network namespace of lab {name:?}: {e} (this needs root)")
+    })
+}
+
 /// The lab whose scanner namespace the calling thread is in, if any.
 pub fn current_lab() -> Option<String> {
     // thread-self: enter_scan_ns moves one thread, and that is what counts.
