@@ -44,7 +44,11 @@ impl LineFit {
             .iter()
             .map(|&(x, y)| (y - slope * x - intercept).powi(2))
             .sum();
-        let r2 = if syy == 0.0 { 1.0 } else { 1.0 - residual / syy };
+        let r2 = if syy == 0.0 {
+            1.0
+        } else {
+            1.0 - residual / syy
+        };
         Some(LineFit {
             slope,
             intercept,
@@ -63,12 +67,7 @@ impl fmt::Display for LineFit {
     /// `192.57·x + 246.98` (`- 3.10` for a negative intercept).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let sign = if self.intercept < 0.0 { '-' } else { '+' };
-        write!(
-            f,
-            "{:.2}·x {sign} {:.2}",
-            self.slope,
-            self.intercept.abs()
-        )
+        write!(f, "{:.2}·x {sign} {:.2}", self.slope, self.intercept.abs())
     }
 }
 
