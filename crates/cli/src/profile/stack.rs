@@ -518,9 +518,15 @@ impl Bench<'_> {
                     Ok(stamped.send(payload)?)
                 })?;
                 let stamps = stamped.take_stamps()?;
+                // UDP's stamped packet is the first fragment, TCP's the last segment: the
+                // tap's work on the frames before it lies inside its time, as for stop.
+                let tap_before = match (proto, &arrived) {
+                    (Proto::Tcp, Some(a)) => self.cost.tap_ns_per_frame * (a.frames - 1) as f64,
+                    _ => 0.0,
+                };
                 let since = |t: Option<i128>| {
                     t.filter(|_| arrived.is_some())
-                        .map(|t| (t - t0) as f64 - clock)
+                        .map(|t| (t - t0) as f64 - clock - tap_before)
                 };
                 (seen, (since(stamps.sched_ns), since(stamps.software_ns)))
             }
