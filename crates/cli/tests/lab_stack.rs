@@ -133,12 +133,16 @@ fn a_short_stack_profile_measures_every_path_protocol_and_size() {
             assert_eq!(fit[line]["points"], SIZES.len(), "{fit}");
         }
     }
-    assert!(
-        summary["instrumentation"]["tap_ns_per_frame"]
-            .as_f64()
-            .unwrap()
-            >= 0.0
-    );
+    let cost = &summary["instrumentation"];
+    for key in [
+        "clock_read_ns",
+        "kernel_tap_ns_per_frame",
+        "lab_tap_ns_per_frame",
+    ] {
+        let v = cost[key].as_f64().unwrap_or(-1.0);
+        assert!(v.is_finite() && v >= 0.0, "{key}: {cost}");
+    }
+    assert!(cost["tap_gap_ns"].as_f64().unwrap().is_finite(), "{cost}");
 }
 
 #[test]

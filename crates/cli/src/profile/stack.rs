@@ -2,13 +2,14 @@
 //! for the kernel's socket path and sonde's own (`ring`) path, UDP and TCP, in a lab.
 //!
 //! Start is the time from the send call to the first packet of the payload leaving the
-//! scanner's interface, stop the time to the last one leaving. Both are read from one place for
-//! both paths: a tap on the lab side of the veth pair, whose kernel timestamps (CLOCK_REALTIME)
-//! mark the moment the scanner's veth handed each frame over; the send call is timed with the
-//! same clock right before it. The kernel path also reports its own SO_TIMESTAMPING view (see
-//! `stack_kernel`). What the instrumentation itself costs is measured and subtracted: the clock
-//! read before the call, and the tap's work per frame when it runs inside the send (see
-//! [`Instrumentation`]). Least-squares lines `start = a·x + b` and `stop = a·x + b` (x in KB of
+//! scanner's interface, stop the time to the last one leaving. Both come from the kernel
+//! timestamps (CLOCK_REALTIME) of a tap: for the kernel's path on the scanner's side of the
+//! veth pair as the kernel hands each frame to the driver, for sonde's path (which bypasses that
+//! point) on the lab's side as veth hands it over (see `stack_peer` for why, and the measured gap
+//! between the two); the send call is timed with the same clock right before it. The kernel path
+//! also reports its own SO_TIMESTAMPING view (see `stack_kernel`). What the instrumentation
+//! itself costs is measured and subtracted: the clock read before the call, and the tap's work
+//! per frame when it runs inside the send (see [`Instrumentation`]). Least-squares lines `start = a·x + b` and `stop = a·x + b` (x in KB of
 //! 1024 bytes, y in µs) are fitted to the medians, printed, written as CSV and JSON, and drawn.
 
 #[path = "stack_frames.rs"]
@@ -37,7 +38,7 @@ use sonde_wire::MacAddr;
 
 use frames::{Burst, Endpoints};
 use kernel::KernelSocket;
-use peer::{Addresses, Tap, DISCARD_PORT};
+use peer::{Addresses, Direction, Tap, DISCARD_PORT};
 
 /// The largest UDP payload over IPv4: 65535 less the IPv4 and UDP headers.
 const MAX_UDP: usize = 65507;
@@ -48,8 +49,12 @@ const MAX_TCP: usize = 1 << 20;
 const WARMUP: usize = 3;
 /// How long a send's frames may take to reach the tap before the send counts as lost.
 const FRAME_WAIT: Duration = Duration::from_secs(1);
-/// Pairs of 64 KB sends (tap on, tap off) that measure the tap's cost.
-const CALIBRATION_PAIRS: usize = 30;
+/// Blocks of 64 KB sends with a tap on and off, in turn, that measure the tap's cost...
+const CALIBRATION_ROUNDS: usize = 6;
+/// ...and the sends measured in each block.
+const CALIBRATION_BLOCK: usize = 15;
+/// 64-byte datagrams that measure the gap between the two taps.
+const GAP_SENDS: usize = 30;
 /// The source port of sonde's frames (inside sonde's default source range).
 const SONDE_PORT: u16 = 61999;
 
@@ -202,16 +207,36 @@ pub struct SeriesFit {
 }
 
 /// What the measuring costs, measured before the run.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Instrumentation {
     /// One CLOCK_REALTIME read: the part of the first read that falls inside the interval.
     /// Subtracted from start and stop.
     pub clock_read_ns: f64,
-    /// The tap's work per frame (its filter accepting, cloning and queueing the frame) when
-    /// the lab's receive work runs inside the send, from 64 KB UDP sends with the tap on and
-    /// off. Subtracted from stop once per frame before the last (the first frame's timestamp
-    /// precedes its own tap work).
-    pub tap_ns_per_frame: f64,
+    /// The scanner-side tap's work per frame (cloning the frame, its filter, queueing), which
+    /// runs inside the kernel's send; from 64 KB UDP sends with the tap open and closed. Subtracted
+    /// from the kernel path's stop once per frame before the last. (The first frame's stamp
+    /// follows only its own clone, which is not subtracted.)
+    pub kernel_tap_ns_per_frame: f64,
+    /// The lab-side tap's work per frame, from the same sends with its filter taking the
+    /// frames and refusing them (its filter runs first); it runs inside the send when
+    /// the lab's receive work shares sonde's CPU. Subtracted from sonde's stop once per frame
+    /// before the last (a frame's stamp precedes its own tap work).
+    pub lab_tap_ns_per_frame: f64,
+    /// The median time from the scanner-side stamp of a frame to the lab-side stamp of the
+    /// same frame (64-byte kernel UDP datagrams): how much later sonde's point of observation
+    /// is than the kernel's. Reported, not subtracted.
+    pub tap_gap_ns: f64,
+    /// The median calibration send with each tap on and off, for a look at the noise.
+    pub calibration_calls_us: Vec<CalibrationCalls>,
+}
+
+/// The median 64 KB UDP send of a tap's calibration.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct CalibrationCalls {
+    /// Whose tap: the kernel path's (sx0) or sonde's (nx0).
+    pub tap: PathKind,
+    pub on_us: f64,
+    pub off_us: f64,
 }
 
 #[derive(Serialize)]
@@ -252,8 +277,9 @@ pub fn run(args: StackArgs) -> anyhow::Result<()> {
     if !lab_range.contains(&addrs.gateway_ip) {
         bail!("lab {lab_name:?} reports a gateway outside 198.18.0.0/15; refusing to send");
     }
-    let (_peer, mut tap) = peer::start(&lab_name, &lab.net_if, addrs)?;
+    let (_peer, lab_tap) = peer::start(&lab_name, &lab.net_if, addrs)?;
     sonde_lab::enter_scan_ns(&lab_name)?;
+    let scan_tap = Tap::open(&lab.scan_if, addrs, Direction::Outgoing)?;
     let cpu_note = pin(&lab);
     let offloads = match args.keep_offloads {
         true => None,
@@ -263,18 +289,45 @@ pub fn run(args: StackArgs) -> anyhow::Result<()> {
         .as_ref()
         .map_or("as they were".to_string(), |o| o.describe());
     let sink = SocketAddrV4::new(addrs.gateway_ip, DISCARD_PORT);
-    let cost = Instrumentation {
-        clock_read_ns: clock_read_ns(),
-        tap_ns_per_frame: tap_ns_per_frame(&mut tap, sink)?,
+    let mut bench = Bench {
+        scan_tap,
+        lab_tap,
+        cost: Instrumentation {
+            clock_read_ns: clock_read_ns(),
+            kernel_tap_ns_per_frame: 0.0,
+            lab_tap_ns_per_frame: 0.0,
+            tap_gap_ns: 0.0,
+            calibration_calls_us: Vec::new(),
+        },
+        payload: (0..sizes[sizes.len() - 1])
+            .map(|i| (i * 131 + 7) as u8)
+            .collect(),
     };
+    bench.calibrate(sink)?;
+    let cost = bench.cost.clone();
     println!(
         "sonde profile stack: lab {lab_name}, {} → {sink}, {} reps per size; {cpu_note}; TSO/GSO on {}: {offload_note}",
         lab.scan_if, args.reps, lab.scan_if
     );
     println!(
-        "instrumentation: clock read {:.0} ns (subtracted from start and stop), tap {:.0} ns per frame (subtracted from stop for each frame before the last)",
-        cost.clock_read_ns, cost.tap_ns_per_frame
+        "instrumentation: clock read {:.0} ns (subtracted from start and stop); tap work per frame {:.0} ns on {} (kernel path), {:.0} ns on {} (sonde's path), subtracted from stop for each frame before the last; {} stamps a frame {:.0} ns after {} does (not subtracted)",
+        cost.clock_read_ns,
+        cost.kernel_tap_ns_per_frame,
+        lab.scan_if,
+        cost.lab_tap_ns_per_frame,
+        lab.net_if,
+        lab.net_if,
+        cost.tap_gap_ns,
+        lab.scan_if
     );
+    for c in &cost.calibration_calls_us {
+        println!(
+            "  calibration: a 64 KB UDP send takes {:.1} µs with the {} path's tap on, {:.1} µs with it off (medians)",
+            c.on_us,
+            c.tap.name(),
+            c.off_us
+        );
+    }
     let ends = Endpoints {
         src_mac: parse_mac(&lab.scan_mac)?,
         dst_mac: parse_mac(&lab.gateway_mac)?,
@@ -283,18 +336,12 @@ pub fn run(args: StackArgs) -> anyhow::Result<()> {
         src_port: SONDE_PORT,
         dst_port: DISCARD_PORT,
     };
-    let mut bench = Bench {
-        tap: &mut tap,
-        cost,
-        payload: (0..sizes[sizes.len() - 1])
-            .map(|i| (i * 131 + 7) as u8)
-            .collect(),
-    };
     let mut points = Vec::new();
     let mut samples = Vec::new();
     for &path in &args.path {
         for &proto in &args.proto {
             let mut sender = Sender::open(path, proto, sink, ends, &lab.scan_if)?;
+            bench.observe_at(path)?;
             for _ in 0..WARMUP {
                 bench.measure(&mut sender, proto, sizes[0])?;
             }
@@ -389,32 +436,6 @@ fn clock_read_ns() -> f64 {
     median(&gaps).unwrap_or(0.0)
 }
 
-/// The tap's cost per frame inside a send: 64 KB UDP datagrams (45 fragments) sent with the
-/// tap on and off in turn; the difference of the median call times over the frames.
-fn tap_ns_per_frame(tap: &mut Tap, sink: SocketAddrV4) -> anyhow::Result<f64> {
-    let mut socket = KernelSocket::connect(Proto::Udp, sink, false)?;
-    let payload = vec![0x5a; MAX_UDP];
-    let frames = frames::frames_for(Proto::Udp, MAX_UDP) as f64;
-    let (mut on, mut off) = (Vec::new(), Vec::new());
-    for _ in 0..CALIBRATION_PAIRS {
-        for (tap_on, calls) in [(true, &mut on), (false, &mut off)] {
-            tap.set_on(tap_on)?;
-            tap.drain();
-            let t0 = now_ns();
-            socket
-                .send(&payload)
-                .context("sending the tap's calibration datagrams")?;
-            calls.push((now_ns() - t0) as f64);
-        }
-    }
-    tap.set_on(true)?;
-    // The last datagram's work may still be under way on another CPU.
-    std::thread::sleep(Duration::from_millis(20));
-    tap.drain();
-    let gap = median(&on).unwrap_or(0.0) - median(&off).unwrap_or(0.0);
-    Ok((gap / frames).max(0.0))
-}
-
 /// One path's sending end.
 enum Sender {
     Kernel {
@@ -478,9 +499,12 @@ fn send_frames(
     Ok(())
 }
 
-/// Times sends against the tap.
-struct Bench<'a> {
-    tap: &'a mut Tap,
+/// Times sends against the taps.
+struct Bench {
+    /// On sx0: sees the kernel's frames as they go to the driver.
+    scan_tap: Tap,
+    /// On nx0: sees every frame as veth hands it to the lab.
+    lab_tap: Tap,
     cost: Instrumentation,
     /// The largest payload; smaller ones are its beginning.
     payload: Vec<u8>,
@@ -488,13 +512,100 @@ struct Bench<'a> {
 
 /// When a send's frames reached the tap, ns from the send call.
 struct Seen {
+    /// The first frame's stamp, ns since the epoch.
+    first_at_ns: i128,
     frames: usize,
     first_ns: f64,
     last_ns: f64,
     call_ns: f64,
 }
 
-impl Bench<'_> {
+impl Bench {
+    /// Switches on the tap that times `path` and off the other, so that only its cost is in
+    /// the sends.
+    fn observe_at(&mut self, path: PathKind) -> anyhow::Result<()> {
+        self.scan_tap.set_on(path == PathKind::Kernel)?;
+        self.lab_tap.set_on(path == PathKind::Sonde)
+    }
+
+    fn tap(&mut self, path: PathKind) -> &mut Tap {
+        match path {
+            PathKind::Kernel => &mut self.scan_tap,
+            PathKind::Sonde => &mut self.lab_tap,
+        }
+    }
+
+    /// Measures what the taps cost and how far apart they stamp (see [`Instrumentation`]).
+    fn calibrate(&mut self, sink: SocketAddrV4) -> anyhow::Result<()> {
+        let mut socket = KernelSocket::connect(Proto::Udp, sink, false)?;
+        for path in [PathKind::Kernel, PathKind::Sonde] {
+            self.observe_at(path)?;
+            let per_frame = self.tap_ns_per_frame(path, &mut socket)?;
+            match path {
+                PathKind::Kernel => self.cost.kernel_tap_ns_per_frame = per_frame,
+                PathKind::Sonde => self.cost.lab_tap_ns_per_frame = per_frame,
+            }
+        }
+        self.scan_tap.set_on(true)?;
+        self.lab_tap.set_on(true)?;
+        let payload = &self.payload[..1];
+        let mut gaps = Vec::new();
+        for _ in 0..GAP_SENDS {
+            self.lab_tap.drain();
+            let seen = observe(&mut self.scan_tap, Proto::Udp, 1, || {
+                Ok(socket.send(payload)?)
+            })?;
+            let deadline = Instant::now() + FRAME_WAIT;
+            if let (Some(seen), Some(frame)) = (seen, self.lab_tap.next(deadline)?) {
+                gaps.push(frame.at_ns as f64 - seen.first_at_ns as f64);
+            }
+        }
+        self.cost.tap_gap_ns =
+            median(&gaps).ok_or_else(|| anyhow!("no calibration datagram reached both taps"))?;
+        Ok(())
+    }
+
+    /// The cost per frame of `path`'s tap inside a send: 64 KB UDP datagrams (45 fragments)
+    /// sent in blocks with that tap on and off in turn (see `Tap::set_on`), the first send of
+    /// each block unmeasured (it pays for the switch); the difference of the median call times
+    /// over the frames. The other tap is off.
+    fn tap_ns_per_frame(
+        &mut self,
+        path: PathKind,
+        socket: &mut KernelSocket,
+    ) -> anyhow::Result<f64> {
+        let payload = vec![0x5a; MAX_UDP];
+        let frames = frames::frames_for(Proto::Udp, MAX_UDP) as f64;
+        let (mut on, mut off) = (Vec::new(), Vec::new());
+        let tap = self.tap(path);
+        for _ in 0..CALIBRATION_ROUNDS {
+            for (tap_on, calls) in [(true, &mut on), (false, &mut off)] {
+                tap.set_on(tap_on)?;
+                for i in 0..=CALIBRATION_BLOCK {
+                    tap.drain();
+                    let t0 = now_ns();
+                    socket
+                        .send(&payload)
+                        .context("sending the taps' calibration datagrams")?;
+                    if i > 0 {
+                        calls.push((now_ns() - t0) as f64);
+                    }
+                }
+            }
+        }
+        tap.set_on(true)?;
+        // The last datagram's work may still be under way on another CPU.
+        std::thread::sleep(Duration::from_millis(20));
+        tap.drain();
+        let (on, off) = (median(&on).unwrap_or(0.0), median(&off).unwrap_or(0.0));
+        self.cost.calibration_calls_us.push(CalibrationCalls {
+            tap: path,
+            on_us: on / 1000.0,
+            off_us: off / 1000.0,
+        });
+        Ok(((on - off) / frames).max(0.0))
+    }
+
     /// One send of `size` bytes; None when its frames did not all reach the tap in time.
     fn measure(
         &mut self,
@@ -503,8 +614,11 @@ impl Bench<'_> {
         size: usize,
     ) -> anyhow::Result<Option<Sample>> {
         let clock = self.cost.clock_read_ns;
+        let (tap_cost, tap) = match sender {
+            Sender::Kernel { .. } => (self.cost.kernel_tap_ns_per_frame, &mut self.scan_tap),
+            Sender::Sonde { .. } => (self.cost.lab_tap_ns_per_frame, &mut self.lab_tap),
+        };
         let payload = &self.payload[..size];
-        let tap = &mut *self.tap;
         let (seen, stamps) = match sender {
             Sender::Kernel { plain, stamped } => {
                 let Some(seen) = observe(tap, proto, size, || Ok(plain.send(payload)?))? else {
@@ -521,7 +635,7 @@ impl Bench<'_> {
                 // UDP's stamped packet is the first fragment, TCP's the last segment: the
                 // tap's work on the frames before it lies inside its time, as for stop.
                 let tap_before = match (proto, &arrived) {
-                    (Proto::Tcp, Some(a)) => self.cost.tap_ns_per_frame * (a.frames - 1) as f64,
+                    (Proto::Tcp, Some(a)) => tap_cost * (a.frames - 1) as f64,
                     _ => 0.0,
                 };
                 let since = |t: Option<i128>| {
@@ -542,7 +656,7 @@ impl Bench<'_> {
                 (seen, (None, None))
             }
         };
-        let tap_before_last = self.cost.tap_ns_per_frame * (seen.frames - 1) as f64;
+        let tap_before_last = tap_cost * (seen.frames - 1) as f64;
         Ok(Some(Sample {
             frames: seen.frames,
             start_ns: seen.first_ns - clock,
@@ -582,6 +696,7 @@ fn observe(
         bytes += frame.payload;
     }
     Ok(first.map(|first| Seen {
+        first_at_ns: first,
         frames,
         first_ns: (first - t0) as f64,
         last_ns: (last - t0) as f64,
@@ -651,12 +766,12 @@ fn print_tables(points: &[Point], fits: &[SeriesFit]) {
         };
         match fit.path {
             PathKind::Kernel => println!(
-                "{} {}: start/stop at the tap; sched/sw: SO_TIMESTAMPING of {stamped}",
+                "{} {}: start/stop as frames go to the driver (tap on the scanner's side); sched/sw: SO_TIMESTAMPING of {stamped}",
                 fit.path.name(),
                 fit.proto.name()
             ),
             PathKind::Sonde => println!(
-                "{} {}: start/stop at the tap (ring backend)",
+                "{} {}: start/stop as veth hands frames to the lab (tap on the lab's side); ring backend",
                 fit.path.name(),
                 fit.proto.name()
             ),

@@ -1,11 +1,23 @@
 //! The far end of `sonde profile stack`, in the lab's network namespace: UDP and TCP discard
 //! sinks on port 9 of the lab's gateway address (so the kernel's sockets have someone to talk
-//! to), and the tap: a packet socket that sees every frame arriving on nx0 from the scanner,
-//! each stamped by the kernel (CLOCK_REALTIME) the moment the scanner's veth handed it over.
-//! The same tap times the kernel's path and sonde's, so the two are comparable.
+//! to), and the taps: packet sockets that see the scanner's frames with kernel timestamps
+//! (CLOCK_REALTIME).
 //!
-//! All of it runs on threads of this process that entered the network namespace (setns moves
-//! only the calling thread, and threads it spawns inherit it); the sockets stay in that
+//! Two taps, because no one place sees both paths with a timestamp of the moment a frame
+//! leaves:
+//! - on sx0 in the scanner namespace, outgoing frames are stamped as the kernel hands them to
+//!   the driver (`dev_queue_xmit_nit`, right before veth's transmit), but sonde's ring backend
+//!   (`PACKET_QDISC_BYPASS`) skips that point: this tap times the kernel's path;
+//! - on nx0 in the lab, frames are stamped as the scanner's veth hands them over (`netif_rx`),
+//!   unless the frame carries a delivery time, which the kernel's TCP sets (EDT): then the
+//!   stamp is taken only when the lab's softirq delivers it to the tap, later. This tap times
+//!   sonde's path, whose frames carry none.
+//!
+//! The two points are a few hundred ns of veth apart; the run measures the gap on the same
+//! frames (kernel UDP, both taps on) and reports it.
+//!
+//! The lab side runs on threads of this process that entered the network namespace (setns
+//! moves only the calling thread, and threads it spawns inherit it); the sockets stay in their
 //! namespace wherever they are used from.
 
 use std::io::{IoSliceMut, Read};
@@ -103,7 +115,12 @@ fn open_in_lab(
     udp.set_read_timeout(Some(WAKE))?;
     let tcp = TcpListener::bind(here).map_err(|e| in_use("TCP", e))?;
     tcp.set_nonblocking(true)?;
-    let tap = Tap::open(net_if, addrs)?;
+    // A receive window far above 64 KB, so that a send is never held back by the sink's
+    // flow control: stop is the sender's time, not the sink thread's wake-up.
+    setsockopt(&tcp, sockopt::RcvBufForce, &(8 << 20))
+        .or_else(|_| setsockopt(&tcp, sockopt::RcvBuf, &(8 << 20)))
+        .map_err(|e| anyhow!("cannot size the TCP sink's receive buffer: {e}"))?;
+    let tap = Tap::open(net_if, addrs, Direction::Incoming)?;
     Ok((tap, udp, tcp))
 }
 
@@ -161,55 +178,65 @@ pub struct TapFrame {
     pub payload: usize,
 }
 
-/// A packet socket on nx0 that receives the scanner's IPv4 frames with kernel timestamps.
+/// A packet socket on one interface that receives the scanner's IPv4 frames to the gateway,
+/// with kernel timestamps.
 pub struct Tap {
-    fd: OwnedFd,
+    /// None while a closing tap is off.
+    fd: Option<OwnedFd>,
     ifindex: u32,
     /// What the tap lets through when on: IPv4 from the scanner to the gateway.
     accept: Vec<libc::sock_filter>,
-    /// When off: nothing (an ethertype no one sends), so the frames cost the tap only the
-    /// filter run.
+    /// When off, for a tap that filters: nothing (an ethertype no one sends).
     reject: Vec<libc::sock_filter>,
+    /// How the tap turns off: by closing its socket (for outgoing frames, which the kernel
+    /// clones for the taps before any filter runs, so only closing takes its cost away), or by
+    /// its filter (for incoming ones, whose filter runs first; a closed socket could not be
+    /// reopened in the lab's namespace from here).
+    off_by_closing: bool,
+}
+
+/// How a tap sees its frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// Frames the namespace sends (the scanner's side).
+    Outgoing,
+    /// Frames the namespace receives (the lab's side).
+    Incoming,
 }
 
 impl Tap {
-    fn open(net_if: &str, addrs: Addresses) -> anyhow::Result<Tap> {
-        let ifindex = nix::net::if_::if_nametoindex(net_if)
-            .map_err(|e| anyhow!("no interface {net_if} in the lab's network namespace: {e}"))?;
-        let fd = socket(
-            AddressFamily::Packet,
-            SockType::Raw,
-            SockFlag::SOCK_CLOEXEC,
-            SockProtocol::EthAll,
-        )
-        .map_err(|e| anyhow!("cannot open a packet socket (this needs root): {e}"))?;
+    /// A tap on interface `iface` of the calling thread's namespace.
+    pub fn open(iface: &str, addrs: Addresses, direction: Direction) -> anyhow::Result<Tap> {
+        let ifindex = nix::net::if_::if_nametoindex(iface)
+            .map_err(|e| anyhow!("no interface {iface} in the lab's namespace: {e}"))?;
         let accept = sonde_io::filter::compile(&format!(
             "ip and src host {} and dst host {}",
             addrs.scan_ip, addrs.gateway_ip
         ))?;
         let reject = sonde_io::filter::compile("ether proto 0x88b5")?;
-        sonde_io::filter::attach(fd.as_raw_fd(), &accept)?;
-        // Timestamps switch on the kernel's receive timestamping, which stamps each frame as
-        // the veth enqueues it (netdev_tstamp_prequeue), before any tap or stack work.
-        setsockopt(&fd, sockopt::ReceiveTimestampns, &true)
-            .map_err(|e| anyhow!("the kernel refused SO_TIMESTAMPNS on the tap: {e}"))?;
-        // Room for a few bursts of 45 fragments: the tap is read after each send, not during.
-        setsockopt(&fd, sockopt::RcvBufForce, &(8 << 20))
-            .or_else(|_| setsockopt(&fd, sockopt::RcvBuf, &(8 << 20)))
-            .map_err(|e| anyhow!("cannot size the tap's buffer: {e}"))?;
-        setsockopt(&fd, sockopt::ReceiveTimeout, &TimeVal::new(0, 20_000))?;
+        let fd = Some(open_socket(&accept)?);
         Ok(Tap {
             fd,
             ifindex,
             accept,
             reject,
+            off_by_closing: direction == Direction::Outgoing,
         })
     }
 
-    /// Switches the tap on (frames are queued to it) or off (its filter drops them first).
-    pub fn set_on(&self, on: bool) -> anyhow::Result<()> {
+    /// Switches the tap on (frames are queued to it) or off (see `off_by_closing`).
+    pub fn set_on(&mut self, on: bool) -> anyhow::Result<()> {
+        if self.off_by_closing {
+            match (on, &self.fd) {
+                (true, None) => self.fd = Some(open_socket(&self.accept)?),
+                (false, Some(_)) => self.fd = None,
+                _ => {}
+            }
+            return Ok(());
+        }
         let program = if on { &self.accept } else { &self.reject };
-        sonde_io::filter::attach(self.fd.as_raw_fd(), program)
+        let fd = self.fd.as_ref().expect("a filtering tap stays open");
+        sonde_io::filter::attach(fd.as_raw_fd(), program)
     }
 
     /// Throws away every frame waiting, without waiting.
@@ -217,9 +244,10 @@ impl Tap {
         while let Ok(Some(_)) = self.recv(MsgFlags::MSG_DONTWAIT) {}
     }
 
-    /// The next frame of the scanner's, waiting until `deadline` at most.
+    /// The next frame of the scanner's, waiting until `deadline` at most (not at all while
+    /// the tap is closed).
     pub fn next(&mut self, deadline: Instant) -> anyhow::Result<Option<TapFrame>> {
-        while Instant::now() < deadline {
+        while self.fd.is_some() && Instant::now() < deadline {
             match self.recv(MsgFlags::empty()) {
                 Ok(Some(frame)) => return Ok(Some(frame)),
                 Ok(None) => {}
@@ -236,7 +264,8 @@ impl Tap {
         let mut head = [0u8; 128];
         let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
         let mut iov = [IoSliceMut::new(&mut head)];
-        let msg = recvmsg::<LinkAddr>(self.fd.as_raw_fd(), &mut iov, Some(&mut cmsg), flags)?;
+        let fd = self.fd.as_ref().ok_or(nix::errno::Errno::EAGAIN)?;
+        let msg = recvmsg::<LinkAddr>(fd.as_raw_fd(), &mut iov, Some(&mut cmsg), flags)?;
         if msg.address.map(|a| a.ifindex()) != Some(self.ifindex as usize) {
             return Ok(None);
         }
@@ -249,6 +278,27 @@ impl Tap {
         let len = msg.bytes.min(head.len());
         Ok(at_ns.and_then(|at| parse_frame(&head[..len], at)))
     }
+}
+
+/// A packet socket of every protocol with `program` attached and kernel receive timestamps.
+fn open_socket(program: &[libc::sock_filter]) -> anyhow::Result<OwnedFd> {
+    let fd = socket(
+        AddressFamily::Packet,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::EthAll,
+    )
+    .map_err(|e| anyhow!("cannot open a packet socket (this needs root): {e}"))?;
+    sonde_io::filter::attach(fd.as_raw_fd(), program)?;
+    // Asking for timestamps switches the kernel's software stamping of frames on.
+    setsockopt(&fd, sockopt::ReceiveTimestampns, &true)
+        .map_err(|e| anyhow!("the kernel refused SO_TIMESTAMPNS on the tap: {e}"))?;
+    // Room for a few bursts of 45 fragments: the tap is read after each send, not during.
+    setsockopt(&fd, sockopt::RcvBufForce, &(8 << 20))
+        .or_else(|_| setsockopt(&fd, sockopt::RcvBuf, &(8 << 20)))
+        .map_err(|e| anyhow!("cannot size the tap's buffer: {e}"))?;
+    setsockopt(&fd, sockopt::ReceiveTimeout, &TimeVal::new(0, 20_000))?;
+    Ok(fd)
 }
 
 /// The protocol and payload share of an IPv4 frame's first bytes (headers only); None for
