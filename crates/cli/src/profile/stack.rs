@@ -50,11 +50,15 @@ const WARMUP: usize = 3;
 /// How long a send's frames may take to reach the tap before the send counts as lost.
 const FRAME_WAIT: Duration = Duration::from_secs(1);
 /// Blocks of 64 KB sends with a tap on and off, in turn, that measure the tap's cost...
-const CALIBRATION_ROUNDS: usize = 6;
+const CALIBRATION_ROUNDS: usize = 20;
 /// ...and the sends measured in each block.
-const CALIBRATION_BLOCK: usize = 15;
+const CALIBRATION_BLOCK: usize = 10;
 /// 64-byte datagrams that measure the gap between the two taps.
 const GAP_SENDS: usize = 30;
+/// The pause before each measured send, so that it finds the stack idle: otherwise TCP's
+/// small-queue check may hold a send back until the previous one's frames are freed in the
+/// lab, and the ring's slots of the previous burst may still be in flight.
+const SETTLE: Duration = Duration::from_millis(1);
 /// The source port of sonde's frames (inside sonde's default source range).
 const SONDE_PORT: u16 = 61999;
 
@@ -417,6 +421,16 @@ fn pin(lab: &sonde_lab::LabStatus) -> String {
     }
 }
 
+/// Waits [`SETTLE`] without sleeping: a sleeping CPU (a VM's above all) wakes up slowly and
+/// cold, which would be in the next send's start; yielding lets the kernel's deferred work on
+/// this CPU run meanwhile.
+fn settle() {
+    let end = Instant::now() + SETTLE;
+    while Instant::now() < end {
+        std::thread::yield_now();
+    }
+}
+
 /// CLOCK_REALTIME in ns: the clock the kernel's software timestamps use.
 fn now_ns() -> i128 {
     SystemTime::now()
@@ -613,6 +627,7 @@ impl Bench {
         proto: Proto,
         size: usize,
     ) -> anyhow::Result<Option<Sample>> {
+        settle();
         let clock = self.cost.clock_read_ns;
         let (tap_cost, tap) = match sender {
             Sender::Kernel { .. } => (self.cost.kernel_tap_ns_per_frame, &mut self.scan_tap),
@@ -625,6 +640,7 @@ impl Bench {
                     return Ok(None);
                 };
                 // The kernel's own view, from the same send on the socket that asks for it.
+                settle();
                 stamped.take_stamps()?;
                 let mut t0 = 0;
                 let arrived = observe(tap, proto, size, || {
@@ -633,16 +649,22 @@ impl Bench {
                 })?;
                 let stamps = stamped.take_stamps()?;
                 // UDP's stamped packet is the first fragment, TCP's the last segment: the
-                // tap's work on the frames before it lies inside its time, as for stop.
+                // tap's work on the frames before it lies inside its SND time, as for stop.
+                // SCHED is taken as TCP's (GSO) packet enters, before it is cut into segments
+                // and before any of them passes the tap.
                 let tap_before = match (proto, &arrived) {
                     (Proto::Tcp, Some(a)) => tap_cost * (a.frames - 1) as f64,
                     _ => 0.0,
                 };
-                let since = |t: Option<i128>| {
+                let since = |t: Option<i128>, tap: f64| {
                     t.filter(|_| arrived.is_some())
-                        .map(|t| (t - t0) as f64 - clock - tap_before)
+                        .map(|t| (t - t0) as f64 - clock - tap)
                 };
-                (seen, (since(stamps.sched_ns), since(stamps.software_ns)))
+                let stamps = (
+                    since(stamps.sched_ns, 0.0),
+                    since(stamps.software_ns, tap_before),
+                );
+                (seen, stamps)
             }
             Sender::Sonde { tx, ends, next_id } => {
                 let id = *next_id;
