@@ -75,8 +75,9 @@ pub fn enter_scan_ns(name: &str) -> Result<()> {
     })
 }
 
-/// Moves the calling thread into the lab network namespace of lab `name` (where its targets,
-/// servers and reflectors live). Threads spawned afterwards inherit it.
+/// Moves the calling thread into the network namespace of lab `name` (the side that owns the
+/// population and 198.19.255.254 on nx0: targets, servers, reflectors), e.g. to serve or observe
+/// there from one thread of a process whose other threads stay in the scanner namespace.
 pub fn enter_net_ns(name: &str) -> Result<()> {
     validate_name(name)?;
     let path = ns_path(&net_ns(name));
@@ -87,7 +88,7 @@ pub fn enter_net_ns(name: &str) -> Result<()> {
         )
     })?;
     setns(&ns, CloneFlags::CLONE_NEWNET).map_err(|e| {
-        anyhow!("cannot enter the lab network namespace of lab {name:?}: {e} (this needs root)")
+        anyhow!("cannot enter the network namespace of lab {name:?}: {e} (this needs root)")
     })
 }
 
