@@ -5,22 +5,18 @@
 //! scanner's interface, stop the time to the last one leaving. Both come from the kernel
 //! timestamps (CLOCK_REALTIME) of a tap: for the kernel's path on the scanner's side of the
 //! veth pair as the kernel hands each frame to the driver, for sonde's path (which bypasses that
-//! point) on the lab's side as veth hands it over (see `stack_peer` for why, and the measured gap
+//! point) on the lab's side as veth hands it over (see `peer` for why, and the measured gap
 //! between the two); the send call is timed with the same clock right before it. The kernel path
-//! also reports its own SO_TIMESTAMPING view (see `stack_kernel`). What the instrumentation
-//! itself costs is measured and subtracted: the clock read before the call, and the tap's work
-//! per frame when it runs inside the send (see [`Instrumentation`]). Least-squares lines `start = a·x + b` and `stop = a·x + b` (x in KB of
-//! 1024 bytes, y in µs) are fitted to the medians, printed, written as CSV and JSON, and drawn.
+//! also reports its own SO_TIMESTAMPING view (see `kernel`). What the instrumentation itself
+//! costs is measured and subtracted: the clock read before the call, and the tap's work per frame
+//! when it runs inside the send (see [`Instrumentation`]). Least-squares lines `start = a·x + b`
+//! and `stop = a·x + b` (x in KB of 1024 bytes, y in µs) are fitted to the medians, printed,
+//! written as CSV and JSON, and drawn.
 
-#[path = "stack_frames.rs"]
 pub(crate) mod frames;
-#[path = "stack_kernel.rs"]
 mod kernel;
-#[path = "stack_offloads.rs"]
 mod offloads;
-#[path = "stack_peer.rs"]
 mod peer;
-#[path = "stack_plot.rs"]
 mod plot;
 
 use std::fs::File;

@@ -6,7 +6,7 @@
 //!
 //! The kernel stamps one packet per send: for UDP the first fragment (the head of the
 //! datagram), for TCP the segment holding the send's last byte. So SO_TIMESTAMPING alone
-//! gives UDP's start and TCP's stop but not the other; the tap (see `stack_peer`) gives both.
+//! gives UDP's start and TCP's stop but not the other; the tap (see `peer`) gives both.
 
 use std::io::{self, IoSliceMut, Write};
 use std::net::{SocketAddrV4, TcpStream, UdpSocket};
