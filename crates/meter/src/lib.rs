@@ -2,6 +2,8 @@
 //! hardware counters are often unavailable in VMs), packet rates, line-rate share, and a
 //! summary that prints as text or one JSON object.
 
+pub mod stages;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
