@@ -48,6 +48,11 @@ pub struct StagesArgs {
     /// Ports (default 80).
     #[arg(short = 'p', long)]
     ports: Option<String>,
+    /// Send rate in probes per second; 0 = as fast as possible. Default: full speed for tx
+    /// and scan; 200000 for rx, a rate a lab on one CPU answers in full, so the receiver is
+    /// not starved by the sender on the same CPU.
+    #[arg(short = 'r', long)]
+    rate: Option<f64>,
     /// Seconds to keep receiving after the last probe.
     #[arg(long, default_value_t = 1.0)]
     cooldown: f64,
@@ -125,7 +130,7 @@ pub fn run(path: Path, args: StagesArgs) -> anyhow::Result<()> {
     let mut profiles = Vec::new();
     let mut calibration = None;
     for &batch in &batches {
-        let scan = scan_args(&args, &targets, size, batch)?;
+        let scan = scan_args(path, &args, &targets, size, batch)?;
         let plain = run_scan(&scan, &args.out)?;
         let cal = stages::enable(sonde_io::cycle_counter());
         calibration.get_or_insert(cal);
@@ -193,6 +198,7 @@ fn population_size(prefix: &str) -> Option<u64> {
 /// The `sonde scan` command line of one run: full speed, quiet, a fixed seed so both runs of
 /// a batch size probe the same targets in the same order.
 fn scan_args(
+    path: Path,
     args: &StagesArgs,
     targets: &[String],
     population: Option<u64>,
@@ -210,7 +216,9 @@ fn scan_args(
     let scratch = |name: &str| out.join(name).to_string_lossy().into_owned();
     argv.extend([
         "--rate".into(),
-        "0".into(),
+        args.rate
+            .unwrap_or(if path == Path::Rx { 200_000.0 } else { 0.0 })
+            .to_string(),
         "--seed".into(),
         "1".into(),
         "--batch".into(),
@@ -259,27 +267,31 @@ fn run_scan(scan: &ScanArgs, out: &FsPath) -> anyhow::Result<ScanSummary> {
     Ok(summary)
 }
 
-/// The breakdown of one path of one batch size, per packet.
-fn breakdown(
-    stage_list: &[Stage],
-    tally: &Tally,
+/// One thread's path in one run: its counters, packets, and CPU per packet of the run
+/// with and without instrumentation.
+struct Part<'a> {
+    stages: &'a [Stage],
+    tally: &'a Tally,
     packets: u64,
-    cal: &Calibration,
-    user_ns: f64,
-    sys_ns: f64,
-) -> (Breakdown, f64) {
-    let n = packets.max(1) as f64;
-    let mut per_packet: Vec<(Stage, f64)> = stage_list
+    instrumented_ns: f64,
+    measured_ns: f64,
+}
+
+/// The breakdown of one path of one batch size, per packet, and the overhead taken out.
+fn breakdown(part: &Part, cal: &Calibration) -> (Breakdown, f64) {
+    let n = part.packets.max(1) as f64;
+    let mut per_packet: Vec<(Stage, f64)> = part
+        .stages
         .iter()
-        .map(|&s| (s, tally.ns(s, cal) / n))
+        .map(|&s| (s, part.tally.ns(s, cal) / n))
         .collect();
     // The receiver also sends the RSTs for SYN-ACKs the kernel does not see: its transmit
-    // stages, if any, are folded into its enqueue/kick stages under the receive path's names.
-    if stage_list == Stage::RX {
+    // stages, if any, count as output (user) and write syscall (kernel).
+    if part.stages == Stage::RX {
         for s in Stage::TX {
-            let ns = tally.ns(s, cal) / n;
+            let ns = part.tally.ns(s, cal) / n;
             let into = if s.is_call() {
-                Stage::RxCall
+                Stage::Write
             } else {
                 Stage::Output
             };
@@ -291,10 +303,11 @@ fn breakdown(
     let overhead: f64 = Stage::TX
         .iter()
         .chain(Stage::RX.iter())
-        .map(|&s| tally.overhead_ns(s, cal))
+        .map(|&s| part.tally.overhead_ns(s, cal))
         .sum::<f64>()
         / n;
-    (Breakdown::new(&per_packet, user_ns, sys_ns), overhead)
+    let b = Breakdown::new(&per_packet, part.instrumented_ns, overhead, part.measured_ns);
+    (b, overhead)
 }
 
 fn profile(
@@ -306,44 +319,35 @@ fn profile(
     rx: &Tally,
     cal: &Calibration,
 ) -> BatchProfile {
-    let tx_part = || {
-        breakdown(
-            &Stage::TX,
-            tx,
-            profiled.sent,
-            cal,
-            plain.sender_user_ns_per_probe,
-            plain.sender_sys_ns_per_probe,
-        )
+    let tx_part = Part {
+        stages: &Stage::TX,
+        tally: tx,
+        packets: profiled.sent,
+        instrumented_ns: profiled.sender_user_ns_per_probe + profiled.sender_sys_ns_per_probe,
+        measured_ns: plain.sender_user_ns_per_probe + plain.sender_sys_ns_per_probe,
     };
-    let rx_part = || {
-        breakdown(
-            &Stage::RX,
-            rx,
-            profiled.received,
-            cal,
-            plain.receiver_user_ns_per_reply,
-            plain.receiver_sys_ns_per_reply,
-        )
+    let rx_part = Part {
+        stages: &Stage::RX,
+        tally: rx,
+        packets: profiled.received,
+        instrumented_ns: profiled.receiver_user_ns_per_reply
+            + profiled.receiver_sys_ns_per_reply,
+        measured_ns: plain.receiver_user_ns_per_reply + plain.receiver_sys_ns_per_reply,
     };
-    // Each part: (breakdown, overhead per packet, weight of its packets per reported packet,
-    // prefix of its stage names).
+    // Each part with the weight of its packets per reported packet and the prefix of its
+    // stage names. The scan as a whole is reported per probe sent: the receiver's cost per
+    // reply weighed by replies per probe.
+    let replies_per_probe = profiled.received as f64 / profiled.sent.max(1) as f64;
     let parts = match path {
-        Path::Tx => vec![(tx_part(), 1.0, "")],
-        Path::Rx => vec![(rx_part(), 1.0, "")],
-        // The scan as a whole, per probe sent: the receiver's cost per reply weighed by replies
-        // per probe.
-        Path::Scan => {
-            let replies_per_probe = profiled.received as f64 / profiled.sent.max(1) as f64;
-            vec![
-                (tx_part(), 1.0, "tx "),
-                (rx_part(), replies_per_probe, "rx "),
-            ]
-        }
+        Path::Tx => vec![(tx_part, 1.0, "")],
+        Path::Rx => vec![(rx_part, 1.0, "")],
+        Path::Scan => vec![(tx_part, 1.0, "tx "), (rx_part, replies_per_probe, "rx ")],
     };
     let mut stages = Vec::new();
-    let (mut sum_ns, mut measured_ns, mut overhead_ns) = (0.0, 0.0, 0.0);
-    for ((b, overhead), weight, prefix) in &parts {
+    let (mut sum_ns, mut measured_ns, mut overhead_ns, mut instrumented_ns) = (0.0, 0.0, 0.0, 0.0);
+    let (mut laps, mut dropped) = (0, 0);
+    for (part, weight, prefix) in &parts {
+        let (b, overhead) = breakdown(part, cal);
         for (name, ns) in &b.stages {
             stages.push((format!("{prefix}{name}"), ns * weight));
         }
@@ -351,26 +355,11 @@ fn profile(
         sum_ns += b.sum_ns * weight;
         measured_ns += b.measured_ns * weight;
         overhead_ns += overhead * weight;
+        instrumented_ns += part.instrumented_ns * weight;
+        laps += part.tally.laps.iter().sum::<u64>();
+        dropped += part.tally.dropped_laps;
     }
     let ratio = sum_ns / measured_ns.max(f64::MIN_POSITIVE);
-    let instrumented_ns = match path {
-        Path::Tx => profiled.sender_user_ns_per_probe + profiled.sender_sys_ns_per_probe,
-        Path::Rx => profiled.receiver_user_ns_per_reply + profiled.receiver_sys_ns_per_reply,
-        Path::Scan => {
-            let per_probe = profiled.received as f64 / profiled.sent.max(1) as f64;
-            profiled.sender_user_ns_per_probe
-                + profiled.sender_sys_ns_per_probe
-                + per_probe
-                    * (profiled.receiver_user_ns_per_reply + profiled.receiver_sys_ns_per_reply)
-        }
-    };
-    let tallies: Vec<&Tally> = match path {
-        Path::Tx => vec![tx],
-        Path::Rx => vec![rx],
-        Path::Scan => vec![tx, rx],
-    };
-    let laps: u64 = tallies.iter().map(|t| t.laps.iter().sum::<u64>()).sum();
-    let dropped: u64 = tallies.iter().map(|t| t.dropped_laps).sum();
     BatchProfile {
         batch,
         stages,
@@ -419,7 +408,7 @@ fn table(report: &Report) -> String {
         }
         t.push('\n');
     }
-    let rows: [(&str, &dyn Fn(&BatchProfile) -> String); 6] = [
+    let rows: [(&str, &dyn Fn(&BatchProfile) -> String); 7] = [
         ("= stages + kernel", &|b| format!("{:.1}", b.sum_ns)),
         ("measured CPU (plain)", &|b| format!("{:.1}", b.measured_ns)),
         ("ratio", &|b| format!("{:.3}", b.ratio)),
@@ -428,6 +417,7 @@ fn table(report: &Report) -> String {
         }),
         ("CPU instrumented", &|b| format!("{:.1}", b.instrumented_ns)),
         ("overhead taken out", &|b| format!("{:.1}", b.overhead_ns)),
+        ("packets", &|b| b.packets_instrumented.to_string()),
     ];
     for (label, cell) in rows {
         let _ = write!(t, "{label:<22}");
