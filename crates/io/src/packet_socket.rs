@@ -117,7 +117,9 @@ pub fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
     };
     let ms = timeout_ms(timeout);
     // SAFETY: `pfd` is one valid pollfd and the count passed is 1.
-    let rc = stages::call(Stage::Poll, Stage::RxCall, || unsafe { libc::poll(&mut pfd, 1, ms) });
+    let rc = stages::call(Stage::Poll, Stage::RxCall, || unsafe {
+        libc::poll(&mut pfd, 1, ms)
+    });
     match rc {
         n if n > 0 => Ok(true),
         0 => Ok(false),

@@ -174,7 +174,10 @@ impl Tally {
     /// Nanoseconds spent in `stage`, the instrumentation's own cost taken out (never below 0:
     /// a stage cheaper than the calibration's spread shows as 0).
     pub fn ns(&self, stage: Stage, cal: &Calibration) -> f64 {
-        let (ticks, laps) = (self.ticks[stage as usize] as f64, self.laps[stage as usize] as f64);
+        let (ticks, laps) = (
+            self.ticks[stage as usize] as f64,
+            self.laps[stage as usize] as f64,
+        );
         let ns = if stage.is_call() {
             ticks - laps * cal.call_ns
         } else {
@@ -430,8 +433,9 @@ fn monotonic_ns() -> u64 {
 }
 
 fn thread_cpu_ns() -> u64 {
-    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)
-        .map_or(0, |t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(0, |t| {
+        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+    })
 }
 
 /// The counter's ticks per wall-clock ns, over 20 ms.
@@ -517,7 +521,12 @@ mod tests {
         assert!(b.within(0.10));
         // Stages that add up to more than the thread spent (a lap held a preemption) leave no
         // rest, and the excess shows in the ratio.
-        let b = Breakdown::new(&[(Stage::Patch, 30.0), (Stage::Kick, 300.0)], 400.0, 120.0, 250.0);
+        let b = Breakdown::new(
+            &[(Stage::Patch, 30.0), (Stage::Kick, 300.0)],
+            400.0,
+            120.0,
+            250.0,
+        );
         assert_eq!(b.kernel_rest_ns, 0.0);
         assert!(!b.within(0.10), "ratio {}", b.ratio);
         assert_eq!(b.stages[1], ("kick syscall", 300.0));

@@ -306,7 +306,12 @@ fn breakdown(part: &Part, cal: &Calibration) -> (Breakdown, f64) {
         .map(|&s| part.tally.overhead_ns(s, cal))
         .sum::<f64>()
         / n;
-    let b = Breakdown::new(&per_packet, part.instrumented_ns, overhead, part.measured_ns);
+    let b = Breakdown::new(
+        &per_packet,
+        part.instrumented_ns,
+        overhead,
+        part.measured_ns,
+    );
     (b, overhead)
 }
 
@@ -330,8 +335,7 @@ fn profile(
         stages: &Stage::RX,
         tally: rx,
         packets: profiled.received,
-        instrumented_ns: profiled.receiver_user_ns_per_reply
-            + profiled.receiver_sys_ns_per_reply,
+        instrumented_ns: profiled.receiver_user_ns_per_reply + profiled.receiver_sys_ns_per_reply,
         measured_ns: plain.receiver_user_ns_per_reply + plain.receiver_sys_ns_per_reply,
     };
     // Each part with the weight of its packets per reported packet and the prefix of its
@@ -408,16 +412,17 @@ fn table(report: &Report) -> String {
         }
         t.push('\n');
     }
-    let rows: [(&str, &dyn Fn(&BatchProfile) -> String); 7] = [
-        ("= stages + kernel", &|b| format!("{:.1}", b.sum_ns)),
-        ("measured CPU (plain)", &|b| format!("{:.1}", b.measured_ns)),
-        ("ratio", &|b| format!("{:.3}", b.ratio)),
-        ("within 10 %", &|b| {
+    type Cell = fn(&BatchProfile) -> String;
+    let rows: [(&str, Cell); 7] = [
+        ("= stages + kernel", |b| format!("{:.1}", b.sum_ns)),
+        ("measured CPU (plain)", |b| format!("{:.1}", b.measured_ns)),
+        ("ratio", |b| format!("{:.3}", b.ratio)),
+        ("within 10 %", |b| {
             if b.within_10_percent { "yes" } else { "no" }.to_string()
         }),
-        ("CPU instrumented", &|b| format!("{:.1}", b.instrumented_ns)),
-        ("overhead taken out", &|b| format!("{:.1}", b.overhead_ns)),
-        ("packets", &|b| b.packets_instrumented.to_string()),
+        ("CPU instrumented", |b| format!("{:.1}", b.instrumented_ns)),
+        ("overhead taken out", |b| format!("{:.1}", b.overhead_ns)),
+        ("packets", |b| b.packets_instrumented.to_string()),
     ];
     for (label, cell) in rows {
         let _ = write!(t, "{label:<22}");
@@ -444,7 +449,12 @@ fn write_outputs(report: &Report, out: &FsPath) -> anyhow::Result<()> {
     write(format!("{base}.csv"), csv.into_bytes())?;
     write(format!("{base}.json"), serde_json::to_vec_pretty(report)?)?;
     let png = out.join(format!("{base}.png"));
-    super::stages_plot::stacked_bars(report.path, &title_note(report), report.batches_view(), &png)
+    super::stages_plot::stacked_bars(
+        report.path,
+        &title_note(report),
+        report.batches_view(),
+        &png,
+    )
 }
 
 fn title_note(report: &Report) -> String {

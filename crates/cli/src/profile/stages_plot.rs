@@ -40,7 +40,13 @@ pub fn stacked_bars(path_name: &str, note: &str, bars: Vec<Bar>, png: &Path) -> 
     let fail = |e: &dyn std::fmt::Display| anyhow!("plotting {}: {e}", png.display());
     let top = bars
         .iter()
-        .map(|b| b.stages.iter().map(|(_, ns)| ns).sum::<f64>().max(b.measured_ns))
+        .map(|b| {
+            b.stages
+                .iter()
+                .map(|(_, ns)| ns)
+                .sum::<f64>()
+                .max(b.measured_ns)
+        })
         .fold(1.0, f64::max)
         * 1.15;
     let root = BitMapBackend::new(png, (1000, 620)).into_drawing_area();
@@ -71,9 +77,9 @@ pub fn stacked_bars(path_name: &str, note: &str, bars: Vec<Bar>, png: &Path) -> 
         .y_desc("ns per packet")
         .draw()
         .map_err(|e| fail(&e))?;
-    let names: Vec<&String> = bars.first().map_or(Vec::new(), |b| {
-        b.stages.iter().map(|(n, _)| n).collect()
-    });
+    let names: Vec<&String> = bars
+        .first()
+        .map_or(Vec::new(), |b| b.stages.iter().map(|(n, _)| n).collect());
     for (k, name) in names.iter().enumerate() {
         let color = COLORS[k % COLORS.len()];
         let segments: Vec<Rectangle<(f64, f64)>> = bars

@@ -172,7 +172,10 @@ fn open_sink(path: Option<&Path>, mode: OpenMode) -> Result<Sink> {
         ),
         (None, _) => Box::new(io::stdout()),
     };
-    Ok(BufWriter::with_capacity(SINK_BUFFER, Box::new(TimedWrites(out))))
+    Ok(BufWriter::with_capacity(
+        SINK_BUFFER,
+        Box::new(TimedWrites(out)),
+    ))
 }
 
 /// What lies under the buffer: its writes are system calls, which `sonde profile` times as
