@@ -1,13 +1,13 @@
 //! `sonde profile tx|rx|scan`: where the CPU time of sonde's own per-packet paths goes, stage
 //! by stage, in ns per packet, for each batch size asked for.
 //!
-//! For each batch size two real scans of the lab run, the same way `sonde scan` runs them:
-//! first without instrumentation (its sender's and receiver's CPU per packet, user and system,
-//! from getrusage, is what the stages must add up to), then with the stage clock on
-//! (`sonde_meter::stages`), whose laps, less the clock's own calibrated cost, give the user
-//! stages, and whose timed system calls give the kernel's part in them. The kernel's share
-//! outside those calls is what they leave of the first run's system time. Out come a table on
-//! stdout, `profile-<path>.csv`, `profile-<path>.json` (with the check) and a stacked-bar PNG.
+//! For each batch size real scans of the lab run, the same way `sonde scan` runs them, in
+//! alternating pairs (`--runs`): without instrumentation (the sender's and receiver's thread
+//! CPU per packet, user + system from getrusage, is what the stages must add up to), then with
+//! the stage clock on (`sonde_meter::stages`): its laps, less the clock's own calibrated cost,
+//! give the user stages; its timed system calls the kernel's work for them; what the
+//! instrumented threads spent beyond all that is the kernel's rest. Out come a table on stdout,
+//! `profile-<path>.csv`, `profile-<path>.json` (with the check) and a stacked-bar PNG.
 
 use std::fmt::Write as _;
 use std::path::{Path as FsPath, PathBuf};
@@ -53,6 +53,9 @@ pub struct StagesArgs {
     /// not starved by the sender on the same CPU.
     #[arg(short = 'r', long)]
     rate: Option<f64>,
+    /// Runs without and with instrumentation per batch size (alternating; each side pooled).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    runs: u32,
     /// Seconds to keep receiving after the last probe.
     #[arg(long, default_value_t = 1.0)]
     cooldown: f64,
@@ -94,8 +97,8 @@ struct BatchProfile {
     overhead_ns: f64,
     /// Laps not charged because they took over 50 µs (preemptions), as a share of all laps.
     dropped_lap_share: f64,
-    /// Packets of the uninstrumented and the instrumented run (probes sent, or replies
-    /// received for rx).
+    /// Packets of the uninstrumented and the instrumented runs, all of them (probes sent, or
+    /// replies received for rx).
     packets: u64,
     packets_instrumented: u64,
 }
@@ -131,13 +134,21 @@ pub fn run(path: Path, args: StagesArgs) -> anyhow::Result<()> {
     let mut calibration = None;
     for &batch in &batches {
         let scan = scan_args(path, &args, &targets, size, batch)?;
-        let plain = run_scan(&scan, &args.out)?;
-        let cal = stages::enable(sonde_io::cycle_counter());
+        // Plain and instrumented runs alternate, so a slow spell of a shared machine falls on
+        // both; each side is pooled over its runs.
+        let (mut plain, mut profiled) = (Pooled::default(), Pooled::default());
+        let mut cal = None;
+        for _ in 0..args.runs {
+            plain.add(&run_scan(&scan, &args.out)?);
+            let batch_cal = stages::enable(sonde_io::cycle_counter());
+            cal.get_or_insert(batch_cal);
+            let run = run_scan(&scan, &args.out);
+            stages::disable();
+            profiled.add(&run?);
+        }
+        let cal = cal.expect("at least one run");
         calibration.get_or_insert(cal);
-        let profiled = run_scan(&scan, &args.out);
-        stages::disable();
         let (tx, rx) = (stages::take(Role::Tx), stages::take(Role::Rx));
-        let profiled = profiled?;
         profiles.push(profile(path, batch, &plain, &profiled, &tx, &rx, &cal));
     }
     let cal = calibration.expect("at least one batch size");
@@ -267,8 +278,35 @@ fn run_scan(scan: &ScanArgs, out: &FsPath) -> anyhow::Result<ScanSummary> {
     Ok(summary)
 }
 
-/// One thread's path in one run: its counters, packets, and CPU per packet of the run
-/// with and without instrumentation.
+/// Runs of one kind pooled: packets and the sender's and receiver's CPU over all of them.
+#[derive(Default)]
+struct Pooled {
+    sent: u64,
+    received: u64,
+    sender_ns: f64,
+    receiver_ns: f64,
+}
+
+impl Pooled {
+    fn add(&mut self, s: &ScanSummary) {
+        self.sent += s.sent;
+        self.received += s.received;
+        self.sender_ns += (s.sender_user_ns_per_probe + s.sender_sys_ns_per_probe) * s.sent as f64;
+        self.receiver_ns +=
+            (s.receiver_user_ns_per_reply + s.receiver_sys_ns_per_reply) * s.received as f64;
+    }
+
+    fn sender_per_probe(&self) -> f64 {
+        self.sender_ns / self.sent.max(1) as f64
+    }
+
+    fn receiver_per_reply(&self) -> f64 {
+        self.receiver_ns / self.received.max(1) as f64
+    }
+}
+
+/// One thread's path: its counters, packets, and CPU per packet of the runs with and
+/// without instrumentation.
 struct Part<'a> {
     stages: &'a [Stage],
     tally: &'a Tally,
@@ -318,8 +356,8 @@ fn breakdown(part: &Part, cal: &Calibration) -> (Breakdown, f64) {
 fn profile(
     path: Path,
     batch: u32,
-    plain: &ScanSummary,
-    profiled: &ScanSummary,
+    plain: &Pooled,
+    profiled: &Pooled,
     tx: &Tally,
     rx: &Tally,
     cal: &Calibration,
@@ -328,15 +366,15 @@ fn profile(
         stages: &Stage::TX,
         tally: tx,
         packets: profiled.sent,
-        instrumented_ns: profiled.sender_user_ns_per_probe + profiled.sender_sys_ns_per_probe,
-        measured_ns: plain.sender_user_ns_per_probe + plain.sender_sys_ns_per_probe,
+        instrumented_ns: profiled.sender_per_probe(),
+        measured_ns: plain.sender_per_probe(),
     };
     let rx_part = Part {
         stages: &Stage::RX,
         tally: rx,
         packets: profiled.received,
-        instrumented_ns: profiled.receiver_user_ns_per_reply + profiled.receiver_sys_ns_per_reply,
-        measured_ns: plain.receiver_user_ns_per_reply + plain.receiver_sys_ns_per_reply,
+        instrumented_ns: profiled.receiver_per_reply(),
+        measured_ns: plain.receiver_per_reply(),
     };
     // Each part with the weight of its packets per reported packet and the prefix of its
     // stage names. The scan as a whole is reported per probe sent: the receiver's cost per
