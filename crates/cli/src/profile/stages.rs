@@ -36,7 +36,8 @@ pub struct StagesArgs {
     /// Receive backend: ring, xdp, mmsg, pcap.
     #[arg(long, default_value = "ring", value_parser = runargs::rx_backend_parser())]
     rx_backend: BackendKind,
-    /// Batch sizes, comma separated: one stacked bar each.
+    /// Batch sizes, comma separated: one stacked bar each. They are the sender's (scan
+    /// --batch); the receiver always takes up to 256 frames per receiver and call.
     #[arg(long, default_value = "1,8,64")]
     batch: String,
     /// Probes per run (targets are probed again, up to 16 times, when there are fewer).
