@@ -13,6 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use serde::Serialize;
 use sonde_io::{AnyRx, AnyTx, BackendKind, FrameTx};
+use sonde_meter::stages::{self, Role, Stage};
 use sonde_meter::{peak_rss_bytes, Counter, CpuTimes, Stopwatch};
 use sonde_scan::dedup::Dedup;
 use sonde_scan::output::{OutputFilter, RowWriter};
@@ -240,7 +241,9 @@ fn send(
                         ),
                     };
                     let start = CpuTimes::thread_now();
+                    stages::begin_thread(Role::Tx);
                     let result = sender.run(t, stop, &counts.sent);
+                    stages::end_thread();
                     Counts::add_cpu(&counts.sender_user_ns, &counts.sender_sys_ns, start);
                     states.lock().expect("checkpoint lock")[t] = Some(sender.feed.checkpoint());
                     result.map(|()| Instant::now())
@@ -276,7 +279,9 @@ impl Sender<'_> {
             if !self.pacer.wait(stop.flag()) {
                 break;
             }
+            stages::mark(Stage::Pacing);
             self.feed.fill(self.pacer.burst());
+            stages::mark(Stage::Targets);
             if self.feed.pending().is_empty() {
                 break;
             }
@@ -284,7 +289,10 @@ impl Sender<'_> {
             let (space, probe, pending) =
                 (&self.plan.run.space, &self.plan.probe, self.feed.pending());
             let n = self.tx.tx_batch(pending.len(), |i, buf| {
+                // `sonde profile`: what came since the last mark is the backend's work.
+                stages::mark(Stage::Enqueue);
                 let (addr, port) = space.target_at(pending[i]);
+                stages::mark(Stage::Targets);
                 probe.write(buf, addr, port, now_us)
             })?;
             self.feed.accept(n);
@@ -399,12 +407,15 @@ impl Receiver {
     ) -> anyhow::Result<(Box<dyn RowWriter + Send>, Dedup)> {
         self.plan.run.confine_receiver();
         let start = CpuTimes::thread_now();
+        stages::begin_thread(Role::Rx);
         while !receiving.is_set() {
             if let Err(e) = self.pass() {
+                stages::end_thread();
                 stop.set(StopReason::ReceiverFailed);
                 return Err(e);
             }
         }
+        stages::end_thread();
         let counts = &self.counts;
         Counts::add_cpu(&counts.receiver_user_ns, &counts.receiver_sys_ns, start);
         let drops: u64 = self.rxs.iter_mut().map(AnyRx::take_drops).sum();
@@ -439,12 +450,15 @@ impl Receiver {
             reset_synacks: rst.is_some(),
         };
         let handled = sonde_io::rx_many(rxs, 256, Duration::from_millis(50), |_, frame| {
+            // `sonde profile`: what came since the last mark is the backend's work.
+            stages::mark(Stage::Poll);
             let (now_us, epoch_us) = *stamp.get_or_insert_with(|| {
                 let epoch = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .map_or(0, |d| d.as_micros() as u64);
                 (clock.elapsed().as_micros() as u32, epoch)
             });
+            stages::mark(Stage::Timestamp);
             if let Err(e) = handler.handle(frame, now_us, epoch_us) {
                 error.get_or_insert(e);
             }
@@ -493,7 +507,9 @@ impl Handler<'_> {
     /// One received frame: validate and classify, check it answers a target of this scan,
     /// count, deduplicate, reset a SYN-ACK, write.
     fn handle(&mut self, frame: &[u8], now_us: u32, epoch_us: u64) -> anyhow::Result<()> {
-        let mut reply = match self.plan.probe.classify(frame, now_us) {
+        let verdict = self.plan.probe.classify(frame, now_us);
+        stages::mark(Stage::Validate);
+        let mut reply = match verdict {
             Verdict::NotOurs => return Ok(()),
             Verdict::Fragment => {
                 self.counts.fragments.add(1);
@@ -506,13 +522,16 @@ impl Handler<'_> {
             Verdict::Valid(r) => r,
         };
         // A reply validates against the key, but only a target of this scan can send one.
-        let Some(index) = self.plan.run.space.index_of(reply.saddr, reply.sport) else {
+        let index = self.plan.run.space.index_of(reply.saddr, reply.sport);
+        stages::mark(Stage::Validate);
+        let Some(index) = index else {
             self.counts.invalid.add(1);
             return Ok(());
         };
         self.counts.valid.add(1);
         reply.timestamp_us = epoch_us;
         reply.repeat = self.dedup.check_and_insert(index);
+        stages::mark(Stage::Dedup);
         if reply.repeat {
             self.counts.repeats.add(1);
         } else if reply.success {
@@ -527,6 +546,7 @@ impl Handler<'_> {
         if self.plan.filter.matches(&reply) {
             self.writer.write(&reply)?;
         }
+        stages::mark(Stage::Output);
         Ok(())
     }
 }

@@ -56,6 +56,24 @@ pub use xdp_filter::{FilterSpec, TcpTake};
 /// Largest frame any backend accepts (a full Ethernet frame without FCS).
 pub const MAX_FRAME: usize = 1514;
 
+/// The CPU's cycle counter, for the stage clock of `sonde profile`
+/// (`sonde_meter::stages::enable`): on x86-64 the TSC, read in about 40 cycles; elsewhere none
+/// (the stage clock then uses the monotonic clock).
+pub fn cycle_counter() -> Option<fn() -> u64> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        fn tsc() -> u64 {
+            // SAFETY: RDTSC only reads a register; every x86-64 CPU has it.
+            unsafe { core::arch::x86_64::_rdtsc() }
+        }
+        Some(tsc)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
+
 /// Batch transmit: frames are written straight into the backend's buffers.
 pub trait FrameTx {
     /// Builds up to `count` frames in place and hands them to the kernel.

@@ -1,6 +1,7 @@
 //! libpcap through the `pcap` crate: the portable path (Npcap on Windows later). Transmit is one
 //! `pcap_sendpacket` per frame, as WinPcap's classic path was.
 
+use sonde_meter::stages::{self, Stage};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
@@ -74,7 +75,9 @@ impl FrameTx for PcapTx {
         for i in 0..count {
             let len = fill(i, &mut self.buf[..]).min(MAX_FRAME);
             loop {
-                match self.cap.sendpacket(&self.buf[..len]) {
+                let cap = &mut self.cap;
+                let buf = &self.buf[..len];
+                match stages::call(Stage::Enqueue, Stage::Kick, || cap.sendpacket(buf)) {
                     Ok(()) => break,
                     Err(e) if e.to_string().contains("No buffer space") => std::thread::yield_now(),
                     Err(e) => return Err(io::Error::other(e.to_string())),

@@ -2,6 +2,7 @@
 //! one cannot starve the others: non-blocking sweeps over all of them, and only when every one
 //! came back empty a single `poll(2)` over all their descriptors.
 
+use sonde_meter::stages::{self, Stage};
 use std::io;
 use std::time::Duration;
 
@@ -76,13 +77,13 @@ fn wait_readable(rxs: &[AnyRx], timeout: Duration) -> io::Result<bool> {
         &mut on_heap
     };
     // SAFETY: `fds` is an array of fds.len() initialised pollfds that outlives the call.
-    let rc = unsafe {
+    let rc = stages::call(Stage::Poll, Stage::RxCall, || unsafe {
         libc::poll(
             fds.as_mut_ptr(),
             fds.len() as libc::nfds_t,
             timeout_ms(timeout),
         )
-    };
+    });
     if rc >= 0 {
         return Ok(rc > 0);
     }

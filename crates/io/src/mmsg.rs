@@ -1,6 +1,7 @@
 //! A raw AF_PACKET socket driven by `sendmmsg(2)` / `recvmmsg(2)`: one system call per batch,
 //! but the kernel still copies each frame and walks the stack once per frame.
 
+use sonde_meter::stages::{self, Stage};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
@@ -81,7 +82,9 @@ impl MmsgTx {
     fn send_range(&mut self, from: usize, to: usize) -> io::Result<usize> {
         let msgs = self.slab.msgs[from..].as_mut_ptr();
         // SAFETY: messages from..to were pointed at live frames of `bufs` by `point`.
-        let rc = unsafe { libc::sendmmsg(self.fd.as_raw_fd(), msgs, (to - from) as u32, 0) };
+        let rc = stages::call(Stage::Enqueue, Stage::Kick, || unsafe {
+            libc::sendmmsg(self.fd.as_raw_fd(), msgs, (to - from) as u32, 0)
+        });
         if rc >= 0 {
             return Ok(rc as usize);
         }
@@ -163,7 +166,7 @@ impl FrameRx for MmsgRx {
             self.slab.point(i, MAX_FRAME);
         }
         // SAFETY: the first n messages point at n live MAX_FRAME-sized buffers.
-        let rc = unsafe {
+        let rc = stages::call(Stage::Poll, Stage::RxCall, || unsafe {
             libc::recvmmsg(
                 self.fd.as_raw_fd(),
                 self.slab.msgs.as_mut_ptr(),
@@ -171,7 +174,7 @@ impl FrameRx for MmsgRx {
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
-        };
+        });
         if rc < 0 {
             let err = io::Error::last_os_error();
             return if is_transient(&err) { Ok(0) } else { Err(err) };

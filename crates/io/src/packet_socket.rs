@@ -1,6 +1,7 @@
 //! What the AF_PACKET backends (`ring`, `mmsg`, `sendto`) share: opening a raw packet socket
 //! bound to one interface, socket options, and readable-polls.
 
+use sonde_meter::stages::{self, Stage};
 use std::ffi::CString;
 use std::io;
 use std::mem::size_of;
@@ -116,7 +117,9 @@ pub fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
     };
     let ms = timeout_ms(timeout);
     // SAFETY: `pfd` is one valid pollfd and the count passed is 1.
-    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+    let rc = stages::call(Stage::Poll, Stage::RxCall, || unsafe {
+        libc::poll(&mut pfd, 1, ms)
+    });
     match rc {
         n if n > 0 => Ok(true),
         0 => Ok(false),

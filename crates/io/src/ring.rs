@@ -2,6 +2,7 @@
 //! shared with the kernel, so one `send(2)` hands over a whole batch and receiving needs no
 //! system call while blocks are full. Transmit bypasses the qdisc layer (`PACKET_QDISC_BYPASS`).
 
+use sonde_meter::stages::{self, Stage};
 use std::io;
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -145,8 +146,9 @@ impl RingTx {
     /// Asks the kernel to transmit every slot marked SEND_REQUEST.
     fn kick(&self) -> io::Result<()> {
         // SAFETY: a zero-length send on a TX-ring socket only triggers ring processing.
-        let rc =
-            unsafe { libc::send(self.fd.as_raw_fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT) };
+        let rc = stages::call(Stage::Enqueue, Stage::Kick, || unsafe {
+            libc::send(self.fd.as_raw_fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT)
+        });
         if rc < 0 {
             let err = io::Error::last_os_error();
             if !is_transient(&err) {

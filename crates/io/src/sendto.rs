@@ -1,6 +1,7 @@
 //! The baseline: one `send(2)` per frame on a bound AF_PACKET socket, the per-packet system call
 //! path that batching backends are measured against.
 
+use sonde_meter::stages::{self, Stage};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
@@ -28,7 +29,9 @@ impl SendtoTx {
     fn send_one(&mut self, len: usize) -> io::Result<bool> {
         let len = len.min(MAX_FRAME);
         // SAFETY: `buf` is valid for `len` ≤ MAX_FRAME bytes; the socket is bound, so no address.
-        let rc = unsafe { libc::send(self.fd.as_raw_fd(), self.buf.as_ptr().cast(), len, 0) };
+        let rc = stages::call(Stage::Enqueue, Stage::Kick, || unsafe {
+            libc::send(self.fd.as_raw_fd(), self.buf.as_ptr().cast(), len, 0)
+        });
         if rc >= 0 {
             return Ok(true);
         }

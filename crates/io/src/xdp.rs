@@ -8,6 +8,7 @@
 //! own reply filter, which redirects only the scan's replies and passes the rest to the OS stack
 //! ([`XdpRx::open_filtered`], see `xdp_filter.rs`).
 
+use sonde_meter::stages::{self, Stage};
 use std::ffi::CString;
 use std::fmt;
 use std::io;
@@ -351,6 +352,13 @@ impl XdpTx {
         Ok(())
     }
 
+    /// [`XdpTx::kick`] as one system-call stage for `sonde profile`: the wake-ups of a batch are
+    /// timed together, so the clock's own cost does not slow the loop between them (slowed,
+    /// it would find the ring drained sooner and wake the kernel less often).
+    fn timed_kick(&mut self) -> io::Result<()> {
+        stages::call(Stage::Enqueue, Stage::Kick, || self.kick())
+    }
+
     /// The bare floor: posts descriptors of frames written once up front, with no per-frame
     /// work at all, until `count` frames have been handed over. This is what the ring itself
     /// allows; `blast` is measured against it.
@@ -400,10 +408,11 @@ impl FrameTx for XdpTx {
         mut fill: F,
     ) -> io::Result<usize> {
         self.reclaim();
+        stages::mark(Stage::Completion);
         let room = self.rings.tx.nb_free(count as u32) as usize;
         let n = count.min(self.free.len()).min(room);
         if n == 0 {
-            self.kick()?;
+            self.timed_kick()?;
             return Ok(0);
         }
         for i in 0..n {
@@ -422,7 +431,7 @@ impl FrameTx for XdpTx {
         let produced = unsafe { self.rings.tx.produce(&self.posted) };
         debug_assert_eq!(produced, n, "nb_free promised room for the batch");
         self.posted.clear();
-        self.kick()?;
+        self.timed_kick()?;
         Ok(n)
     }
 
@@ -633,7 +642,13 @@ impl FrameRx for XdpRx {
         // SAFETY: `received` only ever holds descriptors of this socket's UMEM.
         let mut n = unsafe { self.rings.rx.consume(&mut self.received[..max]) };
         // Only an empty ring is waited on (a zero timeout never makes a system call here).
-        if n == 0 && max > 0 && !timeout.is_zero() && self.rings.rx.poll(timeout_ms(timeout))? {
+        if n == 0
+            && max > 0
+            && !timeout.is_zero()
+            && stages::call(Stage::Poll, Stage::RxCall, || {
+                self.rings.rx.poll(timeout_ms(timeout))
+            })?
+        {
             // SAFETY: as above.
             n = unsafe { self.rings.rx.consume(&mut self.received[..max]) };
         }
@@ -650,7 +665,8 @@ impl FrameRx for XdpRx {
         // Only frames handed back can need the kernel's attention: an empty pass makes no
         // system call (a receiver polled in a loop would otherwise make one per pass).
         if n > 0 && self.rings.fill.needs_wakeup() {
-            self.rings.fill.wakeup(self.rings.rx.fd_mut(), 0)?;
+            let (fill, rx) = (&mut self.rings.fill, &mut self.rings.rx);
+            stages::call(Stage::Poll, Stage::RxCall, || fill.wakeup(rx.fd_mut(), 0))?;
         }
         Ok(n)
     }

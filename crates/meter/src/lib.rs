@@ -3,6 +3,7 @@
 //! summary that prints as text or one JSON object.
 
 pub mod fit;
+pub mod stages;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

@@ -4,6 +4,7 @@
 
 mod stack;
 mod stages;
+mod stages_plot;
 
 use clap::{Args, Subcommand};
 

@@ -79,11 +79,33 @@ pub fn run(args: ScanArgs) -> anyhow::Result<()> {
     runargs::check_input(&args.run, args.dryrun)?;
     // A dry run in a lab (--lab, or through `lab exec`) is held to the lab's population too.
     let place = Place::enter(&args.run)?;
+    let (plan, fields, notes) = prepare(&args, &place)?;
+    if args.dryrun {
+        return dryrun::run(&plan);
+    }
+    let summary = execute(&args, plan, fields, &notes)?;
+    report(&args, &summary)
+}
+
+/// Runs a scan as `sonde scan` would, and returns its summary without reporting it (`sonde
+/// profile` runs scans this way).
+pub(crate) fn run_for_summary(args: &ScanArgs) -> anyhow::Result<ScanSummary> {
+    runargs::check_input(&args.run, false)?;
+    let place = Place::enter(&args.run)?;
+    let (plan, fields, notes) = prepare(args, &place)?;
+    execute(args, plan, fields, &notes)
+}
+
+/// The plan, the output fields and the notes for the plan line.
+fn prepare(
+    args: &ScanArgs,
+    place: &Place,
+) -> anyhow::Result<(ScanPlan, Vec<&'static sonde_scan::Field>, Vec<String>)> {
     let ports = match args.module.uses_ports() {
         true => runargs::Ports::Given(args.ports.as_deref(), 80),
         false => runargs::Ports::None,
     };
-    let resolved = runargs::resolve(&args.run, &place, ports, args.dryrun)?;
+    let resolved = runargs::resolve(&args.run, place, ports, args.dryrun)?;
     let notes = resolved.notes.clone();
     let setup = ProbeSetup {
         src_mac: resolved.host.src_mac,
@@ -100,10 +122,10 @@ pub fn run(args: ScanArgs) -> anyhow::Result<()> {
         ..setup
     };
     let probe =
-        Probe::build(args.module, &setup, &module_options(&args)?).map_err(anyhow::Error::msg)?;
-    let rate = send_rate(&args, probe.frame_len())?;
+        Probe::build(args.module, &setup, &module_options(args)?).map_err(anyhow::Error::msg)?;
+    let rate = send_rate(args, probe.frame_len())?;
     let backends = (args.backend, args.rx_backend);
-    let run = resolved.run_plan("scan", &args.run, &place, rate, args.probes, v6, backends)?;
+    let run = resolved.run_plan("scan", &args.run, place, rate, args.probes, v6, backends)?;
     runargs::check_resume(&run, &args.run, "scan", args.module.name())?;
     let filter = match &args.output_filter {
         Some(text) => OutputFilter::parse(text)?,
@@ -116,17 +138,23 @@ pub fn run(args: ScanArgs) -> anyhow::Result<()> {
         filter,
     };
     let fields = select_fields(args.fields.as_deref(), args.module)?;
-    if args.dryrun {
-        return dryrun::run(&plan);
-    }
+    Ok((plan, fields, notes))
+}
+
+/// Opens the output, announces the plan and runs it.
+fn execute(
+    args: &ScanArgs,
+    plan: ScanPlan,
+    fields: Vec<&'static sonde_scan::Field>,
+    notes: &[String],
+) -> anyhow::Result<ScanSummary> {
     let mode = runargs::output_mode(&args.run, args.output_format == OutputFormat::Parquet)?;
     let writer = open_writer_with(args.output_format, args.run.output.as_deref(), fields, mode)?;
     if !args.run.quiet {
-        announce(&plan, &notes);
+        announce(&plan, notes);
     }
     let stop = Stop::on_signals()?;
-    let summary = sonde_engine::scan::run(plan, writer, &stop)?;
-    report(&args, &summary)
+    sonde_engine::scan::run(plan, writer, &stop)
 }
 
 fn list_fields() -> anyhow::Result<()> {

@@ -16,6 +16,8 @@ mod text;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
+
+use sonde_meter::stages::{self, Stage};
 use std::path::Path;
 use std::str::FromStr;
 
@@ -170,7 +172,25 @@ fn open_sink(path: Option<&Path>, mode: OpenMode) -> Result<Sink> {
         ),
         (None, _) => Box::new(io::stdout()),
     };
-    Ok(BufWriter::with_capacity(SINK_BUFFER, out))
+    Ok(BufWriter::with_capacity(
+        SINK_BUFFER,
+        Box::new(TimedWrites(out)),
+    ))
+}
+
+/// What lies under the buffer: its writes are system calls, which `sonde profile` times as
+/// such (the row that fills the buffer would otherwise carry the kernel's copy in its output
+/// stage, and the system time count it a second time).
+struct TimedWrites(Box<dyn Write + Send>);
+
+impl Write for TimedWrites {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        stages::call(Stage::Output, Stage::Write, || self.0.write(buf))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        stages::call(Stage::Output, Stage::Write, || self.0.flush())
+    }
 }
 
 fn create_file(path: &Path) -> Result<File> {

@@ -15,6 +15,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::Range;
 
 use sonde_craft::{Patcher, Word};
+use sonde_meter::stages::{self, Stage};
 use sonde_wire::checksum::{pseudo_header_v4, pseudo_header_v6};
 use sonde_wire::{ethernet, icmpv4, icmpv6, ipv4, ipv6, EtherType, IpPair, IpProtocol, MacAddr};
 
@@ -294,7 +295,15 @@ impl<F: Family> Template<F> {
         for (word, (at, value)) in module_words.iter_mut().zip(rest) {
             *word = Word::l4(F::L4_AT + at, value);
         }
-        self.patcher.write(buf, &words[..F::DST_WORDS + N])
+        let words = &words[..F::DST_WORDS + N];
+        // `sonde profile`: everything before this point (the cookie, the module's fields) is
+        // the cookie stage; the patch and the checksums are timed apart.
+        stages::mark(Stage::Cookie);
+        let len = self.patcher.patch(buf, words);
+        stages::mark(Stage::Patch);
+        self.patcher.finish_checksums(buf, words);
+        stages::mark(Stage::Checksum);
+        len
     }
 }
 

@@ -21,6 +21,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
+use sonde_meter::stages::{self, Stage};
 use sonde_wire::{ethernet, tcp, EtherType, IpProtocol, MacAddr};
 
 use crate::reply::Reply;
@@ -187,6 +188,8 @@ fn classify_in<F: Family>(module: Option<&dyn Module<F>>, packet: &[u8], now_us:
     let (Some(module), Some(rx)) = (module, F::receive(packet)) else {
         return Verdict::NotOurs;
     };
+    // `sonde profile`: the Ethernet and IP headers are read; the rest is validation.
+    stages::mark(Stage::Parse);
     if rx.fragment == Fragment::Later {
         return if module.answers_in(rx.protocol) {
             Verdict::Fragment
