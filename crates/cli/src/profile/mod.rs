@@ -4,7 +4,6 @@
 
 mod stack;
 mod stages;
-mod stages_plot;
 
 use clap::{Args, Subcommand};
 

@@ -9,6 +9,8 @@
 //! instrumented threads spent beyond all that is the kernel's rest. Out come a table on stdout,
 //! `profile-<path>.csv`, `profile-<path>.json` (with the check) and a stacked-bar PNG.
 
+mod plot;
+
 use std::fmt::Write as _;
 use std::path::{Path as FsPath, PathBuf};
 
@@ -488,7 +490,7 @@ fn write_outputs(report: &Report, out: &FsPath) -> anyhow::Result<()> {
     write(format!("{base}.csv"), csv.into_bytes())?;
     write(format!("{base}.json"), serde_json::to_vec_pretty(report)?)?;
     let png = out.join(format!("{base}.png"));
-    super::stages_plot::stacked_bars(
+    plot::stacked_bars(
         report.path,
         &title_note(report),
         report.batches_view(),
@@ -505,10 +507,10 @@ fn title_note(report: &Report) -> String {
 
 impl Report<'_> {
     /// What the plot needs: per batch size, the stages bottom to top and the measured CPU.
-    fn batches_view(&self) -> Vec<super::stages_plot::Bar<'_>> {
+    fn batches_view(&self) -> Vec<plot::Bar<'_>> {
         self.batches
             .iter()
-            .map(|b| super::stages_plot::Bar {
+            .map(|b| plot::Bar {
                 batch: b.batch,
                 stages: &b.stages,
                 measured_ns: b.measured_ns,
