@@ -143,6 +143,20 @@ pub fn lab_sender_cpus(lab: &LabStatus) -> Option<Vec<usize>> {
     Some(sonde_lab::sender_cpus(lab))
 }
 
+/// Enters the scanner namespace of lab `named`, or recognises the lab sonde already runs in
+/// (`sonde lab exec`); None outside any lab.
+pub fn enter_lab(named: Option<&str>) -> anyhow::Result<Option<LabStatus>> {
+    Ok(match (named, sonde_lab::current_lab()) {
+        (Some(name), _) => {
+            let status = sonde_lab::status(name)?;
+            sonde_lab::enter_scan_ns(name)?;
+            Some(status)
+        }
+        (None, Some(name)) => Some(sonde_lab::status(&name)?),
+        (None, None) => None,
+    })
+}
+
 /// Where the run happens: a lab (and which), or the host's own network.
 pub struct Place {
     pub lab: Option<LabStatus>,
@@ -152,16 +166,9 @@ impl Place {
     /// Enters the lab named by --lab (or recognises the one sonde runs in). A dry run without
     /// --lab stays where it is.
     pub fn enter(args: &RunArgs) -> anyhow::Result<Place> {
-        let lab = match (&args.lab, sonde_lab::current_lab()) {
-            (Some(name), _) => {
-                let status = sonde_lab::status(name)?;
-                sonde_lab::enter_scan_ns(name)?;
-                Some(status)
-            }
-            (None, Some(name)) => Some(sonde_lab::status(&name)?),
-            (None, None) => None,
-        };
-        Ok(Place { lab })
+        Ok(Place {
+            lab: enter_lab(args.lab.as_deref())?,
+        })
     }
 
     /// The CPUs left for sonde's threads: those the lab's targets do not run on, when the lab

@@ -5,9 +5,11 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
+use sonde_craft::{Patcher, Word};
+use sonde_wire::checksum::pseudo_header_v4;
 use sonde_wire::{ethernet, ipv4, udp, EtherType, IpPair, IpProtocol, MacAddr};
 
-use crate::message::{Stamp, MAGIC};
+use crate::message::{Stamp, HEADER_LEN, MAGIC, RUN_AT};
 
 /// Addresses of a frame-level client.
 #[derive(Clone, Copy, Debug)]
@@ -47,9 +49,65 @@ pub fn echo_of(ends: &FrameEnds, frame: &[u8]) -> Option<Stamp> {
     Stamp::read(dgram.payload())
 }
 
+/// The client's message frame: built once, then per message a copy with the message header
+/// patched in and both checksums finished from partial sums (craft's [`Patcher`]).
+#[derive(Clone, Debug)]
+pub struct MessageFrame {
+    patcher: Patcher,
+    payload_at: usize,
+}
+
+impl MessageFrame {
+    /// For `size`-byte payloads (at least [`HEADER_LEN`]) from `ends.src` to `ends.dst`.
+    pub fn new(ends: &FrameEnds, size: usize) -> MessageFrame {
+        let (frame, payload_at) = echo_template(ends, size.max(HEADER_LEN));
+        let ip_at = ethernet::HEADER_LEN;
+        let l4_at = ip_at + ipv4::HEADER_LEN;
+        let pseudo = pseudo_header_v4(
+            *ends.src.ip(),
+            *ends.dst.ip(),
+            IpProtocol::UDP.0,
+            (frame.len() - l4_at) as u16,
+        );
+        let len = frame.len();
+        let patcher = Patcher::new(
+            frame,
+            Some(ip_at..l4_at),
+            l4_at..len,
+            l4_at + 6,
+            pseudo,
+            true,
+        );
+        MessageFrame {
+            patcher,
+            payload_at,
+        }
+    }
+
+    /// Writes the frame of message (`run`, `seq`, `sent_ns`) into `buf`; returns its length.
+    #[inline]
+    pub fn write(&self, buf: &mut [u8], run: u32, seq: u64, sent_ns: u64) -> usize {
+        let at = self.payload_at + RUN_AT;
+        let w = |i: usize, v: u64| Word::l4(at + 2 * i, v as u16);
+        let words = [
+            w(0, u64::from(run >> 16)),
+            w(1, u64::from(run)),
+            w(2, seq >> 48),
+            w(3, seq >> 32),
+            w(4, seq >> 16),
+            w(5, seq),
+            w(6, sent_ns >> 48),
+            w(7, sent_ns >> 32),
+            w(8, sent_ns >> 16),
+            w(9, sent_ns),
+        ];
+        self.patcher.write(buf, &words)
+    }
+}
+
 /// Ethernet + IPv4 + UDP to the reflector with the magic in place and every varying word
 /// (the message header after the magic, both checksums) zero; and where the payload starts.
-pub fn echo_template(ends: &FrameEnds, size: usize) -> (Vec<u8>, usize) {
+fn echo_template(ends: &FrameEnds, size: usize) -> (Vec<u8>, usize) {
     let ip_at = ethernet::HEADER_LEN;
     let l4_at = ip_at + ipv4::HEADER_LEN;
     let payload_at = l4_at + udp::HEADER_LEN;
@@ -143,41 +201,13 @@ fn swap(b: &mut [u8], a: usize, c: usize, n: usize) {
 
 #[cfg(test)]
 pub(crate) mod tests_support {
-    use sonde_craft::{Patcher, Word};
-    use sonde_wire::checksum::pseudo_header_v4;
-
     use super::*;
-    use crate::message::RUN_AT;
 
-    /// The frame a client would send for message `seq` of run 1.
+    /// The frame a client would send for message `seq` of run 1, stamped at 99 ns.
     pub(crate) fn frame_for(ends: &FrameEnds, size: usize, seq: u64) -> Vec<u8> {
-        let (frame, payload_at) = echo_template(ends, size);
-        let l4_at = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
-        let pseudo = pseudo_header_v4(
-            *ends.src.ip(),
-            *ends.dst.ip(),
-            IpProtocol::UDP.0,
-            (frame.len() - l4_at) as u16,
-        );
-        let len = frame.len();
-        let patcher = Patcher::new(
-            frame,
-            Some(ethernet::HEADER_LEN..l4_at),
-            l4_at..len,
-            l4_at + 6,
-            pseudo,
-            true,
-        );
-        let at = payload_at + RUN_AT;
-        let mut words = Vec::new();
-        for (i, v) in [0u16, 1, 0, 0, 0, seq as u16, 0, 0, 0, 99]
-            .into_iter()
-            .enumerate()
-        {
-            words.push(Word::l4(at + 2 * i, v));
-        }
+        let message = MessageFrame::new(ends, size);
         let mut buf = vec![0u8; 1514];
-        let n = patcher.write(&mut buf, &words);
+        let n = message.write(&mut buf, 1, seq, 99);
         buf.truncate(n);
         buf
     }

@@ -10,14 +10,11 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use sonde_craft::{Patcher, Word};
 use sonde_io::{rx_many, AnyRx, AnyTx, FrameTx};
-use sonde_wire::checksum::pseudo_header_v4;
-use sonde_wire::{ethernet, ipv4, IpProtocol};
 
-use crate::frame::{echo_into, echo_of, echo_template, is_echo_request, EchoMatch, FrameEnds};
+use crate::frame::{echo_into, echo_of, is_echo_request, EchoMatch, FrameEnds, MessageFrame};
 use crate::link::{Clock, EchoLink, POLL_BATCH};
-use crate::message::{Stamp, HEADER_LEN, RUN_AT};
+use crate::message::Stamp;
 use crate::reflect::{should_stop, ReflectCount, WAIT_STEP};
 
 /// How long the frame reflector spins after the last frame before it waits in `poll(2)`
@@ -29,16 +26,15 @@ pub struct FrameLink {
     tx: AnyTx,
     /// One receiver per queue the echoes can arrive on.
     rxs: Vec<AnyRx>,
-    patcher: Patcher,
+    message: MessageFrame,
     ends: FrameEnds,
-    payload_at: usize,
     /// Holds the client's port in the kernel, so the kernel neither gives it to another
     /// socket nor answers the echoes it also sees with ICMP port unreachable.
     _port: UdpSocket,
 }
 
 impl FrameLink {
-    /// `size`: UDP payload bytes (at least [`HEADER_LEN`]). `port_guard` is a UDP socket bound
+    /// `size`: UDP payload bytes (at least [`crate::HEADER_LEN`]). `port_guard` is a UDP socket bound
     /// to `ends.src` (see [`hold_port`]).
     pub fn new(
         tx: AnyTx,
@@ -47,59 +43,24 @@ impl FrameLink {
         size: usize,
         port_guard: UdpSocket,
     ) -> FrameLink {
-        let (frame, payload_at) = echo_template(&ends, size.max(HEADER_LEN));
-        let ip_at = ethernet::HEADER_LEN;
-        let l4_at = ip_at + ipv4::HEADER_LEN;
-        let pseudo = pseudo_header_v4(
-            *ends.src.ip(),
-            *ends.dst.ip(),
-            IpProtocol::UDP.0,
-            (frame.len() - l4_at) as u16,
-        );
-        let len = frame.len();
-        let patcher = Patcher::new(
-            frame,
-            Some(ip_at..l4_at),
-            l4_at..len,
-            l4_at + 6,
-            pseudo,
-            true,
-        );
+        let message = MessageFrame::new(&ends, size);
         FrameLink {
             tx,
             rxs,
-            patcher,
+            message,
             ends,
-            payload_at,
             _port: port_guard,
         }
-    }
-
-    /// The header words of a message, as the patcher stores them.
-    fn words(&self, run: u32, seq: u64, sent_ns: u64) -> [Word; 10] {
-        let at = self.payload_at + RUN_AT;
-        let w = |i: usize, v: u64| Word::l4(at + 2 * i, v as u16);
-        [
-            w(0, u64::from(run >> 16)),
-            w(1, u64::from(run)),
-            w(2, seq >> 48),
-            w(3, seq >> 32),
-            w(4, seq >> 16),
-            w(5, seq),
-            w(6, sent_ns >> 48),
-            w(7, sent_ns >> 32),
-            w(8, sent_ns >> 16),
-            w(9, sent_ns),
-        ]
     }
 }
 
 impl EchoLink for FrameLink {
     fn send(&mut self, run: u32, seq: u64, clock: &Clock) -> io::Result<bool> {
         let sent_ns = clock.now_ns();
-        let words = self.words(run, seq, sent_ns);
-        let patcher = &self.patcher;
-        let sent = self.tx.tx_batch(1, |_, buf| patcher.write(buf, &words))?;
+        let message = &self.message;
+        let sent = self
+            .tx
+            .tx_batch(1, |_, buf| message.write(buf, run, seq, sent_ns))?;
         Ok(sent == 1)
     }
 

@@ -10,6 +10,8 @@ use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
 use sonde_latency::Sample;
 
+use crate::plot::COLORS;
+
 const TIME_BINS: usize = 120;
 const RTT_BINS: usize = 80;
 
@@ -154,15 +156,6 @@ pub struct RateCurve<'a> {
     pub rate: f64,
     pub hist: &'a Histogram<u64>,
 }
-
-const COLORS: [RGBColor; 6] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-];
 
 /// Every rate's RTT against percentile, on an axis that spreads the tail: x = 1/(1-q), log.
 pub fn percentiles(curves: &[RateCurve], title: &str, path: &Path) -> anyhow::Result<()> {

@@ -208,15 +208,7 @@ fn prepare_out(args: &RunArgs) -> anyhow::Result<Option<PathBuf>> {
 /// Enters the lab (named, or the one sonde runs in) and pins to the CPUs it leaves to
 /// senders; in a lab only the lab's addresses may be measured.
 fn enter_lab(args: &RunArgs) -> anyhow::Result<Option<sonde_lab::LabStatus>> {
-    let lab = match (&args.lab, sonde_lab::current_lab()) {
-        (Some(name), _) => {
-            let status = sonde_lab::status(name)?;
-            sonde_lab::enter_scan_ns(name)?;
-            Some(status)
-        }
-        (None, Some(name)) => Some(sonde_lab::status(&name)?),
-        (None, None) => None,
-    };
+    let lab = crate::runargs::enter_lab(args.lab.as_deref())?;
     if let Some(lab) = &lab {
         let benchmarking: ipnet::Ipv4Net = "198.18.0.0/15".parse().expect("a fixed prefix");
         if !benchmarking.contains(args.to.ip()) {

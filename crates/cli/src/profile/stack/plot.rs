@@ -8,14 +8,7 @@ use plotters::prelude::*;
 use sonde_meter::fit::LineFit;
 
 use super::{kb, PathKind, Point, Proto, SeriesFit};
-
-/// Kernel start, kernel stop, sonde start, sonde stop (the house colours of `plot.rs`).
-const COLORS: [RGBColor; 4] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-];
+use crate::plot::COLORS;
 
 /// Draws `points` and `fits` into `path`.
 pub fn draw(points: &[Point], fits: &[SeriesFit], path: &Path) -> anyhow::Result<()> {
@@ -66,6 +59,7 @@ fn panel_for(
         .x_desc("payload (KB)")
         .y_desc("latency from the send call (µs)")
         .draw()?;
+    // Kernel start, kernel stop, sonde start, sonde stop: the first four of the palette.
     let mut color = COLORS.iter();
     for path in [PathKind::Kernel, PathKind::Sonde] {
         let series: Vec<&&Point> = mine.iter().filter(|p| p.path == path).collect();

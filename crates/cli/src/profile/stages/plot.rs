@@ -7,34 +7,14 @@ use std::path::Path;
 use anyhow::anyhow;
 use plotters::prelude::*;
 
+use crate::plot::COLORS;
+
 /// One bar: a batch size's stages (name, ns per packet) and its measured CPU per packet.
 pub struct Bar<'a> {
     pub batch: u32,
     pub stages: &'a [(String, f64)],
     pub measured_ns: f64,
 }
-
-/// Enough distinct colours for the scan path's 17 segments.
-const COLORS: [RGBColor; 18] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-    RGBColor(188, 189, 34),
-    RGBColor(23, 190, 207),
-    RGBColor(174, 199, 232),
-    RGBColor(255, 187, 120),
-    RGBColor(152, 223, 138),
-    RGBColor(255, 152, 150),
-    RGBColor(197, 176, 213),
-    RGBColor(196, 156, 148),
-    RGBColor(247, 182, 210),
-    RGBColor(199, 199, 199),
-];
 
 pub fn stacked_bars(path_name: &str, note: &str, bars: Vec<Bar>, png: &Path) -> anyhow::Result<()> {
     let fail = |e: &dyn std::fmt::Display| anyhow!("plotting {}: {e}", png.display());
