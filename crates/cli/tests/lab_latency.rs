@@ -94,6 +94,7 @@ fn ring_reflector_and_client_at_10k_pps_lose_nothing_and_draw_the_heat_map() {
     assert_eq!(r["sent"], 20_000, "{r}");
     assert_eq!(r["lost"], 0, "{r}");
     assert_eq!(r["duplicates"], 0, "{r}");
+    assert_eq!(r["rx_drops"], 0, "the frame path tells its ring drops: {r}");
     for p in [
         "p50_us", "p90_us", "p99_us", "p999_us", "p9999_us", "max_us",
     ] {
@@ -146,6 +147,8 @@ fn every_path_reaches_every_reflector() {
             let r = &summary(&json)["rates"][0];
             assert_eq!(r["sent"], 1_000, "{client} → {reflector}: {r}");
             assert_eq!(r["lost"], 0, "{client} → {reflector}: {r}");
+            // The frame paths tell drops in their rings; the kernel socket path cannot.
+            assert_eq!(r["rx_drops"].is_null(), client == "kernel", "{r}");
         }
     }
 }

@@ -55,6 +55,9 @@ pub struct RunReport {
     pub duplicates: u64,
     /// Echoes of messages this run never sent (e.g. of an earlier run).
     pub foreign: u64,
+    /// Frames the kernel dropped before the client read them (its receive rings were full):
+    /// part of `lost`, told apart. None on the kernel socket path, which cannot tell.
+    pub rx_drops: Option<u64>,
     #[serde(flatten)]
     pub rtt: Percentiles,
     /// Whether Ctrl-C ended the run before its time.
@@ -71,6 +74,7 @@ pub fn measure(
 ) -> io::Result<RunResult> {
     let total = spec.messages();
     let period_ns = 1e9 / spec.rate;
+    link.take_rx_drops(); // only this run's drops count
     let start = clock.now_ns();
     let mut echoes = Echoes::new(run, total, start);
     let (mut next, mut first_sent, mut last_sent) = (0u64, start, start);
@@ -120,6 +124,7 @@ pub fn measure(
         reordered: tracker.reordered,
         duplicates: tracker.duplicates,
         foreign: foreign + tracker.unknown,
+        rx_drops: link.take_rx_drops(),
         rtt: Percentiles::of(&rtts.hist),
         interrupted: stop.load(Ordering::Relaxed),
     };
@@ -240,6 +245,7 @@ mod tests {
         assert_eq!(rep.lost, 200);
         assert_eq!(rep.received, 1_800);
         assert_eq!((rep.reordered, rep.duplicates, rep.foreign), (0, 0, 0));
+        assert_eq!(rep.rx_drops, None, "a link that cannot tell says so");
         assert!(rep.rtt.p50_us >= 50.0, "{:?}", rep.rtt);
         assert_eq!(r.rtts.samples.len(), 1_800);
         // The schedule, not the loop's speed, sets the rate.

@@ -20,6 +20,9 @@ use crate::reflect::{should_stop, ReflectCount, WAIT_STEP};
 /// How long the frame reflector spins after the last frame before it waits in `poll(2)`
 /// instead (so an idle reflector does not hold a CPU, and a busy one never sleeps).
 const SPIN_FOR: Duration = Duration::from_millis(50);
+/// How long an echo waits for room in a full transmit queue before it is given up (and
+/// counted): long enough for the kernel to drain a ring, short enough not to stall receiving.
+const QUEUE_FULL_WAIT: Duration = Duration::from_millis(1);
 
 /// sonde's own path: frames from a template, patched with each message's header.
 pub struct FrameLink {
@@ -76,6 +79,10 @@ impl EchoLink for FrameLink {
         Ok(echoed)
     }
 
+    fn take_rx_drops(&mut self) -> Option<u64> {
+        Some(self.rxs.iter_mut().map(|rx| rx.take_drops()).sum())
+    }
+
     fn describe(&self) -> String {
         let rx = self.rxs.first().map_or_else(String::new, |r| r.describe());
         format!("{}; {rx} ×{}", self.tx.describe(), self.rxs.len())
@@ -122,9 +129,9 @@ pub fn reflect_frames(
                 count.ignored += 1;
                 return;
             }
-            match tx.tx_batch(1, |_, buf| echo_into(frame, buf)) {
-                Ok(1) => count.echoed += 1,
-                Ok(_) => count.ignored += 1,
+            match send_echo(tx, frame) {
+                Ok(true) => count.echoed += 1,
+                Ok(false) => count.queue_full += 1,
                 Err(e) => failed = Some(e),
             }
         })?;
@@ -135,5 +142,21 @@ pub fn reflect_frames(
             last_frame = Instant::now();
         }
     }
+    count.rx_dropped = rxs.iter_mut().map(|rx| rx.take_drops()).sum();
     Ok(count)
+}
+
+/// Sends the echo of `frame`, trying again while the transmit queue is full (each try kicks the
+/// kernel to drain it) for at most [`QUEUE_FULL_WAIT`]; false if it never had room.
+fn send_echo(tx: &mut AnyTx, frame: &[u8]) -> io::Result<bool> {
+    let deadline = Instant::now() + QUEUE_FULL_WAIT;
+    loop {
+        if tx.tx_batch(1, |_, buf| echo_into(frame, buf))? == 1 {
+            return Ok(true);
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        std::hint::spin_loop();
+    }
 }

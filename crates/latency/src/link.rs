@@ -44,6 +44,11 @@ pub trait EchoLink {
     fn send(&mut self, run: u32, seq: u64, clock: &Clock) -> io::Result<bool>;
     /// Hands each echo waiting now (never waits) to `on_echo` with the moment it was read.
     fn poll(&mut self, clock: &Clock, on_echo: &mut dyn FnMut(Stamp, u64)) -> io::Result<usize>;
+    /// Frames the kernel dropped for this link's receivers since the last call (its rings were
+    /// full), where the path can tell; None where it cannot (the kernel socket path).
+    fn take_rx_drops(&mut self) -> Option<u64> {
+        None
+    }
     /// How the messages travel, for the summary.
     fn describe(&self) -> String;
 }

@@ -18,6 +18,11 @@ pub struct ReflectCount {
     pub echoed: u64,
     /// Frames that were not datagrams to the reflector's port (frame path only).
     pub ignored: u64,
+    /// Echoes given up because the transmit queue stayed full (frame path only).
+    pub queue_full: u64,
+    /// Frames the kernel dropped before the reflector read them: its receive rings were full
+    /// (frame path only).
+    pub rx_dropped: u64,
 }
 
 /// Echoes every datagram to `bind` until `stop` is set or `until` passes.

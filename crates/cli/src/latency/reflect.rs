@@ -99,7 +99,15 @@ pub fn run(args: ReflectArgs) -> anyhow::Result<()> {
         reflect_frames(&mut tx, &mut rxs, matching, stop.flag(), until)
             .with_context(|| format!("echoing on {iface}"))?
     };
-    note(&args, format!("echoed {} datagrams", count.echoed));
+    let losses = if args.backend == Path::Kernel {
+        String::new()
+    } else {
+        format!(
+            "; {} dropped by the kernel before they were read, {} given up on a full transmit queue",
+            count.rx_dropped, count.queue_full
+        )
+    };
+    note(&args, format!("echoed {} datagrams{losses}", count.echoed));
     Ok(())
 }
 

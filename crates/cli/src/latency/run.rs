@@ -273,7 +273,10 @@ fn row(r: &RunReport) -> String {
         r.rtt.p9999_us,
         r.rtt.max_us,
         if r.interrupted { "  (interrupted)" } else { "" }
-    )
+    ) + &match r.rx_drops {
+        Some(n) if n > 0 => format!("  ({n} of the lost dropped in the receive rings)"),
+        _ => String::new(),
+    }
 }
 
 fn write_outputs(
