@@ -62,8 +62,9 @@ fn open_frames(
     iface: &str,
     local: SocketAddrV4,
 ) -> anyhow::Result<(AnyTx, Vec<AnyRx>)> {
+    // The default ring sizes (4096 frames each way): a few milliseconds of a stalled reader at
+    // 40 K/s must fit (256 frames lost echoes in every multi-millisecond stall).
     let mut cfg = IoConfig::new(iface);
-    cfg.ring_frames = 256;
     match path {
         Path::Kernel => unreachable!("the kernel path opens a socket, not frames"),
         Path::Ring => {
