@@ -175,6 +175,7 @@ fn bad_input_gets_one_clear_line() {
         (&["--size", "10"], "--size 10"),
         (&["--size", "9000"], "--size 9000"),
         (&["--out", "/proc/version/x"], "cannot write to --out"),
+        // Refused before any socket is opened: nothing is ever sent to it.
         (&["--to", "192.0.2.1:7"], "only the lab's addresses"),
     ];
     for (args, want) in cases {

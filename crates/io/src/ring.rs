@@ -72,14 +72,30 @@ impl Drop for Mapping {
     }
 }
 
-fn set_version_v3(fd: &OwnedFd) -> anyhow::Result<()> {
+/// Sets the packet ring version of `fd` (before its ring is configured).
+pub(crate) fn set_version(
+    fd: &OwnedFd,
+    version: libc::tpacket_versions,
+    name: &str,
+) -> anyhow::Result<()> {
     set_option(
         fd.as_raw_fd(),
         libc::SOL_PACKET,
         libc::PACKET_VERSION,
-        &(libc::tpacket_versions::TPACKET_V3 as i32),
+        &(version as i32),
     )
-    .map_err(|e| anyhow!("the kernel refused TPACKET_V3 ({e}); try --backend mmsg"))
+    .map_err(|e| anyhow!("the kernel refused {name} ({e}); try --backend mmsg"))
+}
+
+/// A receive socket sees only what arrives, not what this host sends on `iface`.
+pub(crate) fn ignore_outgoing(fd: &OwnedFd, iface: &str) -> anyhow::Result<()> {
+    set_option(
+        fd.as_raw_fd(),
+        libc::SOL_PACKET,
+        libc::PACKET_IGNORE_OUTGOING,
+        &1i32,
+    )
+    .map_err(|e| anyhow!("PACKET_IGNORE_OUTGOING on {iface}: {e}"))
 }
 
 pub struct RingTx {
@@ -92,7 +108,7 @@ pub struct RingTx {
 impl RingTx {
     pub fn open(cfg: &IoConfig) -> anyhow::Result<Self> {
         let fd = open_bound(&cfg.iface, 0)?;
-        set_version_v3(&fd)?;
+        set_version(&fd, libc::tpacket_versions::TPACKET_V3, "TPACKET_V3")?;
         set_option(
             fd.as_raw_fd(),
             libc::SOL_PACKET,
@@ -235,14 +251,8 @@ impl RingRx {
 
     pub fn open(cfg: &IoConfig) -> anyhow::Result<Self> {
         let fd = open_bound(&cfg.iface, libc::ETH_P_ALL as u16)?;
-        set_version_v3(&fd)?;
-        set_option(
-            fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            libc::PACKET_IGNORE_OUTGOING,
-            &1i32,
-        )
-        .map_err(|e| anyhow!("PACKET_IGNORE_OUTGOING on {}: {e}", cfg.iface))?;
+        set_version(&fd, libc::tpacket_versions::TPACKET_V3, "TPACKET_V3")?;
+        ignore_outgoing(&fd, &cfg.iface)?;
         let req = libc::tpacket_req3 {
             tp_block_size: RX_BLOCK_SIZE as u32,
             tp_block_nr: RX_BLOCKS as u32,

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context};
 
 use crate::packet_socket::{open_bound, poll_readable, set_option};
-use crate::ring::Mapping;
+use crate::ring::{ignore_outgoing, set_version, Mapping};
 use crate::{FrameRx, IoConfig};
 
 /// Each slot holds the tpacket2_hdr, the sockaddr_ll and a full frame.
@@ -33,20 +33,8 @@ pub struct RingFrameRx {
 impl RingFrameRx {
     pub fn open(cfg: &IoConfig) -> anyhow::Result<Self> {
         let fd = open_bound(&cfg.iface, libc::ETH_P_ALL as u16)?;
-        set_option(
-            fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            libc::PACKET_VERSION,
-            &(libc::tpacket_versions::TPACKET_V2 as i32),
-        )
-        .map_err(|e| anyhow!("the kernel refused TPACKET_V2 ({e}); try --backend mmsg"))?;
-        set_option(
-            fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            libc::PACKET_IGNORE_OUTGOING,
-            &1i32,
-        )
-        .map_err(|e| anyhow!("PACKET_IGNORE_OUTGOING on {}: {e}", cfg.iface))?;
+        set_version(&fd, libc::tpacket_versions::TPACKET_V2, "TPACKET_V2")?;
+        ignore_outgoing(&fd, &cfg.iface)?;
         let req = libc::tpacket_req {
             tp_block_size: BLOCK_SIZE as u32,
             tp_block_nr: BLOCKS as u32,

@@ -129,6 +129,9 @@ pub fn reflect_frames(
                 count.ignored += 1;
                 return;
             }
+            // One echo per kick, on purpose: each leaves the moment its request was read, so
+            // an echo never waits for the rest of a batch (at the rates measured, a batch is
+            // mostly one frame anyway).
             match send_echo(tx, frame) {
                 Ok(true) => count.echoed += 1,
                 Ok(false) => count.queue_full += 1,

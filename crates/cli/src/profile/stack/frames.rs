@@ -168,10 +168,11 @@ fn datagram_checksum(ends: &Endpoints, payload: &[u8]) -> u16 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn ends() -> Endpoints {
+    /// The scanner's side to the lab's discard port: the ends every frame test uses.
+    pub(crate) fn ends() -> Endpoints {
         Endpoints {
             src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
             dst_mac: MacAddr([2, 0, 0, 0, 0, 2]),

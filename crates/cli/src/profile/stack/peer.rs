@@ -329,20 +329,12 @@ pub fn parse_frame(head: &[u8], at_ns: i128) -> Option<TapFrame> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::stack::frames::{Burst, Endpoints};
+    use crate::profile::stack::frames::Burst;
     use crate::profile::stack::Proto;
-    use sonde_wire::MacAddr;
 
     #[test]
     fn frames_parse_to_their_payload_share() {
-        let ends = Endpoints {
-            src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
-            dst_mac: MacAddr([2, 0, 0, 0, 0, 2]),
-            src_ip: Ipv4Addr::new(198, 19, 255, 1),
-            dst_ip: Ipv4Addr::new(198, 19, 255, 254),
-            src_port: 61999,
-            dst_port: 9,
-        };
+        let ends = crate::profile::stack::frames::tests::ends();
         let data = vec![7u8; 5000];
         for proto in [Proto::Udp, Proto::Tcp] {
             let burst = Burst::new(ends, proto, &data, 1);
