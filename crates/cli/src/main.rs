@@ -1,5 +1,6 @@
 //! `sonde`: a line-rate packet engine for Internet-wide measurement on one Linux host.
 
+mod capture;
 mod cmd;
 mod grab;
 mod latency;
@@ -43,6 +44,9 @@ enum Command {
     Latency(latency::LatencyArgs),
     /// Where the cost of a packet goes: sonde's stages, and a stack's start and stop latency.
     Profile(profile::ProfileArgs),
+    /// Capture packets into pcapng/pcap, filtered in the kernel (tcpdump expressions), with
+    /// every drop counted by cause; or filter a capture file (-r).
+    Capture(Box<capture::CaptureArgs>),
 }
 
 /// Prints a line on stdout; a closed pipe (`sonde ... | head`) ends output quietly instead of
@@ -62,10 +66,13 @@ fn main() {
         Command::Grab(args) => grab::run(*args),
         Command::Latency(args) => latency::run(args),
         Command::Profile(args) => profile::run(args),
+        Command::Capture(args) => capture::run(*args),
     };
     if let Err(err) = result {
         // One line: the context chain joined, no backtrace.
         eprintln!("sonde: error: {err:#}");
-        std::process::exit(1);
+        // tcpdump's status for an expression that does not compile.
+        let bad_expression = err.downcast_ref::<capture::BadExpression>().is_some();
+        std::process::exit(if bad_expression { 2 } else { 1 });
     }
 }

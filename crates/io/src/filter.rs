@@ -32,6 +32,60 @@ fn parse_instruction(text: &str) -> Option<libc::sock_filter> {
     f.next().is_none().then_some(insn)
 }
 
+/// A program that takes every frame whole: what is attached when there is no expression.
+pub fn accept_all() -> Vec<libc::sock_filter> {
+    vec![libc::sock_filter {
+        code: BPF_RET_K,
+        jt: 0,
+        jf: 0,
+        k: u32::MAX,
+    }]
+}
+
+/// `BPF_RET | BPF_K`: return a constant (the number of bytes to keep; 0 drops the frame).
+const BPF_RET_K: u16 = 0x06;
+
+/// Caps what each accepting return of `program` keeps at `snaplen` bytes, so the kernel copies
+/// no more than that of a frame into the ring (a classic filter's return value is the snap
+/// length). Returns that take the accumulator (`ret a`) are left as they are.
+pub fn cap_snaplen(program: &mut [libc::sock_filter], snaplen: u32) {
+    for insn in program
+        .iter_mut()
+        .filter(|i| i.code == BPF_RET_K && i.k != 0)
+    {
+        insn.k = insn.k.min(snaplen);
+    }
+}
+
+/// Runs `program` on a frame in user space with libpcap's own interpreter, as the kernel would
+/// on a frame of `wire_len` bytes of which `frame` were captured. True if it keeps the frame.
+pub fn matches(program: &[libc::sock_filter], frame: &[u8], wire_len: u32) -> bool {
+    if program.is_empty() {
+        return true;
+    }
+    // SAFETY: `struct bpf_insn` and `struct sock_filter` have the same layout (code, jt, jf, k);
+    // libpcap validated the program when it compiled it; `frame` is readable for its length,
+    // which is what is passed as the buffer length, and bpf_filter reads nothing past it.
+    unsafe {
+        bpf_filter(
+            program.as_ptr(),
+            frame.as_ptr(),
+            wire_len.max(frame.len() as u32),
+            frame.len() as u32,
+        ) != 0
+    }
+}
+
+extern "C" {
+    /// libpcap's classic BPF interpreter (pcap/bpf.h).
+    fn bpf_filter(
+        pc: *const libc::sock_filter,
+        packet: *const u8,
+        wire_len: libc::c_uint,
+        buf_len: libc::c_uint,
+    ) -> libc::c_uint;
+}
+
 /// Attaches a compiled program to a packet socket.
 pub fn attach(fd: RawFd, program: &[libc::sock_filter]) -> anyhow::Result<()> {
     let fprog = libc::sock_fprog {
@@ -59,5 +113,45 @@ mod tests {
         );
         let err = compile("tcp and and").unwrap_err().to_string();
         assert!(err.contains("tcp and and"), "{err}");
+    }
+
+    /// An Ethernet + IPv4 + UDP frame to 198.18.0.1 port `dport`, padded to `len` bytes.
+    fn udp_frame(dport: u16, len: usize) -> Vec<u8> {
+        let mut f = vec![0u8; len.max(42)];
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        f[14] = 0x45;
+        f[23] = 17;
+        f[30..34].copy_from_slice(&[198, 18, 0, 1]);
+        f[36..38].copy_from_slice(&dport.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn user_space_verdicts_follow_the_expression_and_the_wire_length() {
+        let dns = compile("udp dst port 53").unwrap();
+        assert!(matches(&dns, &udp_frame(53, 60), 60));
+        assert!(!matches(&dns, &udp_frame(54, 60), 60));
+        // `greater` reads the length on the wire, not what was captured.
+        let big = compile("greater 1000").unwrap();
+        let head = udp_frame(53, 60);
+        assert!(!matches(&big, &head, 60));
+        assert!(matches(&big, &head, 1500));
+        // A load past the captured bytes rejects the frame.
+        let deep = compile("udp[100] = 0").unwrap();
+        assert!(!matches(&deep, &udp_frame(53, 60), 60));
+        assert!(matches(&accept_all(), &[], 0));
+    }
+
+    #[test]
+    fn the_snap_length_caps_every_accepting_return() {
+        let mut prog = compile("udp or tcp").unwrap();
+        cap_snaplen(&mut prog, 96);
+        let rets: Vec<u32> = prog
+            .iter()
+            .filter(|i| i.code == BPF_RET_K)
+            .map(|i| i.k)
+            .collect();
+        assert!(rets.contains(&0) && rets.contains(&96), "{rets:?}");
+        assert!(rets.iter().all(|&k| k == 0 || k == 96), "{rets:?}");
     }
 }

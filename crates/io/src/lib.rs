@@ -50,6 +50,7 @@ use std::time::Duration;
 
 pub use iface::queue_count;
 pub use many::rx_many;
+pub use ring::{CaptureRing, RingRx, RxPacket};
 pub use xdp::XdpMode;
 pub use xdp_filter::{FilterSpec, TcpTake};
 

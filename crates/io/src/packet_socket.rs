@@ -149,8 +149,15 @@ pub fn is_transient(err: &io::Error) -> bool {
 }
 
 /// Drops the kernel counted on a packet socket since the last call (`PACKET_STATISTICS` resets
-/// on read). The V3 statistics start with the same two counters as the older layout.
+/// on read).
 pub fn take_drops(fd: RawFd) -> u64 {
+    take_counts(fd).1
+}
+
+/// Packets a packet socket received and the ones it dropped since the last call
+/// (`PACKET_STATISTICS` resets on read; zeros if the kernel cannot tell). The V3 statistics start
+/// with the same two counters as the older layout.
+pub fn take_counts(fd: RawFd) -> (u64, u64) {
     let mut stats = libc::tpacket_stats_v3 {
         tp_packets: 0,
         tp_drops: 0,
@@ -168,7 +175,7 @@ pub fn take_drops(fd: RawFd) -> u64 {
         )
     };
     if rc < 0 {
-        return 0;
+        return (0, 0);
     }
-    u64::from(stats.tp_drops)
+    (u64::from(stats.tp_packets), u64::from(stats.tp_drops))
 }

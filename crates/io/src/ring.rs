@@ -238,6 +238,8 @@ impl FrameTx for RingTx {
 pub struct RingRx {
     fd: OwnedFd,
     map: Mapping,
+    block_size: usize,
+    blocks: usize,
     block: usize,
     /// Packets left to read in the current block, and the offset of the next one.
     left_in_block: u32,
@@ -253,42 +255,133 @@ impl RingRx {
         let fd = open_bound(&cfg.iface, libc::ETH_P_ALL as u16)?;
         set_version(&fd, libc::tpacket_versions::TPACKET_V3, "TPACKET_V3")?;
         ignore_outgoing(&fd, &cfg.iface)?;
+        Self::with_ring(fd, &cfg.iface, RX_BLOCK_SIZE, RX_BLOCKS)
+    }
+
+    /// Opens a receive ring for capturing: both directions (what the host sends on `iface` as
+    /// well as what arrives, as tcpdump sees them), a ring of `options.ring_bytes`, nanosecond
+    /// timestamps (from the NIC where it stamps received frames, from the kernel otherwise), and
+    /// optionally a member of a `PACKET_FANOUT` group that spreads flows over several rings by
+    /// flow hash. Read it with [`RingRx::rx_packets`]. The ring starts receiving at once: attach
+    /// a filter ([`crate::filter::attach`]) before the first read, and what arrived before that
+    /// is dropped by the caller ([`RingRx::discard_pending`]).
+    pub fn open_capture(iface: &str, options: &CaptureRing) -> anyhow::Result<Self> {
+        let fd = open_bound(iface, libc::ETH_P_ALL as u16)?;
+        set_version(&fd, libc::tpacket_versions::TPACKET_V3, "TPACKET_V3")?;
+        // Ask for hardware receive stamps; the kernel falls back to its own where the NIC has
+        // none, and each packet's status says which it got. A refusal only means software.
+        let _ = set_option(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_TIMESTAMP,
+            &(libc::SOF_TIMESTAMPING_RAW_HARDWARE as i32),
+        );
+        let blocks = (options.ring_bytes / RX_BLOCK_SIZE).max(2);
+        let ring = Self::with_ring(fd, iface, RX_BLOCK_SIZE, blocks)?;
+        if let Some(group) = options.fanout_group {
+            // Joined after the ring exists, so no frame is ever handed to a member without one.
+            let arg = u32::from(group) | (u32::from(libc::PACKET_FANOUT_HASH as u16) << 16);
+            set_option(
+                ring.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_FANOUT,
+                &arg,
+            )
+            .map_err(|e| anyhow!("PACKET_FANOUT group {group} on {iface}: {e}"))?;
+        }
+        Ok(ring)
+    }
+
+    fn with_ring(
+        fd: OwnedFd,
+        iface: &str,
+        block_size: usize,
+        blocks: usize,
+    ) -> anyhow::Result<Self> {
         let req = libc::tpacket_req3 {
-            tp_block_size: RX_BLOCK_SIZE as u32,
-            tp_block_nr: RX_BLOCKS as u32,
+            tp_block_size: block_size as u32,
+            tp_block_nr: blocks as u32,
             tp_frame_size: TX_FRAME_SIZE as u32,
-            tp_frame_nr: (RX_BLOCK_SIZE * RX_BLOCKS / TX_FRAME_SIZE) as u32,
+            tp_frame_nr: (block_size * blocks / TX_FRAME_SIZE) as u32,
             tp_retire_blk_tov: RX_BLOCK_TIMEOUT_MS,
             tp_sizeof_priv: 0,
             tp_feature_req_word: 0,
         };
         set_option(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_RX_RING, &req).map_err(|e| {
             anyhow!(
-                "the kernel refused a TPACKET_V3 rx ring on {} ({e}); try --backend mmsg",
-                cfg.iface
+                "the kernel refused a TPACKET_V3 rx ring of {} MiB on {iface} ({e}); try a smaller buffer or --backend mmsg",
+                block_size * blocks >> 20
             )
         })?;
-        let map = Mapping::new(&fd, RX_BLOCK_SIZE * RX_BLOCKS).context("mapping the rx ring")?;
+        let map = Mapping::new(&fd, block_size * blocks).context("mapping the rx ring")?;
         Ok(RingRx {
             fd,
             map,
+            block_size,
+            blocks,
             block: 0,
             left_in_block: 0,
             next_offset: 0,
         })
     }
 
+    /// Packets the kernel counted for this socket and the ones it dropped because the ring was
+    /// full, since the last call (`PACKET_STATISTICS` resets on read).
+    pub fn take_counts(&mut self) -> (u64, u64) {
+        crate::packet_socket::take_counts(self.fd.as_raw_fd())
+    }
+
+    /// Hands every block the kernel has filled so far back unread (what arrived before a filter
+    /// was attached).
+    pub fn discard_pending(&mut self) {
+        while self.left_in_block > 0 || self.open_block() {
+            self.left_in_block = 0;
+            self.release_block();
+        }
+    }
+
+    /// Like [`FrameRx::rx_batch`], with what the kernel knows of each packet: its length on
+    /// the wire, its timestamp, and the VLAN tag the NIC took off.
+    pub fn rx_packets<F: FnMut(RxPacket<'_>)>(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+        mut on_packet: F,
+    ) -> io::Result<usize> {
+        let mut got = 0;
+        while got < max {
+            if !self.ready(got, timeout)? {
+                break;
+            }
+            self.next_header(|hdr, data| on_packet(RxPacket::from_header(hdr, data)));
+            got += 1;
+        }
+        Ok(got)
+    }
+
+    /// Whether a packet is ready to read; waits for the kernel only while nothing has been read
+    /// yet (and never for a zero timeout: then no system call is made at all).
+    fn ready(&mut self, got: usize, timeout: Duration) -> io::Result<bool> {
+        if self.left_in_block > 0 || self.open_block() {
+            return Ok(true);
+        }
+        Ok(got == 0
+            && !timeout.is_zero()
+            && poll_readable(self.fd.as_raw_fd(), timeout)?
+            && self.open_block())
+    }
+
     fn block_desc(&self) -> &libc::tpacket_block_desc {
         // SAFETY: block descriptors sit at the start of each block inside the mapping.
         unsafe {
-            &*(self.map.base.as_ptr().add(self.block * RX_BLOCK_SIZE)
+            &*(self.map.base.as_ptr().add(self.block * self.block_size)
                 as *const libc::tpacket_block_desc)
         }
     }
 
     fn block_status(&self) -> &AtomicU32 {
         self.map
-            .status(self.block * RX_BLOCK_SIZE + BLOCK_STATUS_FIELD)
+            .status(self.block * self.block_size + BLOCK_STATUS_FIELD)
     }
 
     /// Opens the current block if the kernel has handed it to us; false if it has not.
@@ -299,7 +392,7 @@ impl RingRx {
         // SAFETY: the block is ours (TP_STATUS_USER), so reading its header is race-free.
         let h1 = unsafe { self.block_desc().hdr.bh1 };
         self.left_in_block = h1.num_pkts;
-        self.next_offset = self.block * RX_BLOCK_SIZE + h1.offset_to_first_pkt as usize;
+        self.next_offset = self.block * self.block_size + h1.offset_to_first_pkt as usize;
         if self.left_in_block == 0 {
             self.release_block();
             return false;
@@ -310,12 +403,12 @@ impl RingRx {
     fn release_block(&mut self) {
         self.block_status()
             .store(libc::TP_STATUS_KERNEL, Ordering::Release);
-        self.block = (self.block + 1) % RX_BLOCKS;
+        self.block = (self.block + 1) % self.blocks;
     }
 
-    /// Reads the next packet of the open block.
-    fn next_packet<F: FnMut(&[u8])>(&mut self, on_frame: &mut F) {
-        let block_end = (self.block + 1) * RX_BLOCK_SIZE;
+    /// Reads the next packet of the open block: `on_packet` gets its header and its bytes.
+    fn next_header<F: FnOnce(&libc::tpacket3_hdr, &[u8])>(&mut self, on_packet: F) {
+        let block_end = (self.block + 1) * self.block_size;
         // SAFETY: the kernel wrote a tpacket3_hdr at next_offset inside this user-owned block.
         let hdr = unsafe {
             &*(self.map.base.as_ptr().add(self.next_offset) as *const libc::tpacket3_hdr)
@@ -324,12 +417,57 @@ impl RingRx {
         let len = (hdr.tp_snaplen as usize).min(block_end.saturating_sub(start));
         // SAFETY: start..start+len is clamped to the current block, which we own.
         let frame = unsafe { std::slice::from_raw_parts(self.map.base.as_ptr().add(start), len) };
-        on_frame(frame);
+        on_packet(hdr, frame);
         self.next_offset += hdr.tp_next_offset as usize;
         self.left_in_block -= 1;
         if self.left_in_block == 0 || self.next_offset >= block_end {
             self.left_in_block = 0;
             self.release_block();
+        }
+    }
+}
+
+/// How to size and share a capture ring ([`RingRx::open_capture`]).
+#[derive(Clone, Copy, Debug)]
+pub struct CaptureRing {
+    /// Bytes of ring shared with the kernel (rounded down to whole 1 MiB blocks, at least 2).
+    pub ring_bytes: usize,
+    /// The `PACKET_FANOUT` group to join (flow hash), for several capturing threads.
+    pub fanout_group: Option<u16>,
+}
+
+/// A packet read from a capture ring, with what the kernel knows of it.
+#[derive(Clone, Copy, Debug)]
+pub struct RxPacket<'a> {
+    /// The bytes captured (at most what the filter's return value allowed).
+    pub data: &'a [u8],
+    /// The length of the frame on the wire.
+    pub wire_len: u32,
+    /// When the frame arrived (or left), in nanoseconds since the Unix epoch.
+    pub ts_ns: u64,
+    /// The stamp came from the NIC, not the kernel's clock.
+    pub hw_timestamp: bool,
+    /// The VLAN tag the NIC or driver took off the frame (TPID, TCI), which the capture should
+    /// put back to show the frame as it was on the wire.
+    pub vlan: Option<(u16, u16)>,
+}
+
+impl<'a> RxPacket<'a> {
+    fn from_header(hdr: &libc::tpacket3_hdr, data: &'a [u8]) -> Self {
+        let vlan = (hdr.tp_status & libc::TP_STATUS_VLAN_VALID != 0).then(|| {
+            let tpid = if hdr.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+                hdr.hv1.tp_vlan_tpid
+            } else {
+                0x8100
+            };
+            (tpid, hdr.hv1.tp_vlan_tci as u16)
+        });
+        RxPacket {
+            data,
+            wire_len: hdr.tp_len,
+            ts_ns: u64::from(hdr.tp_sec) * 1_000_000_000 + u64::from(hdr.tp_nsec),
+            hw_timestamp: hdr.tp_status & libc::TP_STATUS_TS_RAW_HARDWARE != 0,
+            vlan,
         }
     }
 }
@@ -346,18 +484,10 @@ impl FrameRx for RingRx {
     ) -> io::Result<usize> {
         let mut got = 0;
         while got < max {
-            let ready = self.left_in_block > 0 || self.open_block();
-            // Wait for the kernel only while nothing has been read yet (and never for a zero
-            // timeout: then no system call is made at all).
-            if !ready
-                && (got > 0
-                    || timeout.is_zero()
-                    || !poll_readable(self.fd.as_raw_fd(), timeout)?
-                    || !self.open_block())
-            {
+            if !self.ready(got, timeout)? {
                 break;
             }
-            self.next_packet(&mut on_frame);
+            self.next_header(|_, frame| on_frame(frame));
             got += 1;
         }
         Ok(got)

@@ -1,0 +1,17 @@
+//! `sonde capture`: tcpdump-compatible packet capture at line rate.
+//!
+//! The data flow, one file per stage:
+//! - `source`: where packets come from (a kernel-filtered AF_PACKET ring, AF_XDP behind an XDP
+//!   translation of the filter, or libpcap), with the kernel's drop counters;
+//! - `chunk`: preallocated batches in which capture threads hand packets to the writer;
+//! - `merge`: several threads' chunks into one stream in timestamp order;
+//! - `output`: pcapng or pcap files, written in large pieces, rotated, always left valid;
+//! - `live`: the capture threads, the writer thread and the counters that tie them together;
+//! - `read`: reading capture files back (`-r`).
+
+pub mod chunk;
+pub mod live;
+pub mod merge;
+pub mod output;
+pub mod read;
+pub mod source;

@@ -1,0 +1,349 @@
+//! A live capture: capture threads read their sources into chunks, one writer thread merges
+//! the chunks into the output file, and the caller watches the shared counters.
+//!
+//! ```text
+//! source (ring | xdp | pcap) ─► capture thread ─► chunk ─┐
+//! source …                   ─► capture thread ─► chunk ─┼─► writer: merge ─► file(s)
+//!                                       ▲ empty chunks ◄─┘
+//! ```
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::chunk::{Chunk, ChunkPort};
+use crate::merge::{Merge, HEARTBEAT, SLACK_NS};
+use crate::output::{CaptureWriter, EndCounts};
+use crate::source::{now_ns, Packet, Source, SourceDrops, TsSource};
+
+/// Packets asked of a source per call.
+const BATCH: usize = 256;
+/// How long a source waits for packets before the thread looks at the clock and the stop flag.
+const IDLE_WAIT: Duration = Duration::from_millis(10);
+/// How often a thread reads its kernel drop counters.
+const DROPS_EVERY: Duration = Duration::from_millis(500);
+
+/// Counters the capture threads and the writer keep, read live by the caller.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Packets the sources handed to sonde.
+    pub received: AtomicU64,
+    /// Packets written to the file.
+    pub captured: AtomicU64,
+    /// Bytes of packet data written.
+    pub bytes: AtomicU64,
+    pub ring_drops: AtomicU64,
+    pub kernel_drops: AtomicU64,
+    /// Packets sonde had to drop: no free chunk (the writer or the disk was behind), or left
+    /// unwritten when writing failed.
+    pub writer_drops: AtomicU64,
+    /// A packet with a hardware stamp was seen.
+    pub hardware_ts: AtomicBool,
+}
+
+impl Counters {
+    pub fn end_counts(&self) -> EndCounts {
+        let dropped = self.ring_drops.load(Ordering::Relaxed)
+            + self.kernel_drops.load(Ordering::Relaxed)
+            + self.writer_drops.load(Ordering::Relaxed);
+        EndCounts {
+            received: self.received.load(Ordering::Relaxed) + dropped
+                - self.writer_drops.load(Ordering::Relaxed),
+            dropped,
+        }
+    }
+}
+
+/// What to capture and where to stop.
+pub struct Plan {
+    /// One source per capture thread.
+    pub sources: Vec<Source>,
+    /// Stop after writing this many packets.
+    pub count: Option<u64>,
+    /// Chunks each capture thread may have in flight (1 MiB each).
+    pub chunks_per_thread: usize,
+}
+
+/// How the capture ended.
+#[derive(Debug)]
+pub struct Ending {
+    pub ts_source: TsSource,
+    /// Files written.
+    pub files: Vec<String>,
+    /// Why writing stopped early (the disk is full, the pipe closed), if it did.
+    pub write_error: Option<String>,
+}
+
+/// Runs the capture until `stop` is set (by the caller: Ctrl-C, a duration) or the count is
+/// reached or writing fails (both of which set `stop` themselves).
+pub fn run(
+    plan: Plan,
+    writer: CaptureWriter,
+    counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<Ending> {
+    let threads = plan.sources.len();
+    let ts_source = plan.sources[0].ts_source(false);
+    let (to_writer, from_threads) = mpsc::sync_channel::<Chunk>(threads * plan.chunks_per_thread);
+    let mut returns = Vec::new();
+    let mut handles = Vec::new();
+    for (t, source) in plan.sources.into_iter().enumerate() {
+        let (free_tx, free_rx) = mpsc::sync_channel(plan.chunks_per_thread);
+        for _ in 0..plan.chunks_per_thread {
+            free_tx.send(Chunk::new(t)).expect("the pool has room");
+        }
+        returns.push(free_tx);
+        let port = ChunkPort {
+            free: free_rx,
+            to_writer: to_writer.clone(),
+        };
+        let (counters, stop) = (counters.clone(), stop.clone());
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("capture-{t}"))
+                .spawn(move || capture_thread(t, source, port, &counters, &stop))?,
+        );
+    }
+    drop(to_writer);
+    let write_error = Arc::new(Mutex::new(None));
+    let writer_thread = {
+        let (counters, stop, write_error) = (counters.clone(), stop.clone(), write_error.clone());
+        std::thread::Builder::new()
+            .name("capture-writer".into())
+            .spawn(move || {
+                let mut w = WriterLoop {
+                    writer,
+                    merge: Merge::new(threads),
+                    returns,
+                    counters,
+                    stop,
+                    count: plan.count,
+                };
+                let result = w.run(from_threads);
+                let files = w.writer.files();
+                let end = w.counters.end_counts();
+                let finished = result.and_then(|_| w.writer.finish(end));
+                if let Err(e) = finished {
+                    *write_error.lock().expect("not poisoned") = Some(e.to_string());
+                }
+                files
+            })?
+    };
+    for h in handles {
+        h.join()
+            .map_err(|_| anyhow::anyhow!("a capture thread panicked"))??;
+    }
+    let files = writer_thread
+        .join()
+        .map_err(|_| anyhow::anyhow!("the writer thread panicked"))?;
+    let ts_source = if counters.hardware_ts.load(Ordering::Relaxed) {
+        TsSource::Hardware
+    } else {
+        ts_source
+    };
+    let write_error = write_error.lock().expect("not poisoned").take();
+    Ok(Ending {
+        ts_source,
+        files,
+        write_error,
+    })
+}
+
+/// One capture thread: reads its source into chunks until told to stop, then sends its last
+/// chunk (marked `last`).
+fn capture_thread(
+    thread: usize,
+    mut source: Source,
+    port: ChunkPort,
+    counters: &Counters,
+    stop: &AtomicBool,
+) -> anyhow::Result<()> {
+    let mut filler = Filler {
+        thread,
+        chunk: port.free.recv().ok(),
+        port,
+        last_handover: Instant::now(),
+        dropped: 0,
+        received: 0,
+        hardware: false,
+    };
+    let mut last_drops = Instant::now();
+    let result = loop {
+        if stop.load(Ordering::Relaxed) {
+            break Ok(());
+        }
+        let got = source.next_batch(BATCH, IDLE_WAIT, |p| filler.take(p));
+        if let Err(e) = got {
+            break Err(anyhow::anyhow!("receiving: {e}"));
+        }
+        filler.publish(counters);
+        if filler.last_handover.elapsed() >= HEARTBEAT {
+            filler.hand_over(false);
+        }
+        if last_drops.elapsed() >= DROPS_EVERY {
+            add_drops(counters, source.take_drops());
+            last_drops = Instant::now();
+        }
+    };
+    add_drops(counters, source.take_drops());
+    if let Some((ring, iface)) = source.pcap_totals() {
+        counters.ring_drops.fetch_add(ring, Ordering::Relaxed);
+        counters.kernel_drops.fetch_add(iface, Ordering::Relaxed);
+    }
+    filler.publish(counters);
+    filler.hand_over(true);
+    result
+}
+
+fn add_drops(counters: &Counters, d: SourceDrops) {
+    counters.ring_drops.fetch_add(d.ring, Ordering::Relaxed);
+    counters.kernel_drops.fetch_add(d.kernel, Ordering::Relaxed);
+}
+
+/// A capture thread's current chunk and what it has counted since it last published.
+struct Filler {
+    thread: usize,
+    chunk: Option<Chunk>,
+    port: ChunkPort,
+    last_handover: Instant,
+    received: u64,
+    dropped: u64,
+    hardware: bool,
+}
+
+impl Filler {
+    /// Copies a packet into the current chunk, handing full chunks over; counts it as dropped
+    /// by sonde when no chunk is free.
+    fn take(&mut self, p: &Packet<'_>) {
+        self.received += 1;
+        self.hardware |= p.hw_timestamp;
+        for _ in 0..2 {
+            let Some(chunk) = self.chunk.as_mut() else {
+                self.chunk = self.port.free.try_recv().ok();
+                if self.chunk.is_none() {
+                    break;
+                }
+                continue;
+            };
+            if chunk.push(p.ts_ns, p.wire_len, &p.parts) {
+                return;
+            }
+            self.hand_over(false);
+        }
+        self.dropped += 1;
+    }
+
+    /// Sends the current chunk (possibly empty: a heartbeat) with this thread's watermark, and
+    /// takes a free one if there is one.
+    fn hand_over(&mut self, last: bool) {
+        self.last_handover = Instant::now();
+        let mut chunk = match self.chunk.take() {
+            Some(c) => c,
+            // No chunk in hand: the writer holds them all. A last word must still get through.
+            None if last => self
+                .port
+                .free
+                .recv()
+                .unwrap_or_else(|_| Chunk::new(self.thread)),
+            None => {
+                self.chunk = self.port.free.try_recv().ok();
+                return;
+            }
+        };
+        chunk.watermark_ns = now_ns().saturating_sub(SLACK_NS);
+        chunk.last = last;
+        // The writer only goes away after every thread's last chunk, or with an error it has
+        // already recorded.
+        let _ = self.port.to_writer.send(chunk);
+        if !last {
+            self.chunk = self.port.free.try_recv().ok();
+        }
+    }
+
+    fn publish(&mut self, counters: &Counters) {
+        counters
+            .received
+            .fetch_add(std::mem::take(&mut self.received), Ordering::Relaxed);
+        counters
+            .writer_drops
+            .fetch_add(std::mem::take(&mut self.dropped), Ordering::Relaxed);
+        if self.hardware {
+            counters.hardware_ts.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The writer thread's state.
+struct WriterLoop {
+    writer: CaptureWriter,
+    merge: Merge,
+    returns: Vec<SyncSender<Chunk>>,
+    counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+    count: Option<u64>,
+}
+
+impl WriterLoop {
+    /// Writes chunks as they come until every thread has ended. Stops writing (and sets
+    /// `stop`) at the count or at the first write error, but keeps taking chunks so that no
+    /// capture thread waits forever.
+    fn run(&mut self, chunks: Receiver<Chunk>) -> std::io::Result<()> {
+        let mut result = Ok(());
+        while !self.merge.finished() {
+            match chunks.recv_timeout(HEARTBEAT) {
+                Ok(chunk) => self.merge.add(chunk),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if result.is_ok() {
+                result = self.write_settled();
+                if result.is_err() {
+                    self.stop.store(true, Ordering::Relaxed);
+                }
+            }
+            if result.is_err() || self.count_reached() {
+                let left = self.merge.discard(|c| recycle(&self.returns, c));
+                if result.is_err() {
+                    self.counters
+                        .writer_drops
+                        .fetch_add(left, Ordering::Relaxed);
+                }
+            }
+        }
+        result
+    }
+
+    fn write_settled(&mut self) -> std::io::Result<()> {
+        let (writer, counters, count) = (&mut self.writer, &self.counters, self.count);
+        let returns = &self.returns;
+        self.merge.drain(
+            |record, data| {
+                if count.is_some_and(|c| writer.packets >= c) {
+                    return Ok(());
+                }
+                writer.write(record.ts_ns, record.wire_len, data, counters.end_counts())?;
+                counters.captured.store(writer.packets, Ordering::Relaxed);
+                counters.bytes.store(writer.bytes, Ordering::Relaxed);
+                Ok(())
+            },
+            |c| recycle(returns, c),
+        )?;
+        if self.count_reached() {
+            self.stop.store(true, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn count_reached(&self) -> bool {
+        self.count.is_some_and(|c| self.writer.packets >= c)
+    }
+}
+
+fn recycle(returns: &[SyncSender<Chunk>], mut chunk: Chunk) {
+    let t = chunk.thread;
+    chunk.clear();
+    // A pool never holds more than it started with, so this never blocks; a thread that has
+    // ended no longer listens, which is fine.
+    let _ = returns[t].try_send(chunk);
+}

@@ -1,0 +1,355 @@
+//! Where captured packets go: a pcapng or classic pcap file (or stdout), written in large
+//! buffered pieces, rotated by size, and always left valid.
+//!
+//! Packets are serialised into an in-memory buffer and written to the file only in whole
+//! pieces of [`COMMIT_BYTES`]. The file therefore ends at a block boundary after every write
+//! that succeeded; when one fails (the disk is full, the pipe closed), the file is cut back to
+//! the last such boundary, so what it holds is valid and complete up to there.
+
+use std::borrow::Cow;
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use byteorder::LittleEndian;
+use pcap_file::pcap::{PcapHeader, PcapPacket};
+use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+use pcap_file::pcapng::blocks::interface_description::{
+    InterfaceDescriptionBlock, InterfaceDescriptionOption,
+};
+use pcap_file::pcapng::blocks::interface_statistics::{
+    InterfaceStatisticsBlock, InterfaceStatisticsOption,
+};
+use pcap_file::pcapng::PcapNgWriter;
+use pcap_file::{DataLink, Endianness, TsResolution};
+
+/// Bytes collected in memory before each write to the file.
+pub const COMMIT_BYTES: usize = 4 << 20;
+
+/// The file format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// pcapng: one interface (nanosecond timestamps), enhanced packet blocks, and interface
+    /// statistics (received, dropped) at the end.
+    PcapNg,
+    /// Classic pcap with the nanosecond magic (`a1b23c4d`).
+    Pcap,
+}
+
+impl Format {
+    /// `.pcap` files are classic pcap; everything else (and stdout) is pcapng.
+    pub fn for_path(path: &str) -> Format {
+        if path.ends_with(".pcap") {
+            Format::Pcap
+        } else {
+            Format::PcapNg
+        }
+    }
+}
+
+/// What the file says about the capture.
+#[derive(Clone, Debug)]
+pub struct FileInfo {
+    pub format: Format,
+    /// The interface name written into the pcapng interface block (`if_name`).
+    pub iface: String,
+    pub snaplen: u32,
+}
+
+/// Counts written into each file's closing statistics block (pcapng only).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EndCounts {
+    /// Packets the capture saw (`isb_ifrecv`).
+    pub received: u64,
+    /// Packets lost anywhere: in the kernel, its ring, or sonde's writer (`isb_ifdrop`).
+    pub dropped: u64,
+}
+
+/// Writes packets to one file (or a rotated series, or stdout).
+pub struct CaptureWriter {
+    info: FileInfo,
+    /// `None`: stdout.
+    path: Option<PathBuf>,
+    rotate_bytes: Option<u64>,
+    files_opened: u32,
+    file: FileOut,
+    /// Packets written to every file so far.
+    pub packets: u64,
+    /// Bytes of packet data written to every file so far (captured lengths).
+    pub bytes: u64,
+    /// The counts at the start of the current file, for its statistics block.
+    counts_at_file_start: EndCounts,
+}
+
+enum FileOut {
+    Ng(PcapNgWriter<Sink>),
+    /// Classic pcap: pcap-file's header and record writers, little-endian, over the sink.
+    Pcap(Sink, u32),
+}
+
+impl CaptureWriter {
+    /// Creates `path` (`-` for stdout) and writes the file header. With `rotate_mb`, a new
+    /// file is started once one holds that many MiB: `NAME.1.EXT`, `NAME.2.EXT`, ….
+    pub fn create(path: &str, info: FileInfo, rotate_mb: Option<u64>) -> anyhow::Result<Self> {
+        let path = (path != "-").then(|| PathBuf::from(path));
+        let sink = Sink::open(path.as_deref())?;
+        let file = FileOut::start(sink, &info)
+            .with_context(|| format!("writing the file header of {}", shown(path.as_deref())))?;
+        Ok(CaptureWriter {
+            info,
+            path,
+            rotate_bytes: rotate_mb.map(|mb| mb << 20),
+            files_opened: 1,
+            file,
+            packets: 0,
+            bytes: 0,
+            counts_at_file_start: EndCounts::default(),
+        })
+    }
+
+    /// Writes one packet. `counts` are the capture's running totals, which a rotation writes
+    /// into the closing file's statistics block.
+    pub fn write(
+        &mut self,
+        ts_ns: u64,
+        wire_len: u32,
+        data: &[u8],
+        counts: EndCounts,
+    ) -> io::Result<()> {
+        let data = &data[..data.len().min(self.info.snaplen as usize)];
+        let timestamp = Duration::from_nanos(ts_ns);
+        let wire_len = wire_len.max(data.len() as u32);
+        self.file.packet(timestamp, wire_len, data)?;
+        self.packets += 1;
+        self.bytes += data.len() as u64;
+        if self.sink().pending() >= COMMIT_BYTES {
+            self.sink_mut().commit()?;
+            self.rotate_if_full(counts)?;
+        }
+        Ok(())
+    }
+
+    /// Writes what is buffered to the file (the status line's view of it stays current).
+    pub fn commit(&mut self) -> io::Result<()> {
+        self.sink_mut().commit()
+    }
+
+    /// Ends the file: the statistics block (pcapng), then everything buffered.
+    pub fn finish(mut self, counts: EndCounts) -> io::Result<()> {
+        self.close_file(counts)
+    }
+
+    /// The files written, in order.
+    pub fn files(&self) -> Vec<String> {
+        (0..self.files_opened)
+            .map(|i| shown(self.nth_path(i).as_deref()))
+            .collect()
+    }
+
+    fn rotate_if_full(&mut self, counts: EndCounts) -> io::Result<()> {
+        let Some(limit) = self.rotate_bytes else {
+            return Ok(());
+        };
+        if self.path.is_none() || self.sink().committed < limit {
+            return Ok(());
+        }
+        self.close_file(counts)?;
+        let next = self.nth_path(self.files_opened);
+        let sink = Sink::open(next.as_deref()).map_err(io::Error::other)?;
+        self.file = FileOut::start(sink, &self.info)?;
+        self.files_opened += 1;
+        self.counts_at_file_start = counts;
+        Ok(())
+    }
+
+    fn close_file(&mut self, counts: EndCounts) -> io::Result<()> {
+        let since = EndCounts {
+            received: counts.received - self.counts_at_file_start.received.min(counts.received),
+            dropped: counts.dropped - self.counts_at_file_start.dropped.min(counts.dropped),
+        };
+        // The packets are committed first: if the statistics block then does not fit, the
+        // file still ends with every packet.
+        self.sink_mut().commit()?;
+        self.file.statistics(since)?;
+        self.sink_mut().commit()
+    }
+
+    fn nth_path(&self, n: u32) -> Option<PathBuf> {
+        let path = self.path.as_ref()?;
+        if n == 0 {
+            return Some(path.clone());
+        }
+        let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+        let name = match path.extension() {
+            Some(ext) => format!("{stem}.{n}.{}", ext.to_string_lossy()),
+            None => format!("{stem}.{n}"),
+        };
+        Some(path.with_file_name(name))
+    }
+
+    fn sink(&self) -> &Sink {
+        match &self.file {
+            FileOut::Ng(w) => w.get_ref(),
+            FileOut::Pcap(sink, _) => sink,
+        }
+    }
+
+    fn sink_mut(&mut self) -> &mut Sink {
+        match &mut self.file {
+            FileOut::Ng(w) => w.get_mut(),
+            FileOut::Pcap(sink, _) => sink,
+        }
+    }
+}
+
+fn shown(path: Option<&Path>) -> String {
+    path.map_or_else(|| "stdout".into(), |p| p.display().to_string())
+}
+
+impl FileOut {
+    fn start(sink: Sink, info: &FileInfo) -> io::Result<FileOut> {
+        match info.format {
+            Format::PcapNg => {
+                let mut w = PcapNgWriter::new(sink).map_err(to_io)?;
+                let idb = InterfaceDescriptionBlock {
+                    linktype: DataLink::ETHERNET,
+                    snaplen: info.snaplen,
+                    options: vec![
+                        InterfaceDescriptionOption::IfName(Cow::Owned(info.iface.clone())),
+                        InterfaceDescriptionOption::IfTsResol(9),
+                    ],
+                };
+                w.write_pcapng_block(idb).map_err(to_io)?;
+                Ok(FileOut::Ng(w))
+            }
+            Format::Pcap => {
+                let header = PcapHeader {
+                    snaplen: info.snaplen,
+                    datalink: DataLink::ETHERNET,
+                    ts_resolution: TsResolution::NanoSecond,
+                    endianness: Endianness::Little,
+                    ..PcapHeader::default()
+                };
+                let mut sink = sink;
+                header.write_to(&mut sink).map_err(to_io)?;
+                Ok(FileOut::Pcap(sink, info.snaplen))
+            }
+        }
+    }
+
+    fn packet(&mut self, timestamp: Duration, wire_len: u32, data: &[u8]) -> io::Result<()> {
+        match self {
+            FileOut::Ng(w) => w
+                .write_pcapng_block(EnhancedPacketBlock {
+                    interface_id: 0,
+                    timestamp,
+                    original_len: wire_len,
+                    data: Cow::Borrowed(data),
+                    options: Vec::new(),
+                })
+                .map(drop)
+                .map_err(to_io),
+            FileOut::Pcap(sink, snaplen) => PcapPacket::new(timestamp, wire_len, data)
+                .write_to::<_, LittleEndian>(sink, TsResolution::NanoSecond, *snaplen)
+                .map(drop)
+                .map_err(to_io),
+        }
+    }
+
+    fn statistics(&mut self, counts: EndCounts) -> io::Result<()> {
+        let FileOut::Ng(w) = self else {
+            return Ok(());
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as u64;
+        let isb = InterfaceStatisticsBlock {
+            interface_id: 0,
+            timestamp: now,
+            options: vec![
+                InterfaceStatisticsOption::IsbIfRecv(counts.received),
+                InterfaceStatisticsOption::IsbIfDrop(counts.dropped),
+            ],
+        };
+        w.write_pcapng_block(isb).map(drop).map_err(to_io)
+    }
+}
+
+fn to_io(err: pcap_file::PcapError) -> io::Error {
+    match err {
+        pcap_file::PcapError::IoError(e) => e,
+        other => io::Error::other(other.to_string()),
+    }
+}
+
+/// A file (or stdout) written in whole pieces from a memory buffer; see the module docs.
+pub struct Sink {
+    target: Target,
+    buf: Vec<u8>,
+    /// Bytes in the file that are known to be complete.
+    committed: u64,
+}
+
+enum Target {
+    File(File),
+    Stdout(io::Stdout),
+}
+
+impl Sink {
+    fn open(path: Option<&Path>) -> anyhow::Result<Sink> {
+        let target = match path {
+            Some(p) => Target::File(
+                File::create(p).with_context(|| format!("cannot write {}", p.display()))?,
+            ),
+            None => Target::Stdout(io::stdout()),
+        };
+        Ok(Sink {
+            target,
+            buf: Vec::with_capacity(COMMIT_BYTES + (256 << 10)),
+            committed: 0,
+        })
+    }
+
+    fn pending(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Writes the buffer out. On failure, a file is cut back to its last complete block.
+    fn commit(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let result = match &mut self.target {
+            Target::File(f) => f.write_all(&self.buf),
+            Target::Stdout(s) => s.lock().write_all(&self.buf).and_then(|_| s.flush()),
+        };
+        match result {
+            Ok(()) => {
+                self.committed += self.buf.len() as u64;
+                self.buf.clear();
+                Ok(())
+            }
+            Err(err) => {
+                self.buf.clear();
+                if let Target::File(f) = &self.target {
+                    let _ = f.set_len(self.committed);
+                }
+                Err(err)
+            }
+        }
+    }
+}
+
+impl Write for Sink {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}

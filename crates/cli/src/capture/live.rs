@@ -1,0 +1,227 @@
+//! `sonde capture -i IFACE`: opens one source per capture thread, runs the capture with a live
+//! status line until Ctrl-C, the count or the duration, and reports.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sonde_capture::live::{Counters, Plan};
+use sonde_capture::output::{CaptureWriter, FileInfo, Format};
+use sonde_capture::source::{self, Source};
+use sonde_io::IoConfig;
+
+use super::summary::{per_packet, Summary};
+use super::{compile, Backend, CaptureArgs};
+
+/// Chunks (1 MiB each) in flight per capture thread between it and the writer.
+const CHUNKS_PER_THREAD: usize = 32;
+
+pub fn run(args: &CaptureArgs, iface: &str, expr: &str, out: &str) -> anyhow::Result<()> {
+    if let Some(lab) = &args.lab {
+        sonde_lab::enter_net_ns(lab)?;
+    }
+    sonde_io::queue_count(iface)?;
+    let program = compile(expr, args.snaplen)?;
+    let (sources, backend, filter) = open_sources(args, iface, expr, &program)?;
+    let threads = sources.len() as u32;
+    let info = FileInfo {
+        format: Format::for_path(out),
+        iface: iface.to_string(),
+        snaplen: args.snaplen,
+    };
+    let writer = CaptureWriter::create(out, info, args.rotate_mb)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone())
+            .context("installing the Ctrl-C handler")?;
+    }
+    let counters = Arc::new(Counters::default());
+    let iface_drops_start = iface_rx_dropped(iface);
+    let cpu_start = sonde_meter::CpuTimes::now();
+    let started = Instant::now();
+    let plan = Plan {
+        sources,
+        count: args.count,
+        chunks_per_thread: CHUNKS_PER_THREAD,
+    };
+    let capture = {
+        let (counters, stop) = (counters.clone(), stop.clone());
+        std::thread::spawn(move || sonde_capture::live::run(plan, writer, counters, stop))
+    };
+    let deadline = args
+        .duration
+        .map(|s| started + Duration::from_secs_f64(s.max(0.0)));
+    watch(&counters, &stop, deadline, args.quiet, || {
+        capture.is_finished()
+    });
+    let ending = capture
+        .join()
+        .map_err(|_| anyhow::anyhow!("the capture panicked"))??;
+    let wall = started.elapsed();
+    let cpu = sonde_meter::CpuTimes::now().since(&cpu_start);
+    let iface_drops = iface_rx_dropped(iface).saturating_sub(iface_drops_start);
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let captured = load(&counters.captured);
+    let summary = Summary {
+        captured,
+        kernel_drops: load(&counters.kernel_drops) + iface_drops,
+        ring_drops: load(&counters.ring_drops),
+        writer_drops: load(&counters.writer_drops),
+        received: load(&counters.received),
+        bytes: load(&counters.bytes),
+        seconds: wall.as_secs_f64(),
+        pps: captured as f64 / wall.as_secs_f64().max(1e-9),
+        cpu_user_s: cpu.user.as_secs_f64(),
+        cpu_sys_s: cpu.system.as_secs_f64(),
+        cpu_ns_per_packet: per_packet(cpu, captured),
+        ts_source: ending.ts_source.name().into(),
+        backend: backend.name().into(),
+        threads,
+        filter,
+        files: ending.files,
+        stopped_by: ending.write_error,
+    };
+    summary.finish(args)
+}
+
+/// One source per thread. `xdp` opens one AF_XDP socket per queue of the interface and shares
+/// them out over the threads (no more threads than queues); an expression the XDP translation
+/// cannot express falls back to `ring`, said in one line.
+fn open_sources(
+    args: &CaptureArgs,
+    iface: &str,
+    expr: &str,
+    program: &[libc::sock_filter],
+) -> anyhow::Result<(Vec<Source>, Backend, String)> {
+    let ring_bytes = (args.buffer_mb as usize) << 20;
+    let threads = args.threads as usize;
+    match args.backend {
+        Backend::Pcap => {
+            if threads > 1 {
+                bail!("--backend pcap captures with one thread (libpcap has no fanout here)");
+            }
+            let source = source::open_pcap(iface, expr, args.snaplen, ring_bytes)?;
+            Ok((
+                vec![source],
+                Backend::Pcap,
+                "libpcap (kernel classic BPF)".into(),
+            ))
+        }
+        Backend::Xdp => match open_xdp(iface, program, threads) {
+            Ok(sources) => Ok((
+                sources,
+                Backend::Xdp,
+                "XDP translation (before the copy)".into(),
+            )),
+            Err(XdpError::Unsupported(why)) => {
+                eprintln!("sonde: {why}; capturing with --backend ring, filtered by the kernel's classic BPF");
+                open_rings(iface, program, threads, ring_bytes)
+            }
+            Err(XdpError::Other(e)) => Err(e),
+        },
+        Backend::Ring => open_rings(iface, program, threads, ring_bytes),
+    }
+}
+
+fn open_rings(
+    iface: &str,
+    program: &[libc::sock_filter],
+    threads: usize,
+    ring_bytes: usize,
+) -> anyhow::Result<(Vec<Source>, Backend, String)> {
+    // A fanout group id unique to this process (the kernel's are per network namespace).
+    let group = (threads > 1).then(|| std::process::id() as u16);
+    let sources = (0..threads)
+        .map(|_| source::open_ring(iface, program, ring_bytes, group))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok((
+        sources,
+        Backend::Ring,
+        "kernel classic BPF on the packet socket (JIT)".into(),
+    ))
+}
+
+enum XdpError {
+    Unsupported(String),
+    Other(anyhow::Error),
+}
+
+fn open_xdp(
+    iface: &str,
+    program: &[libc::sock_filter],
+    threads: usize,
+) -> Result<Vec<Source>, XdpError> {
+    let queues = sonde_io::queue_count(iface).map_err(XdpError::Other)? as usize;
+    let threads = threads.min(queues);
+    let mut per_thread: Vec<Vec<sonde_io::AnyRx>> = (0..threads).map(|_| Vec::new()).collect();
+    for queue in 0..queues {
+        let mut cfg = IoConfig::new(iface);
+        cfg.queue = queue as u32;
+        cfg.batch = 256;
+        let rx =
+            super::xdp::open_rx(&cfg, program).map_err(|e| match super::xdp::unsupported(&e) {
+                Some(why) => XdpError::Unsupported(why),
+                None => XdpError::Other(e),
+            })?;
+        per_thread[queue % threads].push(rx);
+    }
+    Ok(per_thread.into_iter().map(Source::Xdp).collect())
+}
+
+/// Draws the status line twice a second until the capture ends; sets `stop` at the deadline.
+fn watch(
+    counters: &Counters,
+    stop: &AtomicBool,
+    deadline: Option<Instant>,
+    quiet: bool,
+    finished: impl Fn() -> bool,
+) {
+    let target = if quiet {
+        ProgressDrawTarget::hidden()
+    } else {
+        ProgressDrawTarget::stderr_with_hz(2)
+    };
+    let bar = ProgressBar::with_draw_target(None, target);
+    bar.set_style(ProgressStyle::with_template("{elapsed_precise} {msg}").expect("valid template"));
+    let mut last = (Instant::now(), 0u64, 0u64);
+    while !finished() {
+        std::thread::sleep(Duration::from_millis(100));
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            stop.store(true, Ordering::Relaxed);
+        }
+        let dt = last.0.elapsed().as_secs_f64();
+        if dt < 0.5 {
+            continue;
+        }
+        let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        let (captured, bytes) = (load(&counters.captured), load(&counters.bytes));
+        let pps = (captured - last.1) as f64 / dt;
+        let mbits = (bytes - last.2) as f64 * 8.0 / dt / 1e6;
+        last = (Instant::now(), captured, bytes);
+        bar.set_message(format!(
+            "{captured} captured  {}pps  {mbits:.0} Mbit/s  drops: kernel {}, ring {}, sonde {}",
+            sonde_meter::human_rate(pps),
+            load(&counters.kernel_drops),
+            load(&counters.ring_drops),
+            load(&counters.writer_drops),
+        ));
+    }
+    bar.finish_and_clear();
+}
+
+/// The interface's receive drops (`ip -s link`, which reads them through netlink in this
+/// network namespace); 0 if they cannot be read.
+fn iface_rx_dropped(iface: &str) -> u64 {
+    let Ok(out) = std::process::Command::new("ip")
+        .args(["-j", "-s", "link", "show", "dev", iface])
+        .output()
+    else {
+        return 0;
+    };
+    let Ok(json) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
+        return 0;
+    };
+    json[0]["stats64"]["rx"]["dropped"].as_u64().unwrap_or(0)
+}

@@ -1,0 +1,117 @@
+//! What a capture reports: the final line (`N captured, N dropped by the kernel, N by sonde`)
+//! and `--summary-json`.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::Serialize;
+use sonde_meter::CpuTimes;
+
+use super::CaptureArgs;
+
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    /// Packets written.
+    pub captured: u64,
+    /// Lost by the kernel before the ring: the interface's receive drops, AF_XDP's "no buffer".
+    pub kernel_drops: u64,
+    /// Lost because the ring to sonde was full (PACKET_STATISTICS, XDP rx_ring_full,
+    /// libpcap's ps_drop).
+    pub ring_drops: u64,
+    /// Lost by sonde: its writer or the disk fell behind, or writing failed.
+    pub writer_drops: u64,
+    /// Packets the source handed to sonde (live) or read from the file (-r).
+    pub received: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    /// Captured packets per second of the run.
+    pub pps: f64,
+    pub cpu_user_s: f64,
+    pub cpu_sys_s: f64,
+    /// sonde's CPU time (user + system, all threads) per captured packet.
+    pub cpu_ns_per_packet: f64,
+    pub ts_source: String,
+    pub backend: String,
+    pub threads: u32,
+    /// Where the filter ran.
+    pub filter: String,
+    pub files: Vec<String>,
+    /// Why the capture stopped early, if it did (a full disk, a closed pipe).
+    pub stopped_by: Option<String>,
+}
+
+impl Summary {
+    #[allow(clippy::too_many_arguments)]
+    pub fn offline(
+        args: &CaptureArgs,
+        kept: u64,
+        read: u64,
+        wall: Duration,
+        cpu: CpuTimes,
+        filter: String,
+        files: Vec<String>,
+    ) -> Summary {
+        Summary {
+            captured: kept,
+            kernel_drops: 0,
+            ring_drops: 0,
+            writer_drops: 0,
+            received: read,
+            bytes: 0,
+            seconds: wall.as_secs_f64(),
+            pps: kept as f64 / wall.as_secs_f64().max(1e-9),
+            cpu_user_s: cpu.user.as_secs_f64(),
+            cpu_sys_s: cpu.system.as_secs_f64(),
+            cpu_ns_per_packet: per_packet(cpu, kept),
+            ts_source: "the file's".into(),
+            backend: args.backend.name().into(),
+            threads: 1,
+            filter,
+            files,
+            stopped_by: None,
+        }
+    }
+
+    /// The final line (stderr, so `-w -` keeps stdout for the packets), the JSON file, and
+    /// an error if writing stopped early.
+    pub fn finish(&self, args: &CaptureArgs) -> anyhow::Result<()> {
+        eprintln!(
+            "{} captured, {} dropped by the kernel, {} by sonde",
+            self.captured,
+            self.kernel_drops + self.ring_drops,
+            self.writer_drops
+        );
+        if !args.quiet {
+            eprintln!(
+                "  {} received; kernel {} + ring {} + sonde {} dropped; {:.0} pps, {:.0} ns CPU per packet; filter: {}; timestamps: {}",
+                self.received,
+                self.kernel_drops,
+                self.ring_drops,
+                self.writer_drops,
+                self.pps,
+                self.cpu_ns_per_packet,
+                self.filter,
+                self.ts_source
+            );
+        }
+        if let Some(path) = &args.summary_json {
+            let text = serde_json::to_string_pretty(self)?;
+            std::fs::write(path, text + "\n").with_context(|| format!("writing {path}"))?;
+        }
+        if let Some(why) = &self.stopped_by {
+            anyhow::bail!(
+                "writing stopped early ({why}); {} holds the {} packets written before, and is valid",
+                self.files.last().map_or("the output", |s| s.as_str()),
+                self.captured
+            );
+        }
+        Ok(())
+    }
+}
+
+pub fn per_packet(cpu: CpuTimes, packets: u64) -> f64 {
+    if packets == 0 {
+        return 0.0;
+    }
+    cpu.total().as_nanos() as f64 / packets as f64
+}
