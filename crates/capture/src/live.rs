@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::chunk::{Chunk, ChunkPort};
 use crate::merge::{Merge, HEARTBEAT, SLACK_NS};
-use crate::output::{CaptureWriter, EndCounts};
+use crate::output::{CaptureWriter, EndCounts, WriteFailed};
 use crate::source::{now_ns, Packet, Source, SourceDrops, TsSource};
 
 /// Packets asked of a source per call.
@@ -123,9 +123,14 @@ pub fn run(
                 let result = w.run(from_threads);
                 let files = w.writer.files();
                 let end = w.counters.end_counts();
-                let finished = result.and_then(|_| w.writer.finish(end));
-                if let Err(e) = finished {
-                    *write_error.lock().expect("not poisoned") = Some(e.to_string());
+                // After a failure the statistics block is still tried: cutting the file back
+                // may have made room for it.
+                let finished = w.writer.finish(end);
+                if let Err(failed) = result.and(finished) {
+                    if failed.lost > 0 {
+                        w.failed(failed.lost);
+                    }
+                    *write_error.lock().expect("not poisoned") = Some(failed.to_string());
                 }
                 files
             })?
@@ -284,12 +289,18 @@ struct WriterLoop {
     count: Option<u64>,
 }
 
+/// How often the writer hands what it has buffered to the file even when the buffer is not
+/// full (so a reader of `-w -` sees packets promptly, and a crash loses at most this much).
+const COMMIT_EVERY: Duration = Duration::from_millis(500);
+
 impl WriterLoop {
     /// Writes chunks as they come until every thread has ended. Stops writing (and sets
     /// `stop`) at the count or at the first write error, but keeps taking chunks so that no
-    /// capture thread waits forever.
-    fn run(&mut self, chunks: Receiver<Chunk>) -> std::io::Result<()> {
+    /// capture thread waits forever; what it then throws away after an error is counted as
+    /// dropped by sonde.
+    fn run(&mut self, chunks: Receiver<Chunk>) -> Result<(), WriteFailed> {
         let mut result = Ok(());
+        let mut last_commit = Instant::now();
         while !self.merge.finished() {
             match chunks.recv_timeout(HEARTBEAT) {
                 Ok(chunk) => self.merge.add(chunk),
@@ -298,8 +309,12 @@ impl WriterLoop {
             }
             if result.is_ok() {
                 result = self.write_settled();
-                if result.is_err() {
-                    self.stop.store(true, Ordering::Relaxed);
+                if result.is_ok() && last_commit.elapsed() >= COMMIT_EVERY {
+                    result = self.writer.commit();
+                    last_commit = Instant::now();
+                }
+                if let Err(failed) = &result {
+                    self.failed(failed.lost);
                 }
             }
             if result.is_err() || self.count_reached() {
@@ -314,21 +329,43 @@ impl WriterLoop {
         result
     }
 
-    fn write_settled(&mut self) -> std::io::Result<()> {
+    /// Writing failed: stop capturing, and count what was buffered and lost.
+    fn failed(&self, lost: u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.counters
+            .writer_drops
+            .fetch_add(lost, Ordering::Relaxed);
+        self.counters
+            .captured
+            .store(self.writer.packets, Ordering::Relaxed);
+    }
+
+    fn write_settled(&mut self) -> Result<(), WriteFailed> {
         let (writer, counters, count) = (&mut self.writer, &self.counters, self.count);
         let returns = &self.returns;
-        self.merge.drain(
+        let mut failed = None;
+        let drained = self.merge.drain(
             |record, data| {
                 if count.is_some_and(|c| writer.packets >= c) {
                     return Ok(());
                 }
-                writer.write(record.ts_ns, record.wire_len, data, counters.end_counts())?;
+                writer
+                    .write(record.ts_ns, record.wire_len, data, counters.end_counts())
+                    .map_err(|e| {
+                        let io = std::io::Error::new(e.error.kind(), e.error.to_string());
+                        failed = Some(e);
+                        io
+                    })?;
                 counters.captured.store(writer.packets, Ordering::Relaxed);
                 counters.bytes.store(writer.bytes, Ordering::Relaxed);
                 Ok(())
             },
             |c| recycle(returns, c),
-        )?;
+        );
+        if let Some(f) = failed {
+            return Err(f);
+        }
+        drained.map_err(|error| WriteFailed { error, lost: 0 })?;
         if self.count_reached() {
             self.stop.store(true, Ordering::Relaxed);
         }

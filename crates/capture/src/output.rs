@@ -8,7 +8,7 @@
 
 use std::borrow::Cow;
 use std::fs::File;
-use std::io::{self, Write};
+use std::io::{self, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -58,10 +58,12 @@ pub struct FileInfo {
     pub snaplen: u32,
 }
 
-/// Counts written into each file's closing statistics block (pcapng only).
+/// The capture's running totals, from which each file's closing statistics block (pcapng
+/// only) is made: `isb_ifrecv` is the file's packets plus what was lost while it was open,
+/// `isb_ifdrop` what was lost.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EndCounts {
-    /// Packets the capture saw (`isb_ifrecv`).
+    /// Packets the capture saw.
     pub received: u64,
     /// Packets lost anywhere: in the kernel, its ring, or sonde's writer (`isb_ifdrop`).
     pub dropped: u64,
@@ -75,8 +77,11 @@ pub struct CaptureWriter {
     rotate_bytes: Option<u64>,
     files_opened: u32,
     file: FileOut,
-    /// Packets written to every file so far.
+    /// Packets written to every file so far (some perhaps still buffered: see `commit`).
     pub packets: u64,
+    /// Packets known to be in the files.
+    committed_packets: u64,
+    packets_at_file_start: u64,
     /// Bytes of packet data written to every file so far (captured lengths).
     pub bytes: u64,
     /// The counts at the start of the current file, for its statistics block.
@@ -104,6 +109,8 @@ impl CaptureWriter {
             files_opened: 1,
             file,
             packets: 0,
+            committed_packets: 0,
+            packets_at_file_start: 0,
             bytes: 0,
             counts_at_file_start: EndCounts::default(),
         })
@@ -117,27 +124,44 @@ impl CaptureWriter {
         wire_len: u32,
         data: &[u8],
         counts: EndCounts,
-    ) -> io::Result<()> {
+    ) -> Result<(), WriteFailed> {
         let data = &data[..data.len().min(self.info.snaplen as usize)];
         let timestamp = Duration::from_nanos(ts_ns);
         let wire_len = wire_len.max(data.len() as u32);
-        self.file.packet(timestamp, wire_len, data)?;
+        // Into the memory buffer: only a malformed block can fail here.
+        self.file
+            .packet(timestamp, wire_len, data)
+            .map_err(|error| WriteFailed { error, lost: 0 })?;
         self.packets += 1;
         self.bytes += data.len() as u64;
-        if self.sink().pending() >= COMMIT_BYTES {
-            self.sink_mut().commit()?;
-            self.rotate_if_full(counts)?;
+        let file_bytes = self.sink().committed + self.sink().pending() as u64;
+        if self.rotate_bytes.is_some_and(|limit| file_bytes >= limit) {
+            self.rotate(counts)?;
+        } else if self.sink().pending() >= COMMIT_BYTES {
+            self.commit()?;
         }
         Ok(())
     }
 
-    /// Writes what is buffered to the file (the status line's view of it stays current).
-    pub fn commit(&mut self) -> io::Result<()> {
-        self.sink_mut().commit()
+    /// Writes what is buffered to the file. On failure the packets that were only buffered
+    /// are lost: [`CaptureWriter::packets`] goes back to what the file holds, and the call
+    /// returns how many were lost with the error.
+    pub fn commit(&mut self) -> Result<(), WriteFailed> {
+        match self.sink_mut().commit() {
+            Ok(()) => {
+                self.committed_packets = self.packets;
+                Ok(())
+            }
+            Err(error) => {
+                let lost = self.packets - self.committed_packets;
+                self.packets = self.committed_packets;
+                Err(WriteFailed { error, lost })
+            }
+        }
     }
 
     /// Ends the file: the statistics block (pcapng), then everything buffered.
-    pub fn finish(mut self, counts: EndCounts) -> io::Result<()> {
+    pub fn finish(&mut self, counts: EndCounts) -> Result<(), WriteFailed> {
         self.close_file(counts)
     }
 
@@ -148,32 +172,37 @@ impl CaptureWriter {
             .collect()
     }
 
-    fn rotate_if_full(&mut self, counts: EndCounts) -> io::Result<()> {
-        let Some(limit) = self.rotate_bytes else {
-            return Ok(());
-        };
-        if self.path.is_none() || self.sink().committed < limit {
-            return Ok(());
+    /// Closes the current file and starts the next one (stdout is never rotated).
+    fn rotate(&mut self, counts: EndCounts) -> Result<(), WriteFailed> {
+        if self.path.is_none() {
+            return self.commit();
         }
         self.close_file(counts)?;
         let next = self.nth_path(self.files_opened);
-        let sink = Sink::open(next.as_deref()).map_err(io::Error::other)?;
-        self.file = FileOut::start(sink, &self.info)?;
+        let opened = Sink::open(next.as_deref())
+            .map_err(io::Error::other)
+            .and_then(|sink| FileOut::start(sink, &self.info));
+        self.file = opened.map_err(|error| WriteFailed { error, lost: 0 })?;
         self.files_opened += 1;
         self.counts_at_file_start = counts;
+        self.packets_at_file_start = self.packets;
         Ok(())
     }
 
-    fn close_file(&mut self, counts: EndCounts) -> io::Result<()> {
+    fn close_file(&mut self, counts: EndCounts) -> Result<(), WriteFailed> {
+        // What the capture saw while this file was open: its packets, and what was lost.
+        let dropped = counts.dropped - self.counts_at_file_start.dropped.min(counts.dropped);
         let since = EndCounts {
-            received: counts.received - self.counts_at_file_start.received.min(counts.received),
-            dropped: counts.dropped - self.counts_at_file_start.dropped.min(counts.dropped),
+            received: self.packets - self.packets_at_file_start + dropped,
+            dropped,
         };
         // The packets are committed first: if the statistics block then does not fit, the
         // file still ends with every packet.
-        self.sink_mut().commit()?;
-        self.file.statistics(since)?;
-        self.sink_mut().commit()
+        self.commit()?;
+        self.file
+            .statistics(since)
+            .map_err(|error| WriteFailed { error, lost: 0 })?;
+        self.commit()
     }
 
     fn nth_path(&self, n: u32) -> Option<PathBuf> {
@@ -203,6 +232,22 @@ impl CaptureWriter {
         }
     }
 }
+
+/// Writing failed (a full disk, a closed pipe): the files end at the last packet written
+/// before, and `lost` packets that were buffered did not make it.
+#[derive(Debug)]
+pub struct WriteFailed {
+    pub error: io::Error,
+    pub lost: u64,
+}
+
+impl std::fmt::Display for WriteFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for WriteFailed {}
 
 fn shown(path: Option<&Path>) -> String {
     path.map_or_else(|| "stdout".into(), |p| p.display().to_string())
@@ -334,8 +379,10 @@ impl Sink {
             }
             Err(err) => {
                 self.buf.clear();
-                if let Target::File(f) = &self.target {
+                if let Target::File(f) = &mut self.target {
+                    // Cut the partial write off, and write on from there (not past a hole).
                     let _ = f.set_len(self.committed);
+                    let _ = f.seek(io::SeekFrom::Start(self.committed));
                 }
                 Err(err)
             }

@@ -49,7 +49,7 @@ pub fn read_file(
         }
         _ => bail!("{path}: not a pcap or pcapng file"),
     };
-    read.with_context(|| format!("{path}"))
+    read.with_context(|| path.to_string())
 }
 
 fn read_pcap(

@@ -310,7 +310,7 @@ impl RingRx {
         set_option(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_RX_RING, &req).map_err(|e| {
             anyhow!(
                 "the kernel refused a TPACKET_V3 rx ring of {} MiB on {iface} ({e}); try a smaller buffer or --backend mmsg",
-                block_size * blocks >> 20
+                (block_size * blocks) >> 20
             )
         })?;
         let map = Mapping::new(&fd, block_size * blocks).context("mapping the rx ring")?;

@@ -113,7 +113,7 @@ pub fn run(args: &CaptureArgs, file: &str, expr: &str, out: &str) -> anyhow::Res
     );
     // Whatever happened, what was kept is written out with its statistics block.
     let files = match writer.into_inner() {
-        Some(w) => {
+        Some(mut w) => {
             let files = w.files();
             w.finish(EndCounts {
                 received: seen,

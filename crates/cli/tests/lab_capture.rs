@@ -1,0 +1,409 @@
+//! `sonde capture` on a lab's link: the same packets as tcpdump, byte for byte; several
+//! threads merged in timestamp order; files that stay valid on Ctrl-C, rotation and a full
+//! disk; the host's own TCP untouched while XDP captures beside it; and the first errors a
+//! user meets. Every packet is sent by `sonde blast` from the lab's scanner namespace to lab
+//! addresses; captures run in the lab's network namespace, on `nx0`.
+
+mod common;
+
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{can_run_labs, sonde, stderr, Lab, SONDE};
+use pcap_file::pcapng::{Block, PcapNgReader};
+
+/// The scanner's address: every frame blast sends comes from it.
+const SCANNER: &str = "198.19.255.1";
+
+/// A capture (sonde or tcpdump) running in the background, killed on drop.
+struct Running(Option<Child>);
+
+impl Running {
+    fn sonde(lab: &Lab, args: &[&str]) -> Running {
+        let child = Command::new(SONDE)
+            .args(["capture", "--lab", &lab.name, "-i", "nx0", "-q"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting sonde capture");
+        Running(Some(child))
+    }
+
+    fn tcpdump(lab: &Lab, out: &str, expr: &str) -> Running {
+        let child = Command::new("ip")
+            .args(["netns", "exec", &format!("sonde-{}-net", lab.name)])
+            .args(["tcpdump", "-i", "nx0", "-s", "262144", "-U"])
+            .args(["--time-stamp-precision", "nano", "-w", out, expr])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting tcpdump");
+        Running(Some(child))
+    }
+
+    /// Ctrl-C, then the exit status and stderr.
+    fn interrupt(mut self) -> Output {
+        let child = self.0.take().expect("running");
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("SIGINT");
+        wait_bounded(child)
+    }
+
+    /// Waits (bounded) for it to end by itself.
+    fn wait(mut self) -> Output {
+        wait_bounded(self.0.take().expect("running"))
+    }
+}
+
+fn wait_bounded(mut child: Child) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().expect("waiting").is_none() {
+        assert!(Instant::now() < deadline, "the capture did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("collecting output")
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `count` UDP frames of `size` bytes from the scanner namespace at `rate` per second, to
+/// the lab's population, cycling over `ports`.
+fn blast(lab: &Lab, count: u64, size: u32, rate: u64, ports: &str) {
+    let out = sonde(&[
+        "blast",
+        "--lab",
+        &lab.name,
+        "--probe",
+        "udp",
+        "--backend",
+        "ring",
+        "--count",
+        &count.to_string(),
+        "--size",
+        &size.to_string(),
+        "--rate",
+        &rate.to_string(),
+        "--ports",
+        ports,
+        "-q",
+    ]);
+    assert!(out.status.success(), "blast: {}", stderr(&out));
+}
+
+/// One packet of a file: stamp (ns), length on the wire, bytes.
+type Packet = (u64, u32, Vec<u8>);
+
+/// The packets of a pcap or pcapng file, read by tcpdump's library (libpcap, through the
+/// pcap crate), not by sonde.
+fn packets(path: &str) -> Vec<Packet> {
+    let mut cap = pcap::Capture::from_file_with_precision(path, pcap::Precision::Nano)
+        .unwrap_or_else(|e| panic!("libpcap cannot read {path}: {e}"));
+    let mut out = Vec::new();
+    loop {
+        match cap.next_packet() {
+            Ok(p) => out.push((
+                p.header.ts.tv_sec as u64 * 1_000_000_000 + p.header.ts.tv_usec as u64,
+                p.header.len,
+                p.data.to_vec(),
+            )),
+            Err(pcap::Error::NoMorePackets) => return out,
+            Err(e) => panic!("libpcap stopped reading {path}: {e}"),
+        }
+    }
+}
+
+/// The counts of a pcapng file's statistics blocks (received, dropped), in order.
+fn statistics(path: &str) -> Vec<(u64, u64)> {
+    use pcap_file::pcapng::blocks::interface_statistics::InterfaceStatisticsOption as Opt;
+    let file = std::fs::File::open(path).unwrap();
+    let mut reader = PcapNgReader::new(file).expect("a pcapng file");
+    let mut out = Vec::new();
+    while let Some(block) = reader.next_block() {
+        if let Block::InterfaceStatistics(isb) = block.expect("a valid block") {
+            let get = |want: fn(&Opt) -> Option<u64>| isb.options.iter().find_map(want);
+            out.push((
+                get(|o| match o {
+                    Opt::IsbIfRecv(n) => Some(*n),
+                    _ => None,
+                })
+                .expect("isb_ifrecv"),
+                get(|o| match o {
+                    Opt::IsbIfDrop(n) => Some(*n),
+                    _ => None,
+                })
+                .expect("isb_ifdrop"),
+            ));
+        }
+    }
+    out
+}
+
+fn summary(path: &str) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("the summary")).unwrap()
+}
+
+/// Gives a capture time to open its socket (a blast before that would be partly missed).
+fn settle() {
+    std::thread::sleep(Duration::from_millis(800));
+}
+
+#[test]
+fn sonde_and_tcpdump_capture_the_same_packets_of_one_stream() {
+    if !can_run_labs() || Command::new("tcpdump").arg("--version").output().is_err() {
+        return;
+    }
+    let lab = Lab::up(&["--population", "198.18.0.0/24"]);
+    let expr = format!("udp and src host {SCANNER}");
+    let (ours, theirs) = (lab.file("sonde.pcapng"), lab.file("tcpdump.pcap"));
+    let json = lab.file("summary.json");
+    let tcpdump = Running::tcpdump(&lab, &theirs, &expr);
+    let capture = Running::sonde(&lab, &["-w", &ours, "--summary-json", &json, &expr]);
+    settle();
+    blast(&lab, 3000, 200, 20_000, "53,80,443");
+    std::thread::sleep(Duration::from_millis(300));
+    let (a, b) = (capture.interrupt(), tcpdump.interrupt());
+    assert!(a.status.success(), "sonde: {}", stderr(&a));
+    assert!(
+        stderr(&a).contains("3000 captured, 0 dropped by the kernel, 0 by sonde"),
+        "{}",
+        stderr(&a)
+    );
+    let (ours, theirs) = (packets(&ours), packets(&theirs));
+    assert_eq!(ours.len(), 3000, "tcpdump says: {}", stderr(&b));
+    assert_eq!(ours.len(), theirs.len());
+    for (i, (x, y)) in ours.iter().zip(&theirs).enumerate() {
+        assert_eq!(x, y, "packet {i} differs (stamp, length, bytes)");
+    }
+    let s = summary(&json);
+    assert_eq!(s["captured"], 3000);
+    assert_eq!(s["backend"], "ring");
+    assert!(s["ts_source"].as_str().unwrap().starts_with("kernel"));
+}
+
+#[test]
+fn ctrl_c_and_rotation_leave_valid_files_with_their_statistics() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&["--population", "198.18.0.0/24"]);
+    let out = lab.file("rot.pcapng");
+    let json = lab.file("rot.json");
+    let capture = Running::sonde(
+        &lab,
+        &["-w", &out, "--rotate-mb", "1", "--summary-json", &json],
+    );
+    settle();
+    // 3,000 frames of 1,000 bytes: about 3 MiB, so at least three files.
+    blast(&lab, 3000, 1000, 20_000, "53");
+    std::thread::sleep(Duration::from_millis(300));
+    let done = capture.interrupt();
+    assert!(done.status.success(), "{}", stderr(&done));
+    let s = summary(&json);
+    let files: Vec<String> = s["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect();
+    assert!(files.len() >= 3, "{files:?}");
+    assert_eq!(files[1], lab.file("rot.1.pcapng"));
+    let mut total = 0;
+    for f in &files {
+        let n = packets(f).len() as u64;
+        let stats = statistics(f);
+        assert_eq!(stats.len(), 1, "{f}: one statistics block at the end");
+        let (received, dropped) = stats[0];
+        assert!(received >= n && dropped == 0, "{f}: {stats:?} for {n}");
+        total += n;
+    }
+    assert_eq!(serde_json::json!(total), s["captured"]);
+    assert!(total >= 3000, "{total}");
+}
+
+#[test]
+fn two_threads_write_one_file_in_timestamp_order() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&["--population", "198.18.0.0/24"]);
+    let out = lab.file("two.pcap");
+    let expr = format!("udp and src host {SCANNER}");
+    let capture = Running::sonde(&lab, &["-w", &out, "--threads", "2", &expr]);
+    settle();
+    let ports: Vec<String> = (1000..1032).map(|p| p.to_string()).collect();
+    blast(&lab, 6000, 100, 30_000, &ports.join(","));
+    std::thread::sleep(Duration::from_millis(300));
+    let done = capture.interrupt();
+    assert!(done.status.success(), "{}", stderr(&done));
+    let got = packets(&out);
+    assert_eq!(got.len(), 6000, "{}", stderr(&done));
+    let out_of_order = got.windows(2).filter(|w| w[1].0 < w[0].0).count();
+    assert_eq!(out_of_order, 0, "stamps must not go backwards");
+}
+
+#[test]
+fn count_and_duration_end_the_capture_by_themselves() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&["--population", "198.18.0.0/24"]);
+    let out = lab.file("c.pcapng");
+    let capture = Running::sonde(&lab, &["-w", &out, "-c", "500", "--duration", "15", "udp"]);
+    settle();
+    blast(&lab, 2000, 100, 20_000, "53");
+    let done = capture.wait();
+    assert!(done.status.success(), "{}", stderr(&done));
+    assert_eq!(packets(&out).len(), 500);
+    let started = Instant::now();
+    let quiet = Running::sonde(&lab, &["-w", &lab.file("d.pcap"), "--duration", "1"]).wait();
+    assert!(quiet.status.success(), "{}", stderr(&quiet));
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+/// A small tmpfs, unmounted on drop.
+struct SmallDisk(String);
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_stops_the_capture_with_a_valid_file() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&["--population", "198.18.0.0/24"]);
+    let dir = lab.file("small");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=6m", "tmpfs", &dir])
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mounting a tmpfs");
+    let _disk = SmallDisk(dir.clone());
+    let out = format!("{dir}/full.pcapng");
+    let json = lab.file("full.json");
+    let capture = Running::sonde(&lab, &["-w", &out, "--summary-json", &json]);
+    settle();
+    // About 15 MB of frames for a 6 MB disk.
+    blast(&lab, 10_000, 1514, 20_000, "53");
+    let done = capture.wait();
+    let err = stderr(&done);
+    assert!(!done.status.success(), "a full disk must be an error");
+    assert!(
+        err.contains("stopped early") && err.contains("valid"),
+        "{err}"
+    );
+    let s = summary(&json);
+    let written = packets(&out).len();
+    assert!(written > 1000, "{written}");
+    assert_eq!(serde_json::json!(written), s["captured"]);
+    assert!(s["writer_drops"].as_u64().unwrap() > 0, "{s}");
+}
+
+#[test]
+fn bad_input_gets_one_line_errors() {
+    if !can_run_labs() {
+        return;
+    }
+    let one_line = |o: &Output, want: &str, code: i32| {
+        let err = stderr(o);
+        assert_eq!(o.status.code(), Some(code), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(want), "wanted {want:?} in {err}");
+    };
+    let tmp = std::env::temp_dir().join(format!("sonde-cap-{}.pcapng", std::process::id()));
+    let tmp = tmp.to_str().unwrap();
+    one_line(
+        &sonde(&["capture", "-i", "sonde-nosuch0", "-w", tmp]),
+        "no interface named \"sonde-nosuch0\"",
+        1,
+    );
+    one_line(
+        &sonde(&["capture", "-i", "lo", "-w", tmp, "tcp and and"]),
+        "can't parse filter expression",
+        2,
+    );
+    one_line(
+        &sonde(&["capture", "-i", "lo", "-w", "/nonexistent-dir/x.pcapng"]),
+        "cannot write /nonexistent-dir/x.pcapng",
+        1,
+    );
+    one_line(&sonde(&["capture", "-i", "lo"]), "say where to write", 1);
+    one_line(&sonde(&["capture", "-w", tmp]), "say what to capture", 1);
+    let _ = std::fs::remove_file(tmp);
+}
+
+#[test]
+fn an_xdp_capture_takes_its_packets_and_leaves_the_hosts_tcp_alone() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&["--population", "198.18.0.0/24"]);
+    let out = lab.file("xdp.pcapng");
+    let json = lab.file("xdp.json");
+    let expr = format!("udp and src host {SCANNER}");
+    let capture = Running::sonde(
+        &lab,
+        &[
+            "-w",
+            &out,
+            "--backend",
+            "xdp",
+            "--summary-json",
+            &json,
+            &expr,
+        ],
+    );
+    settle();
+    // A kernel TCP exchange between the two namespaces while the XDP program is attached.
+    let listener = std::thread::scope(|s| {
+        s.spawn(|| {
+            sonde_lab::enter_net_ns(&lab.name).unwrap();
+            TcpListener::bind("198.19.255.254:7070").unwrap()
+        })
+        .join()
+        .unwrap()
+    });
+    let server = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().expect("accepting");
+        let mut got = Vec::new();
+        conn.read_to_end(&mut got).unwrap();
+        got.len()
+    });
+    lab.in_scan(|| {
+        use std::io::Write;
+        let mut c = TcpStream::connect_timeout(
+            &"198.19.255.254:7070".parse().unwrap(),
+            Duration::from_secs(5),
+        )
+        .expect("a kernel TCP connection while XDP captures");
+        c.write_all(&[7u8; 100_000]).unwrap();
+    });
+    blast(&lab, 2000, 100, 20_000, "53");
+    std::thread::sleep(Duration::from_millis(300));
+    let done = capture.interrupt();
+    assert!(done.status.success(), "{}", stderr(&done));
+    assert_eq!(
+        server.join().unwrap(),
+        100_000,
+        "the TCP stream arrived whole"
+    );
+    let got = packets(&out);
+    assert_eq!(got.len(), 2000, "{}", stderr(&done));
+    assert!(got.iter().all(|p| p.2[23] == 17), "only UDP was taken");
+    let s = summary(&json);
+    assert_eq!(s["backend"], "xdp", "{s}");
+}
