@@ -17,8 +17,9 @@
 //! Receiving is the mirror image: [`FrameRx::rx_batch`] hands over what one receiver holds,
 //! [`rx_many`] serves several (one per queue) from one thread without starving any, and
 //! [`AnyRx::take_drop_counts`] says what the kernel dropped and why. For `xdp`, sonde's own XDP
-//! program decides what is received at all ([`FilterSpec`]); [`queue_count`] says how many
-//! queues (so AF_XDP sockets) an interface has.
+//! program decides what is received at all ([`FilterSpec`]), or a tcpdump expression translated
+//! to eBPF does ([`cbpf_xdp`], [`AnyRx::open_xdp_cbpf`]); [`queue_count`] says how many queues
+//! (so AF_XDP sockets) an interface has.
 //!
 //! Every socket this crate opens is close-on-exec (also those libxdp and libpcap open without
 //! it), so a child process never holds one, or an AF_XDP socket's queue. (libpcap 1.10 also
@@ -26,6 +27,7 @@
 //!
 //! All `unsafe` code of sonde lives in this crate; each block carries a `// SAFETY:` line.
 
+pub mod cbpf_xdp;
 pub mod filter;
 mod iface;
 mod libpcap;
@@ -349,6 +351,15 @@ impl AnyRx {
 }
 
 impl AnyRx {
+    /// Opens an AF_XDP receive queue on `cfg.queue` that gets only the frames the classic BPF
+    /// `program` (a tcpdump expression compiled by [`filter::compile`]) matches, judged in XDP
+    /// before any copy to user space; the rest go on to the OS stack. See
+    /// [`xdp::XdpRx::open_cbpf`]: an error holding a [`cbpf_xdp::Unsupported`] means the
+    /// expression cannot run in XDP (filter in user space instead).
+    pub fn open_xdp_cbpf(cfg: &IoConfig, program: &[libc::sock_filter]) -> anyhow::Result<AnyRx> {
+        Ok(AnyRx::Xdp(Box::new(xdp::XdpRx::open_cbpf(cfg, program)?)))
+    }
+
     /// A short description of how the queue was opened (e.g. AF_XDP mode), for summaries.
     pub fn describe(&self) -> String {
         match self {
@@ -401,7 +412,8 @@ impl AnyRx {
     }
 
     /// Lets only frames matching the tcpdump expression `expr` through, filtered in the kernel.
-    /// An AF_XDP receiver cannot take an expression: open it with [`AnyRx::open_filtered`].
+    /// An AF_XDP receiver cannot take an expression afterwards: open it with
+    /// [`AnyRx::open_filtered`] or [`AnyRx::open_xdp_cbpf`].
     pub fn set_filter(&mut self, expr: &str) -> anyhow::Result<()> {
         match self {
             AnyRx::Ring(r) => filter::attach(r.raw_fd(), &filter::compile(expr)?),
@@ -409,7 +421,7 @@ impl AnyRx {
             AnyRx::Mmsg(r) => filter::attach(r.raw_fd(), &filter::compile(expr)?),
             AnyRx::Pcap(r) => r.set_filter(expr),
             AnyRx::Xdp(_) => anyhow::bail!(
-                "an AF_XDP receiver is filtered by sonde's XDP reply filter, which is attached when it opens: open it with AnyRx::open_filtered, not set_filter"
+                "an AF_XDP receiver is filtered by the XDP program attached when it opens: open it with AnyRx::open_filtered or AnyRx::open_xdp_cbpf, not set_filter"
             ),
             AnyRx::Mem(_) => Ok(()),
         }

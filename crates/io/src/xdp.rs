@@ -4,9 +4,11 @@
 //!
 //! Opening tries zero-copy first and falls back to copy mode, and tries native (driver) XDP
 //! before generic (SKB) mode, as the driver allows. Receiving uses either libxdp's default
-//! program, which redirects every frame of the queue to the socket ([`XdpRx::open`]), or sonde's
+//! program, which redirects every frame of the queue to the socket ([`XdpRx::open`]), sonde's
 //! own reply filter, which redirects only the scan's replies and passes the rest to the OS stack
-//! ([`XdpRx::open_filtered`], see `xdp_filter.rs`).
+//! ([`XdpRx::open_filtered`], see `xdp_filter.rs`), or a tcpdump expression translated to eBPF,
+//! which redirects what it matches and passes the rest ([`XdpRx::open_cbpf`], see
+//! `cbpf_xdp.rs`).
 
 use sonde_meter::stages::{self, Stage};
 use std::ffi::CString;
@@ -25,7 +27,7 @@ use xsk_rs::config::{
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
 
 use crate::packet_socket::timeout_ms;
-use crate::xdp_filter::{Attached, FilterSpec};
+use crate::xdp_filter::{Attached, FilterSpec, XdpProgram};
 use crate::{FrameRx, FrameTx, IoConfig, RxDrops, MAX_FRAME};
 
 const FRAME_SIZE: u32 = 2048;
@@ -105,8 +107,9 @@ pub(crate) enum Steering {
     None,
     /// libxdp loads its default program, which redirects every frame of the queue.
     Libxdp,
-    /// sonde's reply filter, already attached natively or in generic mode; the socket binds in
-    /// the matching mode (a generic-mode program needs a copy-mode socket).
+    /// sonde's own program (its reply filter or a capture expression), already attached
+    /// natively or in generic mode; the socket binds in the matching mode (a generic-mode
+    /// program needs a copy-mode socket).
     Own { native: bool },
 }
 
@@ -488,7 +491,23 @@ impl XdpRx {
     /// The kernel allows one AF_XDP socket per queue: to transmit with AF_XDP on the same queue,
     /// use [`open_pair`] instead.
     pub fn open_filtered(cfg: &IoConfig, spec: &FilterSpec) -> anyhow::Result<Self> {
-        let (port, filter) = open_filtered_port(cfg, spec, false)?;
+        Self::open_steered(cfg, &XdpProgram::reply(spec)?)
+    }
+
+    /// Receives only the frames that the classic BPF `program` (a tcpdump expression compiled
+    /// for Ethernet, e.g. by [`crate::filter::compile`]) matches, run in XDP before any copy to
+    /// user space; every other frame goes on to the OS stack untouched. The program is
+    /// translated to eBPF ([`crate::cbpf_xdp::translate`]); one it cannot translate, or that
+    /// the kernel's verifier refuses, is an error starting "this expression cannot run in XDP"
+    /// (then filter in user space instead). Attach modes, queues and sharing as for
+    /// [`XdpRx::open_filtered`]: open one receiver per queue, all with the same `program`.
+    pub fn open_cbpf(cfg: &IoConfig, program: &[libc::sock_filter]) -> anyhow::Result<Self> {
+        Self::open_steered(cfg, &XdpProgram::expression(program))
+    }
+
+    /// Receives what `program` steers to the socket of `cfg.queue`.
+    fn open_steered(cfg: &IoConfig, program: &XdpProgram) -> anyhow::Result<Self> {
+        let (port, filter) = open_filtered_port(cfg, program, false)?;
         let fd = port.raw_fd();
         let rx = Self::new(
             port.umem,
@@ -582,7 +601,7 @@ impl XdpRx {
 /// AF_XDP socket per queue, so this is how a queue that transmits with AF_XDP also receives
 /// with it. The UMEM holds `cfg.ring_frames` frames for each direction.
 pub fn open_pair(cfg: &IoConfig, spec: &FilterSpec) -> anyhow::Result<(XdpTx, XdpRx)> {
-    let (mut port, filter) = open_filtered_port(cfg, spec, true)?;
+    let (mut port, filter) = open_filtered_port(cfg, &XdpProgram::reply(spec)?, true)?;
     let fd = port.raw_fd();
     let rx_frames = port.frames.split_off(port.frames.len() / 2);
     let how = format!("{} (shared with a receiver)", port.how);
@@ -600,20 +619,21 @@ pub fn open_pair(cfg: &IoConfig, spec: &FilterSpec) -> anyhow::Result<(XdpTx, Xd
     Ok((tx, rx))
 }
 
-/// Opens a socket bound in the mode of sonde's reply filter on `cfg.iface`: the one already
-/// attached by this process (the receivers of an interface's queues share it), or a new one
-/// attached natively or in generic mode (as `cfg.xdp_mode` allows, native first); `both` as
-/// for [`XskPort::open`]. The socket is not in the filter's map yet: the caller adds it once
-/// its fill ring is stocked.
+/// Opens a socket bound in the mode of `program` on `cfg.iface`: the one already attached by
+/// this process (the receivers of an interface's queues share it), or a new one attached
+/// natively or in generic mode (as `cfg.xdp_mode` allows, native first); `both` as for
+/// [`XskPort::open`]. The socket is not in the program's map yet: the caller adds it once its
+/// fill ring is stocked.
 fn open_filtered_port(
     cfg: &IoConfig,
-    spec: &FilterSpec,
+    program: &XdpProgram,
     both: bool,
 ) -> anyhow::Result<(XskPort, Arc<Attached>)> {
     let ifindex = crate::packet_socket::ifindex(&cfg.iface)?;
     if cfg.queue >= crate::xdp_filter::MAX_QUEUES {
         bail!(
-            "the XDP reply filter serves queues 0 to {}, not {}",
+            "{} serves queues 0 to {}, not {}",
+            program.name(),
             crate::xdp_filter::MAX_QUEUES - 1,
             cfg.queue
         );
@@ -624,10 +644,13 @@ fn open_filtered_port(
         XdpMode::Generic => &[false],
     };
     let (filter, mut port) =
-        crate::xdp_filter::attach_shared(ifindex, &cfg.iface, spec, modes, |native| {
+        crate::xdp_filter::attach_shared(ifindex, &cfg.iface, program, modes, |native| {
             XskPort::open(cfg, cfg.ring_frames, both, Steering::Own { native })
         })?;
-    port.how.push_str(", sonde reply filter");
+    port.how.push_str(match program {
+        XdpProgram::Reply(_) => ", sonde reply filter",
+        XdpProgram::Expression(_) => ", capture expression in XDP",
+    });
     Ok((port, filter))
 }
 

@@ -11,7 +11,8 @@
 //! An interface has one XDP program, and an AF_XDP socket receives only from the queue it is
 //! bound to, so the receivers of several queues of one interface share one attached filter
 //! ([`attach_shared`]): the first attaches it, the others add their sockets, and the last one
-//! dropped detaches it.
+//! dropped detaches it. The same machinery attaches the other program sonde steers with: a
+//! tcpdump expression translated to eBPF (cbpf_xdp.rs), for `sonde capture --backend xdp`.
 
 use std::ffi::CStr;
 use std::io;
@@ -87,7 +88,7 @@ pub struct FilterSpec {
 /// `struct filter_cfg` of reply_filter.c, field for field.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct FilterCfg {
+pub(crate) struct FilterCfg {
     /// Network order, as the packet has it; 0: none.
     ipv4: u32,
     ipv6: [u8; 16],
@@ -127,17 +128,67 @@ impl FilterSpec {
     }
 }
 
-/// The loaded program and its maps, attached to at most one interface.
-pub(crate) struct ReplyFilter {
+/// The XDP program that steers an interface's frames to its AF_XDP sockets: what the receivers
+/// of one interface must agree on to share it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum XdpProgram {
+    /// sonde's reply filter, configured.
+    Reply(FilterCfg),
+    /// A tcpdump expression's classic BPF translated to eBPF (cbpf_xdp.rs), as its
+    /// instructions' `(code, jt, jf, k)`.
+    Expression(Vec<(u16, u8, u8, u32)>),
+}
+
+impl XdpProgram {
+    /// sonde's reply filter taking what `spec` describes.
+    pub(crate) fn reply(spec: &FilterSpec) -> anyhow::Result<XdpProgram> {
+        Ok(XdpProgram::Reply(spec.to_cfg()?))
+    }
+
+    /// The classic BPF `program` (a compiled tcpdump expression) translated to eBPF.
+    pub(crate) fn expression(program: &[libc::sock_filter]) -> XdpProgram {
+        XdpProgram::Expression(program.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect())
+    }
+
+    /// The program's name in messages.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            XdpProgram::Reply(_) => "sonde's XDP reply filter",
+            XdpProgram::Expression(_) => "the XDP program of the capture expression",
+        }
+    }
+
+    /// Loads it into the kernel (verifier included).
+    fn load(&self) -> anyhow::Result<LoadedFilter> {
+        match self {
+            XdpProgram::Reply(cfg) => LoadedFilter::load_reply(cfg),
+            XdpProgram::Expression(insns) => {
+                let program: Vec<libc::sock_filter> = insns
+                    .iter()
+                    .map(|&(code, jt, jf, k)| libc::sock_filter { code, jt, jf, k })
+                    .collect();
+                let (prog, xsks) = crate::cbpf_xdp::load_redirect(&program)?;
+                Ok(LoadedFilter {
+                    prog,
+                    xsks,
+                    link: None,
+                })
+            }
+        }
+    }
+}
+
+/// A loaded steering program and its `xsks_map`, attached to at most one interface. (Other maps
+/// it uses stay alive as long as the program does.)
+pub(crate) struct LoadedFilter {
     prog: OwnedFd,
     xsks: OwnedFd,
-    cfg: OwnedFd,
     /// The BPF link while attached; closing it detaches the program.
     link: Option<OwnedFd>,
 }
 
 /// A libbpf return value: negative errno on failure (libbpf 1.x).
-fn check(ret: i32) -> io::Result<i32> {
+pub(crate) fn check(ret: i32) -> io::Result<i32> {
     if ret < 0 {
         Err(io::Error::from_raw_os_error(-ret))
     } else {
@@ -156,20 +207,25 @@ fn dup(fd: RawFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(new) })
 }
 
-impl ReplyFilter {
-    /// Loads the program into the kernel (verifier included) with `spec` as its configuration.
-    pub(crate) fn load(spec: &FilterSpec) -> anyhow::Result<ReplyFilter> {
-        let cfg = spec.to_cfg()?;
+impl LoadedFilter {
+    /// Loads sonde's reply filter into the kernel (verifier included) with `spec` as its
+    /// configuration.
+    #[cfg(test)]
+    fn load(spec: &FilterSpec) -> anyhow::Result<LoadedFilter> {
+        Self::load_reply(&spec.to_cfg()?)
+    }
+
+    /// Loads sonde's reply filter into the kernel (verifier included) configured with `cfg`.
+    fn load_reply(cfg: &FilterCfg) -> anyhow::Result<LoadedFilter> {
         let (prog, xsks, cfg_fd) = load_object().map_err(|e| match e.raw_os_error() {
             Some(libc::EPERM) => anyhow!(
                 "loading sonde's XDP reply filter: permission denied: needs CAP_BPF and CAP_NET_ADMIN (run as root)"
             ),
             _ => anyhow!("loading sonde's XDP reply filter: {e}"),
         })?;
-        let filter = ReplyFilter {
+        let filter = LoadedFilter {
             prog,
             xsks,
-            cfg: cfg_fd,
             link: None,
         };
         let key = 0u32;
@@ -177,9 +233,9 @@ impl ReplyFilter {
         // against FilterCfg's; key and value outlive the call, which copies them.
         let ret = unsafe {
             bpf::bpf_map_update_elem(
-                filter.cfg.as_raw_fd(),
+                cfg_fd.as_raw_fd(),
                 (&key as *const u32).cast(),
-                (&cfg as *const FilterCfg).cast(),
+                (cfg as *const FilterCfg).cast(),
                 bpf::BPF_ANY.into(),
             )
         };
@@ -269,11 +325,13 @@ impl ReplyFilter {
     }
 }
 
-/// The reply filter attached to one interface, shared by the receivers of its queues; dropping
-/// the last reference detaches it.
+/// A steering program attached to one interface, shared by the receivers of its queues;
+/// dropping the last reference detaches it.
 pub(crate) struct Attached {
-    filter: ReplyFilter,
+    filter: LoadedFilter,
     native: bool,
+    /// [`XdpProgram::name`].
+    name: &'static str,
 }
 
 impl Attached {
@@ -282,10 +340,10 @@ impl Attached {
     pub(crate) fn add_socket(&self, queue: u32, xsk: RawFd) -> anyhow::Result<()> {
         self.filter
             .add_socket(queue, xsk)
-            .map_err(|e| anyhow!("cannot add the AF_XDP socket to sonde's XDP reply filter: {e}"))
+            .map_err(|e| anyhow!("cannot add the AF_XDP socket to {}: {e}", self.name))
     }
 
-    /// See [`ReplyFilter::inject`].
+    /// See [`LoadedFilter::inject`].
     #[cfg(test)]
     pub(crate) fn inject(&self, frame: &[u8], count: u32) -> io::Result<()> {
         self.filter.inject(frame, count)
@@ -296,8 +354,8 @@ impl Attached {
 /// and the interface index in it.
 type IfKey = (u64, u64, u32);
 
-/// The filters this process has attached, by interface.
-static ATTACHED: Mutex<Vec<(IfKey, FilterCfg, Weak<Attached>)>> = Mutex::new(Vec::new());
+/// The programs this process has attached, by interface.
+static ATTACHED: Mutex<Vec<(IfKey, XdpProgram, Weak<Attached>)>> = Mutex::new(Vec::new());
 
 fn if_key(ifindex: u32) -> anyhow::Result<IfKey> {
     let ns = std::fs::metadata("/proc/thread-self/ns/net")
@@ -305,21 +363,21 @@ fn if_key(ifindex: u32) -> anyhow::Result<IfKey> {
     Ok((ns.dev(), ns.ino(), ifindex))
 }
 
-/// The reply filter on interface `ifindex` (`iface`) with `spec`, and what `open(native)`
-/// returned for it (the AF_XDP socket, bound in the filter's mode).
+/// `program` on interface `ifindex` (`iface`), and what `open(native)` returned for it (the
+/// AF_XDP socket, bound in the program's mode).
 ///
-/// When this process has the filter on the interface already, with the same `spec`, it is
-/// shared and `open` runs in its mode. Otherwise a new one is loaded and attached in the first
-/// mode of `modes` (true: native, false: generic) for which `open` also succeeds; it is
-/// detached again before the next mode is tried.
+/// When this process has the same program on the interface already, it is shared and `open`
+/// runs in its mode. Otherwise a new one is loaded and attached in the first mode of `modes`
+/// (true: native, false: generic) for which `open` also succeeds; it is detached again before
+/// the next mode is tried.
 pub(crate) fn attach_shared<T>(
     ifindex: u32,
     iface: &str,
-    spec: &FilterSpec,
+    program: &XdpProgram,
     modes: &[bool],
     mut open: impl FnMut(bool) -> anyhow::Result<T>,
 ) -> anyhow::Result<(Arc<Attached>, T)> {
-    let cfg = spec.to_cfg()?;
+    let name = program.name();
     let key = if_key(ifindex)?;
     // Held throughout, so two receivers opening at once attach one filter between them.
     let mut attached = ATTACHED.lock().unwrap_or_else(|e| e.into_inner());
@@ -327,34 +385,42 @@ pub(crate) fn attach_shared<T>(
     let found = attached
         .iter()
         .find(|(k, _, _)| *k == key)
-        .and_then(|(_, have, weak)| Some((*have, weak.upgrade()?)));
+        .and_then(|(_, have, weak)| Some((have, weak.upgrade()?)));
     // (One whose last user is dropping it right now counts as gone: attaching anew waits.)
     if let Some((have, shared)) = found {
-        if have != cfg {
-            bail!(
-                "sonde's XDP reply filter is already on {iface} with another address, protocol or port range: all receivers of one interface must take the same replies"
-            );
+        match (have, program) {
+            (have, program) if have == program => {}
+            (XdpProgram::Reply(_), XdpProgram::Reply(_)) => bail!(
+                "{name} is already on {iface} with another address, protocol or port range: all receivers of one interface must take the same replies"
+            ),
+            (XdpProgram::Expression(_), XdpProgram::Expression(_)) => bail!(
+                "{name} is already on {iface} with another expression: all receivers of one interface must capture the same expression"
+            ),
+            (have, _) => bail!(
+                "{} is already on {iface}: {name} cannot be attached beside it",
+                have.name()
+            ),
         }
         if !modes.contains(&shared.native) {
             bail!(
-                "sonde's XDP reply filter is already on {iface} in {} mode, which this receiver's XDP mode excludes",
+                "{name} is already on {iface} in {} mode, which this receiver's XDP mode excludes",
                 if shared.native { "native" } else { "generic" }
             );
         }
         let opened = open(shared.native)?;
         return Ok((shared, opened));
     }
-    let mut filter = ReplyFilter::load(spec)?;
+    let mut filter = program.load()?;
     let mut errors = Vec::new();
     for &native in modes {
         let mode = if native { "native" } else { "generic" };
         if let Err(e) = attach_retrying(&mut filter, ifindex, native) {
             match e.raw_os_error() {
                 Some(libc::EBUSY) => bail!(
-                    "cannot attach sonde's XDP reply filter to {iface}: another XDP program is attached to it (see `ip link show {iface}`)"
+                    "cannot attach {name} to {iface}: another XDP program is attached to it (see `ip link show {iface}`)"
                 ),
                 Some(libc::EPERM) => bail!(
-                    "cannot attach sonde's XDP reply filter to {iface}: permission denied: needs CAP_NET_ADMIN and CAP_BPF (run as root)"
+                    "cannot attach {name} to {iface}: permission denied: needs CAP_NET_ADMIN and CAP_BPF (run as root)"
                 ),
                 _ => {
                     errors.push(format!("attaching in {mode} mode: {e}"));
@@ -364,8 +430,12 @@ pub(crate) fn attach_shared<T>(
         }
         match open(native) {
             Ok(opened) => {
-                let shared = Arc::new(Attached { filter, native });
-                attached.push((key, cfg, Arc::downgrade(&shared)));
+                let shared = Arc::new(Attached {
+                    filter,
+                    native,
+                    name,
+                });
+                attached.push((key, program.clone(), Arc::downgrade(&shared)));
                 return Ok((shared, opened));
             }
             Err(e) => {
@@ -375,14 +445,14 @@ pub(crate) fn attach_shared<T>(
         }
     }
     Err(anyhow!(
-        "cannot receive through sonde's XDP reply filter on {iface}: {}",
+        "cannot receive through {name} on {iface}: {}",
         errors.join("; then ")
     ))
 }
 
 /// Attaches, waiting a moment while the interface is busy: a filter of this process that was
 /// just dropped may still be on its way off.
-fn attach_retrying(filter: &mut ReplyFilter, ifindex: u32, native: bool) -> io::Result<()> {
+fn attach_retrying(filter: &mut LoadedFilter, ifindex: u32, native: bool) -> io::Result<()> {
     let mut tries = 0;
     loop {
         match filter.attach(ifindex, native) {
@@ -638,12 +708,12 @@ mod tests {
     /// queue 0 (the queue a test run's frames come from), so a taken frame returns
     /// XDP_REDIRECT instead of the XDP_PASS fallback. The socket is bound to `lo` of a network
     /// namespace of its own, in a thread of its own, and no program is attached anywhere.
-    fn with_filter(spec: FilterSpec, check: impl FnOnce(&ReplyFilter) + Send + 'static) {
+    fn with_filter(spec: FilterSpec, check: impl FnOnce(&LoadedFilter) + Send + 'static) {
         std::thread::spawn(move || {
             // SAFETY: unshare only changes this thread's namespaces (no other flags given).
             let ret = unsafe { libc::unshare(libc::CLONE_NEWNET) };
             assert_eq!(ret, 0, "unshare: {}", io::Error::last_os_error());
-            let filter = ReplyFilter::load(&spec).unwrap();
+            let filter = LoadedFilter::load(&spec).unwrap();
             let mut cfg = crate::IoConfig::new("lo");
             cfg.xdp_mode = crate::XdpMode::Generic;
             let port = crate::xdp::XskPort::open(
@@ -665,7 +735,7 @@ mod tests {
 
     /// `(take, pass)`: `take(frame, what)` asserts the filter redirects `frame`,
     /// `pass(frame, what)` that it leaves it to the OS stack.
-    fn judge(f: &ReplyFilter) -> (Verdict<'_>, Verdict<'_>) {
+    fn judge(f: &LoadedFilter) -> (Verdict<'_>, Verdict<'_>) {
         let take = move |frame: Vec<u8>, what: &str| {
             assert_eq!(f.test_run(&frame).unwrap(), XDP_REDIRECT, "take {what}")
         };

@@ -1,0 +1,1825 @@
+//! Runs a tcpdump expression in XDP (`sonde capture --backend xdp`): the classic BPF that
+//! libpcap compiles ([`crate::filter::compile`]) is translated here into eBPF, which an XDP
+//! program can run, so frames are judged before any copy to user space.
+//!
+//! The translation goes instruction by instruction, in two passes: the first expands each
+//! classic instruction into a few eBPF ones, whose jumps still name classic instructions (or one
+//! of the two verdicts); the second, once every expansion's length is known, turns those names
+//! into eBPF offsets. Classic jumps only go forward, so the eBPF program has no loops either.
+//!
+//! The meaning is that of libpcap's own interpreter (`pcap_offline_filter`), which the tests
+//! compare against: A, X and the scratch words M\[0..16\] start at zero; a packet load reads
+//! big-endian bytes, and one reaching beyond the frame ends the program with "no match"; so does
+//! a division or modulo by zero; a shift by 32 or more leaves A zero; `len` is the frame's length
+//! (`data_end - data`); a nonzero return is a match.
+//!
+//! What XDP cannot run is refused with [`Unsupported`] (one line): loads of ancillary data (the
+//! kernel's SKF_AD_* and SKF_NET/SKF_LL offsets, which libpcap uses only for live Linux
+//! captures, never for a program compiled for Ethernet on a dead handle), backward jumps (the
+//! loop `protochain` compiles to), constant shifts by 32 or more, unknown opcodes, jumps past the
+//! end, programs longer than classic BPF allows or whose jumps eBPF's 16-bit offsets cannot
+//! span; and, when loading, a translation the kernel's verifier refuses (e.g. classic code that
+//! nothing reaches, which libpcap's optimiser never leaves; or, on an architecture without cheap
+//! unaligned loads, a 2- or 4-byte packet load at an odd offset). The caller then filters in
+//! user space instead.
+//!
+//! Two epilogues follow one identical body ([`Epilogue`]): a live one, which redirects a matching
+//! frame to the AF_XDP socket of its queue and passes the rest to the OS stack untouched
+//! ([`crate::xdp::XdpRx::open_cbpf`]), and a verdict-only one, run on frames in memory with
+//! BPF_PROG_TEST_RUN ([`VerdictProgram`]).
+
+use std::ffi::CStr;
+use std::fmt;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use anyhow::anyhow;
+use libbpf_sys as bpf;
+
+pub use libbpf_sys::bpf_insn;
+
+use crate::xdp_filter::{check, MAX_QUEUES};
+
+/// Why a classic program cannot run in XDP; displays as one line, "this expression cannot run in
+/// XDP: …". An [`anyhow::Error`] from [`VerdictProgram::load`] or
+/// [`crate::xdp::XdpRx::open_cbpf`] holds one (`err.downcast_ref::<Unsupported>()`) exactly
+/// when the expression itself is the reason, so the caller can filter in user space instead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unsupported(String);
+
+impl fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "this expression cannot run in XDP: {}", self.0)
+    }
+}
+
+impl std::error::Error for Unsupported {}
+
+/// What the translated program does with its verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Epilogue {
+    /// A match is redirected to the AF_XDP socket at the frame's `rx_queue_index` in the XSKMAP
+    /// `xsks_map` (XDP_PASS if there is none); anything else gets XDP_PASS.
+    Redirect { xsks_map: RawFd },
+    /// A match returns [`MATCHED`], anything else XDP_PASS.
+    Verdict,
+}
+
+/// What the verdict-only program returns for a match (XDP_DROP).
+pub const MATCHED: u32 = bpf::XDP_DROP;
+
+/// The shortest frame BPF_PROG_TEST_RUN takes for an XDP program (an Ethernet header).
+pub const MIN_TEST_FRAME: usize = 14;
+
+// Register mapping. A and X always hold zero-extended 32-bit values: every write to them is a
+// 32-bit ALU operation or a zero-extending load, so classic unsigned 32-bit arithmetic and
+// 32-bit comparisons (JMP32) carry over unchanged.
+/// The return value.
+const R0: u8 = 0;
+/// The context on entry; the first helper argument.
+const R1: u8 = 1;
+/// Scratch for address arithmetic; R2 and R3 are also helper arguments in the live epilogue.
+const TMP: u8 = 2;
+const TMP2: u8 = 3;
+/// The classic accumulator A.
+const A: u8 = 4;
+/// The classic index register X.
+const X: u8 = 5;
+/// The `struct xdp_md` context, kept for the live epilogue's `rx_queue_index`.
+const CTX: u8 = 6;
+/// The frame's first byte and one past its last (`ctx->data`, `ctx->data_end`).
+const DATA: u8 = 7;
+const DATA_END: u8 = 8;
+/// The read-only frame pointer: scratch word M\[i\] is the 4-byte stack slot at FP - 64 + 4i.
+const FP: u8 = 10;
+
+const SCRATCH_WORDS: u32 = 16;
+const SCRATCH_BYTES: i16 = 4 * SCRATCH_WORDS as i16;
+
+/// `struct xdp_md` field offsets.
+const XDP_MD_DATA: i16 = 0;
+const XDP_MD_DATA_END: i16 = 4;
+const XDP_MD_RX_QUEUE_INDEX: i16 = 16;
+
+/// The largest packet offset the verifier lets a program reach (its MAX_PACKET_OFF). A load
+/// beyond it is taken as beyond the frame: true of every frame but those over 64 KiB, which only
+/// generic XDP on an interface with a 64 KiB MTU (such as `lo`) can see.
+const MAX_PACKET_OFF: u32 = 0xffff;
+
+/// Classic opcode parts (`<linux/filter.h>`); the class values are eBPF's too.
+mod classic {
+    pub const LD: u16 = 0x00;
+    pub const LDX: u16 = 0x01;
+    pub const ST: u16 = 0x02;
+    pub const STX: u16 = 0x03;
+    pub const ALU: u16 = 0x04;
+    pub const JMP: u16 = 0x05;
+    pub const RET: u16 = 0x06;
+    pub const MISC: u16 = 0x07;
+    pub const W: u16 = 0x00;
+    pub const H: u16 = 0x08;
+    pub const B: u16 = 0x10;
+    pub const IMM: u16 = 0x00;
+    pub const ABS: u16 = 0x20;
+    pub const IND: u16 = 0x40;
+    pub const MEM: u16 = 0x60;
+    pub const LEN: u16 = 0x80;
+    pub const MSH: u16 = 0xa0;
+    /// Source of an ALU or jump operand: K (the constant) or X.
+    pub const X: u16 = 0x08;
+    /// RET's value: K or A.
+    pub const RET_A: u16 = 0x10;
+    pub const TAX: u16 = 0x00;
+    pub const TXA: u16 = 0x80;
+    /// The negative offsets from which the kernel loads ancillary data (SKF_AD_OFF, …).
+    pub const FIRST_SPECIAL_OFFSET: u32 = 0x8000_0000;
+}
+
+// eBPF opcode parts, as the instruction's `code` byte takes them.
+const LDX_MEM: u8 = (bpf::BPF_LDX | bpf::BPF_MEM) as u8;
+const STX_MEM: u8 = (bpf::BPF_STX | bpf::BPF_MEM) as u8;
+const ST_MEM: u8 = (bpf::BPF_ST | bpf::BPF_MEM) as u8;
+const LD_IMM64: u8 = (bpf::BPF_LD | bpf::BPF_IMM | bpf::BPF_DW) as u8;
+const ALU32: u8 = bpf::BPF_ALU as u8;
+const ALU64: u8 = bpf::BPF_ALU64 as u8;
+const JMP64: u8 = bpf::BPF_JMP as u8;
+const JMP32: u8 = bpf::BPF_JMP32 as u8;
+const SRC_X: u8 = bpf::BPF_X as u8;
+const MOV: u8 = bpf::BPF_MOV as u8;
+const ADD: u8 = bpf::BPF_ADD as u8;
+const AND: u8 = bpf::BPF_AND as u8;
+const LSH: u8 = bpf::BPF_LSH as u8;
+const JA: u8 = bpf::BPF_JA as u8;
+const JEQ: u8 = bpf::BPF_JEQ as u8;
+const JNE: u8 = bpf::BPF_JNE as u8;
+const JGT: u8 = bpf::BPF_JGT as u8;
+const JGE: u8 = bpf::BPF_JGE as u8;
+const JLT: u8 = bpf::BPF_JLT as u8;
+const JLE: u8 = bpf::BPF_JLE as u8;
+const JSET: u8 = bpf::BPF_JSET as u8;
+
+/// Where a jump goes, before eBPF offsets are known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    /// The first eBPF instruction of this classic instruction.
+    Classic(usize),
+    NoMatch,
+    Match,
+}
+
+/// A jump's or ALU operation's second operand.
+#[derive(Clone, Copy, Debug)]
+enum Operand {
+    Imm(u32),
+    Reg(u8),
+}
+
+fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> bpf_insn {
+    bpf_insn {
+        code,
+        _bitfield_align_1: [],
+        _bitfield_1: bpf_insn::new_bitfield_1(dst, src),
+        off,
+        imm,
+    }
+}
+
+/// The eBPF program being written: instructions, each jump with its target still symbolic.
+#[derive(Default)]
+struct Emitter {
+    code: Vec<(bpf_insn, Option<Target>)>,
+}
+
+impl Emitter {
+    fn len(&self) -> usize {
+        self.code.len()
+    }
+
+    fn emit(&mut self, code: u8, dst: u8, src: u8, off: i16, imm: i32) {
+        self.code.push((insn(code, dst, src, off, imm), None));
+    }
+
+    fn mov32_imm(&mut self, dst: u8, imm: u32) {
+        self.emit(ALU32 | MOV, dst, 0, 0, imm as i32);
+    }
+
+    fn mov32_reg(&mut self, dst: u8, src: u8) {
+        self.emit(ALU32 | MOV | SRC_X, dst, src, 0, 0);
+    }
+
+    fn mov64_reg(&mut self, dst: u8, src: u8) {
+        self.emit(ALU64 | MOV | SRC_X, dst, src, 0, 0);
+    }
+
+    /// A 32-bit operation: `dst = dst op operand` (`op` a BPF_ADD, … code).
+    fn alu32(&mut self, op: u8, dst: u8, operand: Operand) {
+        match operand {
+            Operand::Imm(k) => self.emit(ALU32 | op, dst, 0, 0, k as i32),
+            Operand::Reg(src) => self.emit(ALU32 | op | SRC_X, dst, src, 0, 0),
+        }
+    }
+
+    fn add64_imm(&mut self, dst: u8, imm: u32) {
+        self.emit(ALU64 | ADD, dst, 0, 0, imm as i32);
+    }
+
+    fn add64_reg(&mut self, dst: u8, src: u8) {
+        self.emit(ALU64 | ADD | SRC_X, dst, src, 0, 0);
+    }
+
+    /// `dst = *(width bytes *)(base + off)`, zero-extended.
+    fn load(&mut self, width: Width, dst: u8, base: u8, off: i16) {
+        self.emit(LDX_MEM | width.size(), dst, base, off, 0);
+    }
+
+    /// `*(u32 *)(base + off) = src`.
+    fn store32(&mut self, base: u8, off: i16, src: u8) {
+        self.emit(STX_MEM | bpf::BPF_W as u8, base, src, off, 0);
+    }
+
+    fn goto(&mut self, to: Target) {
+        self.code.push((insn(JMP64 | JA, 0, 0, 0, 0), Some(to)));
+    }
+
+    /// `if dst op operand goto to`, comparing 64 (`JMP64`) or 32 bits (`JMP32`).
+    fn branch(&mut self, class: u8, op: u8, dst: u8, operand: Operand, to: Target) {
+        let insn = match operand {
+            Operand::Imm(k) => insn(class | op, dst, 0, 0, k as i32),
+            Operand::Reg(src) => insn(class | op | SRC_X, dst, src, 0, 0),
+        };
+        self.code.push((insn, Some(to)));
+    }
+
+    /// Ends the program with "no match" when this point is reached; a conditional jump (A
+    /// always equals itself) so that what follows stays reachable in the verifier's check of
+    /// the control flow, which refuses any instruction it cannot reach.
+    fn always_no_match(&mut self) {
+        self.branch(JMP64, JEQ, A, Operand::Reg(A), Target::NoMatch);
+    }
+
+    fn exit(&mut self) {
+        self.emit(JMP64 | bpf::BPF_EXIT as u8, 0, 0, 0, 0);
+    }
+
+    /// Turns symbolic targets into offsets: `starts[i]` is where classic instruction `i`
+    /// begins, `no_match` and `matched` where the verdicts do (if anything jumps to them).
+    fn resolve(
+        self,
+        starts: &[usize],
+        no_match: Option<usize>,
+        matched: Option<usize>,
+    ) -> Result<Vec<bpf_insn>, Unsupported> {
+        let mut out = Vec::with_capacity(self.code.len());
+        for (at, (mut insn, target)) in self.code.into_iter().enumerate() {
+            if let Some(target) = target {
+                let to = match target {
+                    Target::Classic(i) => starts[i],
+                    Target::NoMatch => no_match.expect("a jump to no-match has its epilogue"),
+                    Target::Match => matched.expect("a jump to match has its epilogue"),
+                };
+                insn.off = i16::try_from(to as i64 - at as i64 - 1).map_err(|_| {
+                    Unsupported(format!(
+                        "its translation is too long: a jump spans more than {} eBPF instructions",
+                        i16::MAX
+                    ))
+                })?;
+            }
+            out.push(insn);
+        }
+        Ok(out)
+    }
+
+    fn jumps_to(&self, target: Target) -> bool {
+        self.code.iter().any(|(_, t)| *t == Some(target))
+    }
+}
+
+/// Size of a packet or memory load.
+#[derive(Clone, Copy, Debug)]
+enum Width {
+    Byte,
+    Half,
+    Word,
+}
+
+impl Width {
+    fn of(code: u16) -> Option<Width> {
+        match code & 0x18 {
+            classic::B => Some(Width::Byte),
+            classic::H => Some(Width::Half),
+            classic::W => Some(Width::Word),
+            _ => None,
+        }
+    }
+
+    fn bytes(self) -> u32 {
+        match self {
+            Width::Byte => 1,
+            Width::Half => 2,
+            Width::Word => 4,
+        }
+    }
+
+    /// The eBPF size bits.
+    fn size(self) -> u8 {
+        (match self {
+            Width::Byte => bpf::BPF_B,
+            Width::Half => bpf::BPF_H,
+            Width::Word => bpf::BPF_W,
+        }) as u8
+    }
+}
+
+/// Translates the classic BPF `program` (a tcpdump expression compiled for Ethernet) into an
+/// XDP program ending in `epilogue`. The instructions before the epilogue do not depend on it.
+pub fn translate(
+    program: &[libc::sock_filter],
+    epilogue: Epilogue,
+) -> Result<Vec<bpf_insn>, Unsupported> {
+    Ok(expand(program, epilogue)?.insns)
+}
+
+/// A translation and where its parts begin.
+struct Expanded {
+    insns: Vec<bpf_insn>,
+    /// Where each classic instruction's expansion begins.
+    #[cfg_attr(not(test), allow(dead_code))]
+    starts: Vec<usize>,
+    /// Where the verdicts begin, if anything jumps to them.
+    #[cfg_attr(not(test), allow(dead_code))]
+    no_match: Option<usize>,
+    #[cfg_attr(not(test), allow(dead_code))]
+    matched: Option<usize>,
+}
+
+/// [`translate`], with the positions the tests check jumps against.
+fn expand(program: &[libc::sock_filter], epilogue: Epilogue) -> Result<Expanded, Unsupported> {
+    check_shape(program)?;
+    let mut e = Emitter::default();
+    prologue(&mut e, uses_scratch(program));
+    let mut starts = Vec::with_capacity(program.len());
+    for (at, classic) in program.iter().enumerate() {
+        starts.push(e.len());
+        translate_one(&mut e, at, classic, program.len()).map_err(|why| {
+            Unsupported(format!(
+                "instruction {at} (code {:#06x}, k {:#x}) {why}",
+                classic.code, classic.k
+            ))
+        })?;
+    }
+    // The body ends in jumps only (check_shape), so the verdicts follow it; each is written only
+    // if something jumps to it, as the verifier refuses unreachable instructions.
+    let no_match = e.jumps_to(Target::NoMatch).then(|| {
+        let at = e.len();
+        e.mov32_imm(R0, bpf::XDP_PASS);
+        e.exit();
+        at
+    });
+    let matched = e.jumps_to(Target::Match).then(|| {
+        let at = e.len();
+        on_match(&mut e, epilogue);
+        at
+    });
+    Ok(Expanded {
+        insns: e.resolve(&starts, no_match, matched)?,
+        starts,
+        no_match,
+        matched,
+    })
+}
+
+/// Refuses what cannot be a complete classic program.
+fn check_shape(program: &[libc::sock_filter]) -> Result<(), Unsupported> {
+    let max = bpf::BPF_MAXINSNS as usize;
+    match program.last() {
+        None => Err(Unsupported("the program is empty".into())),
+        Some(_) if program.len() > max => Err(Unsupported(format!(
+            "the program has {} instructions, more than classic BPF's {max}",
+            program.len()
+        ))),
+        Some(last) if !matches!(last.code & 0x07, classic::RET | classic::JMP) => Err(Unsupported(
+            "the program can run past its last instruction".into(),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+fn uses_scratch(program: &[libc::sock_filter]) -> bool {
+    program.iter().any(|i| match i.code & 0x07 {
+        classic::ST | classic::STX => true,
+        classic::LD | classic::LDX => i.code & 0xe0 == classic::MEM,
+        _ => false,
+    })
+}
+
+/// Saves the context and the frame's bounds, and zeroes A, X and (if used) M\[0..16\].
+fn prologue(e: &mut Emitter, scratch: bool) {
+    e.mov64_reg(CTX, R1);
+    e.load(Width::Word, DATA, CTX, XDP_MD_DATA);
+    e.load(Width::Word, DATA_END, CTX, XDP_MD_DATA_END);
+    e.mov32_imm(A, 0);
+    e.mov32_imm(X, 0);
+    if scratch {
+        for off in (-SCRATCH_BYTES..0).step_by(8) {
+            e.emit(ST_MEM | bpf::BPF_DW as u8, FP, 0, off, 0);
+        }
+    }
+}
+
+/// What a match does.
+fn on_match(e: &mut Emitter, epilogue: Epilogue) {
+    match epilogue {
+        Epilogue::Verdict => {
+            e.mov32_imm(R0, MATCHED);
+        }
+        Epilogue::Redirect { xsks_map } => {
+            // bpf_redirect_map(&xsks_map, ctx->rx_queue_index, XDP_PASS): the flags' low bits
+            // are the action when the map has no socket at that queue.
+            e.emit(LD_IMM64, R1, bpf::BPF_PSEUDO_MAP_FD as u8, 0, xsks_map);
+            e.emit(0, 0, 0, 0, 0);
+            e.load(Width::Word, TMP, CTX, XDP_MD_RX_QUEUE_INDEX);
+            e.mov32_imm(TMP2, bpf::XDP_PASS);
+            let call = JMP64 | bpf::BPF_CALL as u8;
+            e.emit(call, 0, 0, 0, bpf::BPF_FUNC_redirect_map as i32);
+        }
+    }
+    e.exit();
+}
+
+/// Translates classic instruction `at` of a program of `len`; `Err` says why it cannot be (the
+/// caller names the instruction).
+fn translate_one(
+    e: &mut Emitter,
+    at: usize,
+    i: &libc::sock_filter,
+    len: usize,
+) -> Result<(), String> {
+    match i.code & 0x07 {
+        classic::LD => load_a(e, i),
+        classic::LDX => load_x(e, i),
+        classic::ST | classic::STX => store(e, i),
+        classic::ALU => alu(e, i),
+        classic::JMP => jump(e, at, i, len),
+        classic::RET => ret(e, i),
+        classic::MISC => misc(e, i),
+        _ => unreachable!("the class is three bits"),
+    }
+}
+
+fn unknown() -> String {
+    "has an opcode classic BPF does not define".into()
+}
+
+/// The stack offset of scratch word M\[k\].
+fn scratch_slot(k: u32) -> Result<i16, String> {
+    if k >= SCRATCH_WORDS {
+        return Err(format!(
+            "uses scratch word M[{k}], beyond M[0..{SCRATCH_WORDS}]"
+        ));
+    }
+    Ok(-SCRATCH_BYTES + 4 * k as i16)
+}
+
+/// `LD`: A = a packet word, half word or byte (at k, or at X + k), a constant, a scratch word,
+/// or the frame's length.
+fn load_a(e: &mut Emitter, i: &libc::sock_filter) -> Result<(), String> {
+    let width = Width::of(i.code).ok_or_else(unknown)?;
+    match (i.code & 0xe0, width) {
+        (classic::ABS, _) => load_packet(e, A, width, i.k, false),
+        (classic::IND, _) => load_packet(e, A, width, i.k, true),
+        (classic::IMM, Width::Word) => {
+            e.mov32_imm(A, i.k);
+            Ok(())
+        }
+        (classic::MEM, Width::Word) => {
+            e.load(Width::Word, A, FP, scratch_slot(i.k)?);
+            Ok(())
+        }
+        (classic::LEN, Width::Word) => {
+            frame_length(e, A);
+            Ok(())
+        }
+        _ => Err(unknown()),
+    }
+}
+
+/// `LDX`: X = a constant, a scratch word, the frame's length, or 4 × the low nibble of the
+/// packet byte at k (MSH: an IPv4 header's length).
+fn load_x(e: &mut Emitter, i: &libc::sock_filter) -> Result<(), String> {
+    match i.code & !0x07 {
+        c if c == classic::W | classic::IMM => e.mov32_imm(X, i.k),
+        c if c == classic::W | classic::MEM => e.load(Width::Word, X, FP, scratch_slot(i.k)?),
+        c if c == classic::W | classic::LEN => frame_length(e, X),
+        c if c == classic::B | classic::MSH => {
+            load_packet(e, X, Width::Byte, i.k, false)?;
+            e.alu32(AND, X, Operand::Imm(0xf));
+            e.alu32(LSH, X, Operand::Imm(2));
+        }
+        _ => return Err(unknown()),
+    }
+    Ok(())
+}
+
+/// `dst` = `data_end - data`.
+fn frame_length(e: &mut Emitter, dst: u8) {
+    e.mov64_reg(TMP, DATA_END);
+    e.emit(ALU64 | bpf::BPF_SUB as u8 | SRC_X, TMP, DATA, 0, 0);
+    e.mov32_reg(dst, TMP);
+}
+
+/// `dst` = the big-endian packet field of `width` at `k` (or at X + k if `indexed`), in host
+/// order; a field reaching beyond the frame ends the program with "no match".
+///
+/// The verifier accepts a packet access only when it has seen the pointer compared against
+/// `data_end`, and a variable offset only when it is bounded first: X + k is checked against
+/// MAX_PACKET_OFF (beyond it no frame reaches) before it is added to `data`.
+fn load_packet(
+    e: &mut Emitter,
+    dst: u8,
+    width: Width,
+    k: u32,
+    indexed: bool,
+) -> Result<(), String> {
+    if k >= classic::FIRST_SPECIAL_OFFSET {
+        return Err(format!(
+            "loads the kernel's ancillary data at offset {}, which XDP does not have",
+            k as i32
+        ));
+    }
+    let end = u64::from(k) + u64::from(width.bytes());
+    if end > u64::from(MAX_PACKET_OFF) {
+        // Beyond any frame (and X only adds to it).
+        e.always_no_match();
+        return Ok(());
+    }
+    let ptr = if indexed {
+        // TMP = X + k (64-bit: no wrap-around), then TMP2 = data + TMP + width.
+        e.mov32_reg(TMP, X);
+        if k != 0 {
+            e.add64_imm(TMP, k);
+        }
+        let last_start = MAX_PACKET_OFF - width.bytes();
+        e.branch(JMP64, JGT, TMP, Operand::Imm(last_start), Target::NoMatch);
+        e.mov64_reg(TMP2, DATA);
+        e.add64_reg(TMP2, TMP);
+        e.add64_imm(TMP2, width.bytes());
+        TMP2
+    } else {
+        e.mov64_reg(TMP, DATA);
+        e.add64_imm(TMP, end as u32);
+        TMP
+    };
+    e.branch(JMP64, JGT, ptr, Operand::Reg(DATA_END), Target::NoMatch);
+    e.load(width, dst, ptr, -(width.bytes() as i16));
+    if !matches!(width, Width::Byte) {
+        // To big-endian from host order is the same swap as back (or nothing, on a big-endian
+        // host); it also clears the bits above the field.
+        let to_be = bpf::BPF_END as u8 | bpf::BPF_TO_BE as u8;
+        e.emit(ALU32 | to_be, dst, 0, 0, 8 * width.bytes() as i32);
+    }
+    Ok(())
+}
+
+/// `ST`/`STX`: M\[k\] = A or X.
+fn store(e: &mut Emitter, i: &libc::sock_filter) -> Result<(), String> {
+    let src = match i.code {
+        classic::ST => A,
+        classic::STX => X,
+        _ => return Err(unknown()),
+    };
+    e.store32(FP, scratch_slot(i.k)?, src);
+    Ok(())
+}
+
+/// `ALU`: A = A op K (or X), 32 bits unsigned, as classic BPF.
+fn alu(e: &mut Emitter, i: &libc::sock_filter) -> Result<(), String> {
+    let op = (i.code & 0xf0) as u8;
+    let operand = if i.code & classic::X != 0 {
+        Operand::Reg(X)
+    } else {
+        Operand::Imm(i.k)
+    };
+    match op as u32 {
+        bpf::BPF_ADD | bpf::BPF_SUB | bpf::BPF_MUL | bpf::BPF_OR | bpf::BPF_AND | bpf::BPF_XOR => {
+            e.alu32(op, A, operand);
+        }
+        bpf::BPF_DIV | bpf::BPF_MOD => match operand {
+            // eBPF divides by zero without a fault; classic BPF ends with "no match".
+            Operand::Imm(0) => e.always_no_match(),
+            Operand::Reg(x) => {
+                e.branch(JMP64, JEQ, x, Operand::Imm(0), Target::NoMatch);
+                e.alu32(op, A, operand);
+            }
+            Operand::Imm(_) => e.alu32(op, A, operand),
+        },
+        bpf::BPF_LSH | bpf::BPF_RSH => match operand {
+            Operand::Imm(k) if k >= 32 => {
+                return Err(format!("shifts by {k}, which 32-bit BPF cannot"))
+            }
+            Operand::Imm(_) => e.alu32(op, A, operand),
+            Operand::Reg(x) => {
+                // libpcap leaves A zero for a shift by 32 or more; eBPF's would be undefined.
+                e.emit(JMP64 | JLT, x, 0, 2, 32);
+                e.mov32_imm(A, 0);
+                e.emit(JMP64 | JA, 0, 0, 1, 0);
+                e.alu32(op, A, operand);
+            }
+        },
+        bpf::BPF_NEG if i.code == classic::ALU | bpf::BPF_NEG as u16 => {
+            e.emit(ALU32 | op, A, 0, 0, 0);
+        }
+        _ => return Err(unknown()),
+    }
+    Ok(())
+}
+
+/// The negation of a comparison, where eBPF has one.
+fn negated(op: u8) -> Option<u8> {
+    match op {
+        JEQ => Some(JNE),
+        JGT => Some(JLE),
+        JGE => Some(JLT),
+        _ => None,
+    }
+}
+
+/// `JMP`: always (JA), or to `jt` if A compares true against K (or X) and to `jf` if not.
+fn jump(e: &mut Emitter, at: usize, i: &libc::sock_filter, len: usize) -> Result<(), String> {
+    let target = |skip: u32| match (at + 1).checked_add(skip as usize) {
+        Some(to) if to < len => Ok(Target::Classic(to)),
+        _ => Err("jumps past the end of the program".to_string()),
+    };
+    let op = (i.code & 0xf0) as u8;
+    if i.code == classic::JMP | JA as u16 {
+        if i.k >= 0x8000_0000 {
+            // libpcap's interpreter runs what wraps around; the kernel refuses it.
+            return Err("jumps backwards (a loop, as `protochain` compiles to)".into());
+        }
+        e.goto(target(i.k)?);
+        return Ok(());
+    }
+    if !matches!(op, JEQ | JGT | JGE | JSET) {
+        return Err(unknown());
+    }
+    let operand = if i.code & classic::X != 0 {
+        Operand::Reg(X)
+    } else {
+        Operand::Imm(i.k)
+    };
+    let (on_true, on_false) = (target(i.jt.into())?, target(i.jf.into())?);
+    if on_true == on_false {
+        e.goto(on_true);
+    } else if i.jf == 0 {
+        e.branch(JMP32, op, A, operand, on_true);
+    } else if let (0, Some(not)) = (i.jt, negated(op)) {
+        e.branch(JMP32, not, A, operand, on_false);
+    } else {
+        e.branch(JMP32, op, A, operand, on_true);
+        e.goto(on_false);
+    }
+    Ok(())
+}
+
+/// `RET`: a nonzero K or A is a match.
+fn ret(e: &mut Emitter, i: &libc::sock_filter) -> Result<(), String> {
+    match i.code & !0x07 {
+        0 => e.goto(if i.k != 0 {
+            Target::Match
+        } else {
+            Target::NoMatch
+        }),
+        classic::RET_A => {
+            e.branch(JMP32, JNE, A, Operand::Imm(0), Target::Match);
+            e.goto(Target::NoMatch);
+        }
+        _ => return Err(unknown()),
+    }
+    Ok(())
+}
+
+/// `MISC`: X = A (TAX) or A = X (TXA).
+fn misc(e: &mut Emitter, i: &libc::sock_filter) -> Result<(), String> {
+    match i.code & !0x07 {
+        classic::TAX => e.mov32_reg(X, A),
+        classic::TXA => e.mov32_reg(A, X),
+        _ => return Err(unknown()),
+    }
+    Ok(())
+}
+
+/// Loads `insns` as an XDP program named `name`. A verifier's refusal is an [`Unsupported`]
+/// naming the last line of its log.
+fn load_xdp(insns: &[bpf_insn], name: &CStr) -> anyhow::Result<OwnedFd> {
+    match load_with_log(insns, name, None) {
+        Ok(fd) => Ok(fd),
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => Err(anyhow!(
+            "loading the XDP program of the expression: permission denied: needs CAP_BPF and CAP_NET_ADMIN (run as root)"
+        )),
+        Err(e) => {
+            // Once more, for the verifier's reason.
+            let mut log = vec![0u8; 1 << 18];
+            let _ = load_with_log(insns, name, Some(&mut log));
+            let text = String::from_utf8_lossy(&log);
+            let text = text.trim_end_matches('\0');
+            // The reason is the last line before the closing statistics.
+            let statistics = ["processed ", "verification time", "stack depth"];
+            let reason = text.lines().rev().map(str::trim).find(|l| {
+                !l.is_empty() && !statistics.iter().any(|s| l.starts_with(s))
+            });
+            Err(Unsupported(match reason {
+                Some(line) => format!("the kernel refused its translation ({e}): {line}"),
+                None => format!("the kernel refused its translation: {e}"),
+            })
+            .into())
+        }
+    }
+}
+
+fn load_with_log(insns: &[bpf_insn], name: &CStr, log: Option<&mut [u8]>) -> io::Result<OwnedFd> {
+    let mut opts = bpf::bpf_prog_load_opts {
+        sz: std::mem::size_of::<bpf::bpf_prog_load_opts>() as _,
+        ..Default::default()
+    };
+    if let Some(log) = log {
+        opts.log_buf = log.as_mut_ptr().cast();
+        opts.log_size = log.len() as u32;
+        opts.log_level = 1;
+    }
+    // SAFETY: `insns` is valid for `insns.len()` instructions, name and license are
+    // NUL-terminated, `opts` is fully initialised with its own size, and its log buffer (if
+    // any) is writable for `log_size` bytes; the kernel copies the program during the call.
+    let fd = check(unsafe {
+        bpf::bpf_prog_load(
+            bpf::BPF_PROG_TYPE_XDP,
+            name.as_ptr(),
+            c"GPL".as_ptr(),
+            insns.as_ptr(),
+            insns.len() as _,
+            &mut opts,
+        )
+    })?;
+    // SAFETY: `fd` is the new program's descriptor, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Loads `program` translated with the live epilogue, redirecting matches to a new XSKMAP of
+/// `MAX_QUEUES` entries: returns the program and the map.
+pub(crate) fn load_redirect(program: &[libc::sock_filter]) -> anyhow::Result<(OwnedFd, OwnedFd)> {
+    // SAFETY: the name is NUL-terminated; null options mean the defaults.
+    let fd = unsafe {
+        bpf::bpf_map_create(
+            bpf::BPF_MAP_TYPE_XSKMAP,
+            c"xsks_map".as_ptr(),
+            4,
+            4,
+            MAX_QUEUES,
+            std::ptr::null(),
+        )
+    };
+    let fd = check(fd).map_err(|e| match e.raw_os_error() {
+        Some(libc::EPERM) => anyhow!(
+            "creating the XSKMAP of the capture expression's XDP program: permission denied: needs CAP_BPF and CAP_NET_ADMIN (run as root)"
+        ),
+        _ => anyhow!("creating the XSKMAP of the capture expression's XDP program: {e}"),
+    })?;
+    // SAFETY: `fd` is the new map's descriptor, owned by nobody else.
+    let xsks = unsafe { OwnedFd::from_raw_fd(fd) };
+    let insns = translate(
+        program,
+        Epilogue::Redirect {
+            xsks_map: xsks.as_raw_fd(),
+        },
+    )?;
+    let prog = load_xdp(&insns, c"sonde_capture")?;
+    Ok((prog, xsks))
+}
+
+/// A classic program translated with the verdict-only epilogue and loaded, to judge frames in
+/// memory (for checking, and for `sonde capture -r FILE --backend xdp`). Judging is one system
+/// call per frame (BPF_PROG_TEST_RUN).
+pub struct VerdictProgram {
+    prog: OwnedFd,
+    /// The longest frame a test run hands over whole (see [`VerdictProgram::matches`]).
+    longest: usize,
+}
+
+impl VerdictProgram {
+    /// Translates and loads `program`. Needs CAP_BPF (root). An [`Unsupported`] error (see
+    /// there) means the expression cannot run in XDP at all.
+    pub fn load(program: &[libc::sock_filter]) -> anyhow::Result<VerdictProgram> {
+        let insns = translate(program, Epilogue::Verdict)?;
+        let prog = load_xdp(&insns, c"sonde_verdict")?;
+        let longest = longest_whole_frame()
+            .map_err(|e| anyhow!("measuring what an XDP test run takes: {e:#}"))?;
+        Ok(VerdictProgram { prog, longest })
+    }
+
+    /// The longest frame [`VerdictProgram::matches`] judges: a test run puts a frame's first
+    /// bytes up to about a page less head- and tailroom (3 520 bytes with 4 KiB pages) where
+    /// the program sees them and the rest out of its sight.
+    pub fn longest_frame(&self) -> usize {
+        self.longest
+    }
+
+    /// Whether the program matches `frame`, judged by the kernel. `len` is `frame.len()`: for a
+    /// frame captured short (a file's caplen below its wire length), `len`, `greater` and
+    /// `less` judge the captured length, where tcpdump judges the wire length.
+    ///
+    /// A frame shorter than [`MIN_TEST_FRAME`] or longer than
+    /// [`VerdictProgram::longest_frame`] is not judged: the kernel would refuse it, or judge
+    /// only its first part. Either is an error of kind `InvalidInput`, returned without asking
+    /// the kernel; judge those in user space (libpcap's `pcap_offline_filter`).
+    pub fn matches(&self, frame: &[u8]) -> io::Result<bool> {
+        if !(MIN_TEST_FRAME..=self.longest).contains(&frame.len()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "an XDP test run judges frames of {MIN_TEST_FRAME} to {} bytes, not {}",
+                    self.longest,
+                    frame.len()
+                ),
+            ));
+        }
+        match test_run(&self.prog, frame)? {
+            MATCHED => Ok(true),
+            bpf::XDP_PASS => Ok(false),
+            other => Err(io::Error::other(format!(
+                "the verdict program returned {other}, neither match nor no match"
+            ))),
+        }
+    }
+}
+
+/// Runs `prog` once on `frame` (BPF_PROG_TEST_RUN) and returns what it returned.
+fn test_run(prog: &OwnedFd, frame: &[u8]) -> io::Result<u32> {
+    let mut opts = bpf::bpf_test_run_opts {
+        sz: std::mem::size_of::<bpf::bpf_test_run_opts>() as _,
+        data_in: frame.as_ptr().cast(),
+        data_size_in: frame.len() as u32,
+        repeat: 1,
+        ..Default::default()
+    };
+    // SAFETY: `frame` outlives the call, which only reads `data_size_in` bytes of it; there is
+    // no output buffer.
+    check(unsafe { bpf::bpf_prog_test_run_opts(prog.as_raw_fd(), &mut opts) })?;
+    Ok(opts.retval)
+}
+
+/// How much of a frame a test run shows an XDP program (`data_end - data`), at most: measured
+/// once by a program returning just that, on a frame of MAX_PACKET_OFF bytes. (The kernel puts
+/// the rest of a longer frame into fragments, out of the program's sight, without an error.)
+fn longest_whole_frame() -> anyhow::Result<usize> {
+    static LONGEST: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    if let Some(&n) = LONGEST.get() {
+        return Ok(n);
+    }
+    let mut e = Emitter::default();
+    e.load(Width::Word, DATA, R1, XDP_MD_DATA);
+    e.load(Width::Word, DATA_END, R1, XDP_MD_DATA_END);
+    frame_length(&mut e, R0);
+    e.exit();
+    let probe = load_xdp(&e.resolve(&[], None, None)?, c"sonde_xdp_len")?;
+    let frame = vec![0u8; MAX_PACKET_OFF as usize];
+    let n = test_run(&probe, &frame)? as usize;
+    Ok(*LONGEST.get_or_init(|| n))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::test_support::in_private_netns;
+    use crate::xdp::XdpRx;
+    use crate::{FilterSpec, FrameRx, IoConfig, TcpTake, XdpMode};
+
+    fn op(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+        libc::sock_filter { code, jt, jf, k }
+    }
+
+    // Classic instructions, as libpcap's `-d` prints them.
+    const LDH_ABS: u16 = 0x28;
+    const LDB_ABS: u16 = 0x30;
+    const LD_ABS: u16 = 0x20;
+    const LDB_IND: u16 = 0x50;
+    const LD_IND: u16 = 0x40;
+    const LD_MEM: u16 = 0x60;
+    const JA_: u16 = 0x05;
+    const JEQ_K: u16 = 0x15;
+    const JGT_K: u16 = 0x25;
+    const JSET_K: u16 = 0x45;
+    const LSH_K: u16 = 0x64;
+    const RET_K: u16 = 0x06;
+    const RET_A: u16 = 0x16;
+
+    fn dst(i: &bpf_insn) -> u8 {
+        i.dst_reg()
+    }
+
+    /// Whether `i` is a jump with an offset (not a call or exit).
+    fn is_jump(i: &bpf_insn) -> bool {
+        let class = i.code & 0x07;
+        let op = i.code & 0xf0;
+        (class == JMP64 || class == JMP32) && op != bpf::BPF_CALL as u8 && op != bpf::BPF_EXIT as u8
+    }
+
+    /// The jumps of the expansion of classic instruction `at`: (opcode, destination).
+    fn jumps_of(x: &Expanded, at: usize) -> Vec<(u8, usize)> {
+        let end = x.starts.get(at + 1).copied().unwrap_or(x.insns.len());
+        (x.starts[at]..end)
+            .filter(|&p| is_jump(&x.insns[p]))
+            .map(|p| {
+                (
+                    x.insns[p].code,
+                    (p as i64 + 1 + x.insns[p].off as i64) as usize,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn jumps_land_where_the_classic_ones_did() {
+        let program = [
+            op(LDH_ABS, 0, 0, 12),    // 0
+            op(JEQ_K, 0, 5, 0x800),   // 1: jt next, jf 7 → one negated jump
+            op(LDB_ABS, 0, 0, 23),    // 2
+            op(JGT_K, 1, 2, 5),       // 3: jt 5, jf 6 → jump and JA
+            op(JA_, 0, 0, 2),         // 4: 7
+            op(JSET_K, 1, 0, 1),      // 5: jt 7, jf next → one jump, no negation needed
+            op(RET_K, 0, 0, 0x40000), // 6
+            op(RET_K, 0, 0, 0),       // 7
+        ];
+        let x = expand(&program, Epilogue::Verdict).unwrap();
+        let (s, no, yes) = (&x.starts, x.no_match.unwrap(), x.matched.unwrap());
+        let j32 = |op: u8| JMP32 | op;
+        // Packet loads jump (64-bit) to no-match when the field is beyond the frame.
+        assert_eq!(jumps_of(&x, 0), [(JMP64 | JGT | SRC_X, no)]);
+        assert_eq!(jumps_of(&x, 1), [(j32(JNE), s[7])]);
+        assert_eq!(jumps_of(&x, 2), [(JMP64 | JGT | SRC_X, no)]);
+        assert_eq!(jumps_of(&x, 3), [(j32(JGT), s[5]), (JMP64 | JA, s[6])]);
+        assert_eq!(jumps_of(&x, 4), [(JMP64 | JA, s[7])]);
+        assert_eq!(jumps_of(&x, 5), [(j32(JSET), s[7])]);
+        assert_eq!(jumps_of(&x, 6), [(JMP64 | JA, yes)]);
+        assert_eq!(jumps_of(&x, 7), [(JMP64 | JA, no)]);
+        // Each comparison is of A with K.
+        for at in [1, 3, 5] {
+            let insn = &x.insns[s[at]];
+            assert_eq!((dst(insn), insn.imm as u32), (A, program[at].k), "{at}");
+        }
+        // The verdicts: no match, then match, each returning at once.
+        let ret = |at: usize| {
+            (
+                x.insns[at].code,
+                x.insns[at].imm as u32,
+                x.insns[at + 1].code,
+            )
+        };
+        let exit = JMP64 | bpf::BPF_EXIT as u8;
+        assert_eq!(ret(no), (ALU32 | MOV, bpf::XDP_PASS, exit));
+        assert_eq!(ret(yes), (ALU32 | MOV, MATCHED, exit));
+        assert_eq!(yes + 2, x.insns.len());
+    }
+
+    #[test]
+    fn both_epilogues_share_one_body() {
+        let program = crate::filter::compile("tcp port 80 or udp[8:2] = 0x1234").unwrap();
+        let verdict = expand(&program, Epilogue::Verdict).unwrap();
+        let live = expand(&program, Epilogue::Redirect { xsks_map: 77 }).unwrap();
+        let body = verdict.matched.unwrap().max(verdict.no_match.unwrap());
+        let raw = |i: &[bpf_insn]| -> Vec<(u8, u8, i16, i32)> {
+            i.iter().map(|i| (i.code, dst(i), i.off, i.imm)).collect()
+        };
+        assert_eq!(raw(&verdict.insns[..body]), raw(&live.insns[..body]));
+        let tail = raw(&live.insns[live.matched.unwrap()..]);
+        assert_eq!(tail[0], (LD_IMM64, R1, 0, 77), "the map's descriptor");
+        assert_eq!(
+            live.insns[live.matched.unwrap()].src_reg(),
+            bpf::BPF_PSEUDO_MAP_FD as u8
+        );
+        let call = (
+            JMP64 | bpf::BPF_CALL as u8,
+            0,
+            0,
+            bpf::BPF_FUNC_redirect_map as i32,
+        );
+        assert!(tail.contains(&call), "{tail:?}");
+    }
+
+    #[test]
+    fn a_verdict_nothing_reaches_is_not_written() {
+        // The verifier refuses unreachable instructions.
+        let never = expand(&[op(RET_K, 0, 0, 0)], Epilogue::Verdict).unwrap();
+        assert!(never.matched.is_none() && never.no_match.is_some());
+        let always = expand(&[op(RET_K, 0, 0, 1)], Epilogue::Verdict).unwrap();
+        assert!(always.no_match.is_none() && always.matched.is_some());
+        let exits = |x: &Expanded| {
+            x.insns
+                .iter()
+                .filter(|i| i.code == JMP64 | bpf::BPF_EXIT as u8)
+                .count()
+        };
+        assert_eq!((exits(&never), exits(&always)), (1, 1));
+    }
+
+    #[test]
+    fn what_xdp_cannot_run_is_refused_in_one_line() {
+        let ret_a = op(RET_A, 0, 0, 0);
+        let cases: Vec<(Vec<libc::sock_filter>, &str)> = vec![
+            (vec![], "empty"),
+            // SKF_AD_OFF + SKF_AD_PROTOCOL, SKF_AD_OFF + SKF_AD_VLAN_TAG_PRESENT, SKF_LL_OFF.
+            (
+                vec![op(LDH_ABS, 0, 0, 0xffff_f000), ret_a],
+                "ancillary data at offset -4096",
+            ),
+            (vec![op(LD_ABS, 0, 0, 0xffff_f030), ret_a], "ancillary"),
+            (vec![op(LDB_IND, 0, 0, 0xffe0_0000), ret_a], "ancillary"),
+            (vec![op(0x7ff, 0, 0, 0), ret_a], "opcode"),
+            (vec![op(0x38, 0, 0, 0), ret_a], "opcode"), // a double-word load
+            (vec![op(0x21, 0, 0, 0), ret_a], "opcode"), // LDX W ABS
+            (vec![op(0x0e, 0, 0, 0)], "opcode"),        // RET X
+            (vec![op(0xf7, 0, 0, 0), ret_a], "opcode"), // MISC beyond TAX/TXA
+            (vec![op(JEQ_K, 5, 0, 1), ret_a], "past the end"),
+            (vec![op(JA_, 0, 0, 0x7fff_ffff), ret_a], "past the end"),
+            (vec![ret_a, op(JA_, 0, 0, u32::MAX - 1)], "jumps backwards"),
+            (vec![op(LDH_ABS, 0, 0, 12)], "past its last instruction"),
+            (
+                vec![op(RET_K, 0, 0, 1); 4097],
+                "more than classic BPF's 4096",
+            ),
+            (vec![op(LD_MEM, 0, 0, 16), ret_a], "M[16]"),
+            (vec![op(LSH_K, 0, 0, 32), ret_a], "shifts by 32"),
+        ];
+        for (program, why) in cases {
+            let err = translate(&program, Epilogue::Verdict)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("this expression cannot run in XDP: ") && err.contains(why),
+                "{program:?}: {err}"
+            );
+            assert!(!err.contains('\n'), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_loop_from_libpcap_is_refused() {
+        // `protochain` walks IPv6 extension headers with a backward jump.
+        let program = crate::filter::compile("ip6 protochain 6").unwrap();
+        let err = translate(&program, Epilogue::Verdict)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("jumps backwards"), "{err}");
+    }
+
+    #[test]
+    fn a_jump_longer_than_ebpf_offsets_is_refused() {
+        // Word loads at X + 1 expand to 9 eBPF instructions each: 4000 of them make a jump
+        // across them longer than an eBPF offset (15 bits) reaches; 3000 do not.
+        let across = |loads: usize| {
+            let mut p = vec![op(JA_, 0, 0, loads as u32)];
+            p.extend(std::iter::repeat_n(op(LD_IND, 0, 0, 1), loads));
+            p.push(op(RET_A, 0, 0, 0));
+            p
+        };
+        let err = translate(&across(4000), Epilogue::Verdict).unwrap_err();
+        assert!(err.to_string().contains("too long"), "{err}");
+        assert!(translate(&across(3000), Epilogue::Verdict).is_ok());
+    }
+
+    // Frames: lab addresses only (198.18.0.0/15, 2001:2::/48); checksums do not matter here.
+
+    const MAC_1: [u8; 6] = [2, 0, 0, 0, 0, 1];
+    const MAC_2: [u8; 6] = [2, 0, 0, 0, 0, 2];
+    const MAC_3: [u8; 6] = [2, 0, 0, 0, 0, 3];
+    const BROADCAST: [u8; 6] = [0xff; 6];
+    /// An Ethernet multicast address (the one mDNS uses).
+    const MULTICAST: [u8; 6] = [0x01, 0x00, 0x5e, 0, 0, 0xfb];
+    const CLIENT: [u8; 4] = [198, 18, 0, 7];
+    const SERVER: [u8; 4] = [198, 19, 0, 1];
+    const RESOLVER: [u8; 4] = [198, 19, 0, 53];
+    const OTHER: [u8; 4] = [198, 18, 5, 5];
+    const CLIENT6: [u8; 16] = [0x20, 1, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
+    const SERVER6: [u8; 16] = [0x20, 1, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+
+    const FIN: u8 = 0x01;
+    const SYN: u8 = 0x02;
+    const RST: u8 = 0x04;
+    const PSH: u8 = 0x08;
+    const ACK: u8 = 0x10;
+
+    /// An Ethernet frame; each of `tags` is a VLAN tag (TPID, VLAN id) before `ethertype`.
+    fn ether(
+        dst: [u8; 6],
+        src: [u8; 6],
+        tags: &[(u16, u16)],
+        ethertype: u16,
+        l3: &[u8],
+    ) -> Vec<u8> {
+        let mut f = [dst, src].concat();
+        for &(tpid, vid) in tags {
+            f.extend_from_slice(&tpid.to_be_bytes());
+            f.extend_from_slice(&vid.to_be_bytes());
+        }
+        f.extend_from_slice(&ethertype.to_be_bytes());
+        f.extend_from_slice(l3);
+        f
+    }
+
+    /// The IPv4 header fields a test varies.
+    #[derive(Clone, Copy)]
+    struct V4 {
+        src: [u8; 4],
+        dst: [u8; 4],
+        proto: u8,
+        tos: u8,
+        ttl: u8,
+        /// Bytes of options (NOPs), a multiple of 4.
+        options: usize,
+        /// Flags and fragment offset.
+        frag: u16,
+    }
+
+    fn v4(src: [u8; 4], dst: [u8; 4], proto: u8) -> V4 {
+        V4 {
+            src,
+            dst,
+            proto,
+            tos: 0,
+            ttl: 64,
+            options: 0,
+            frag: 0,
+        }
+    }
+
+    fn ipv4(h: V4, payload: &[u8]) -> Vec<u8> {
+        let ihl = 20 + h.options;
+        let mut ip = vec![1u8; ihl];
+        ip[0] = 0x40 | (ihl / 4) as u8;
+        ip[1] = h.tos;
+        ip[2..4].copy_from_slice(&((ihl + payload.len()) as u16).to_be_bytes());
+        ip[4..6].copy_from_slice(&[0x12, 0x34]);
+        ip[6..8].copy_from_slice(&h.frag.to_be_bytes());
+        ip[8] = h.ttl;
+        ip[9] = h.proto;
+        ip[10..12].fill(0);
+        ip[12..16].copy_from_slice(&h.src);
+        ip[16..20].copy_from_slice(&h.dst);
+        ip.extend_from_slice(payload);
+        ip
+    }
+
+    fn ipv6(src: [u8; 16], dst: [u8; 16], next: u8, payload: &[u8]) -> Vec<u8> {
+        let mut ip = vec![0x60, 0, 0, 0];
+        ip.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+        ip.extend_from_slice(&[next, 64]);
+        ip.extend_from_slice(&src);
+        ip.extend_from_slice(&dst);
+        ip.extend_from_slice(payload);
+        ip
+    }
+
+    fn tcp(sport: u16, dport: u16, flags: u8, payload: &[u8]) -> Vec<u8> {
+        let mut h = vec![0u8; 20];
+        h[0..2].copy_from_slice(&sport.to_be_bytes());
+        h[2..4].copy_from_slice(&dport.to_be_bytes());
+        h[4..8].copy_from_slice(&0x0102_0304u32.to_be_bytes());
+        h[12] = 5 << 4;
+        h[13] = flags;
+        h[14..16].copy_from_slice(&64240u16.to_be_bytes());
+        h.extend_from_slice(payload);
+        h
+    }
+
+    fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+        let mut h = vec![0u8; 8];
+        h[0..2].copy_from_slice(&sport.to_be_bytes());
+        h[2..4].copy_from_slice(&dport.to_be_bytes());
+        h[4..6].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        h.extend_from_slice(payload);
+        h
+    }
+
+    fn icmp(kind: u8, code: u8) -> Vec<u8> {
+        vec![kind, code, 0, 0, 0, 1, 0, 1, 0xde, 0xad, 0xbe, 0xef]
+    }
+
+    /// A DNS query for example.test with id 0x1234.
+    fn dns_query() -> Vec<u8> {
+        let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        q.extend_from_slice(b"\x07example\x04test\x00\x00\x01\x00\x01");
+        q
+    }
+
+    fn arp_request(sender: [u8; 4], target: [u8; 4]) -> Vec<u8> {
+        let mut a = vec![0, 1, 8, 0, 6, 4, 0, 1];
+        a.extend_from_slice(&MAC_3);
+        a.extend_from_slice(&sender);
+        a.extend_from_slice(&[0; 6]);
+        a.extend_from_slice(&target);
+        a
+    }
+
+    fn eth4(h: V4, l4: &[u8]) -> Vec<u8> {
+        ether(MAC_1, MAC_2, &[], 0x0800, &ipv4(h, l4))
+    }
+
+    fn eth6(next: u8, payload: &[u8]) -> Vec<u8> {
+        ether(
+            MAC_1,
+            MAC_2,
+            &[],
+            0x86dd,
+            &ipv6(CLIENT6, SERVER6, next, payload),
+        )
+    }
+
+    /// The frames every expression is judged on, with a name for failures.
+    fn frames() -> Vec<(&'static str, Vec<u8>)> {
+        let (tcp4, udp4, icmp4, gre) = (6, 17, 1, 47);
+        let client_to = |dst, proto| v4(CLIENT, dst, proto);
+        let syn = eth4(client_to(SERVER, tcp4), &tcp(40000, 80, SYN, &[]));
+        let mut frames = vec![
+            ("tcp syn", syn.clone()),
+            (
+                "tcp syn-ack",
+                eth4(v4(SERVER, CLIENT, tcp4), &tcp(80, 40000, SYN | ACK, &[])),
+            ),
+            (
+                "tcp rst",
+                eth4(v4(SERVER, CLIENT, tcp4), &tcp(80, 40001, RST | ACK, &[])),
+            ),
+            (
+                "tcp fin",
+                eth4(client_to(SERVER, tcp4), &tcp(40000, 80, FIN | ACK, &[])),
+            ),
+            (
+                "tcp no flags",
+                eth4(client_to(SERVER, tcp4), &tcp(40000, 80, 0, &[])),
+            ),
+            (
+                "tcp http get",
+                eth4(
+                    client_to(SERVER, tcp4),
+                    &tcp(40002, 80, PSH | ACK, b"GET / HTTP/1.1\r\n\r\n"),
+                ),
+            ),
+            (
+                "tcp 1200 bytes to 443",
+                eth4(
+                    client_to(SERVER, tcp4),
+                    &tcp(40003, 443, PSH | ACK, &[0x17; 1200]),
+                ),
+            ),
+            (
+                "tcp 3000 bytes",
+                eth4(
+                    client_to(SERVER, tcp4),
+                    &tcp(40004, 8080, ACK, &[0xaa; 3000]),
+                ),
+            ),
+            (
+                "tcp with ip options",
+                eth4(
+                    V4 {
+                        options: 12,
+                        ..client_to(SERVER, tcp4)
+                    },
+                    &tcp(40005, 1500, SYN, &[]),
+                ),
+            ),
+            (
+                "tcp to another lab host port 80",
+                eth4(client_to(OTHER, tcp4), &tcp(40006, 80, SYN, &[])),
+            ),
+            (
+                "tcp tos 64 ttl 1",
+                eth4(
+                    V4 {
+                        tos: 64,
+                        ttl: 1,
+                        ..client_to(OTHER, tcp4)
+                    },
+                    &tcp(1024, 22, ACK, &[]),
+                ),
+            ),
+            (
+                "tcp tos 33",
+                eth4(
+                    V4 {
+                        tos: 33,
+                        ..client_to(SERVER, tcp4)
+                    },
+                    &tcp(2222, 2000, ACK, &[]),
+                ),
+            ),
+            (
+                "udp dns query",
+                eth4(client_to(RESOLVER, udp4), &udp(5353, 53, &dns_query())),
+            ),
+            (
+                "udp dns reply",
+                eth4(v4(RESOLVER, CLIENT, udp4), &udp(53, 5353, &dns_query())),
+            ),
+            (
+                "udp 999 to 1000",
+                eth4(client_to(SERVER, udp4), &udp(999, 1000, &[1, 2, 3])),
+            ),
+            (
+                "udp 2001 to 2001",
+                eth4(client_to(OTHER, udp4), &udp(2001, 2001, &[0; 40])),
+            ),
+            ("icmp echo", eth4(client_to(SERVER, icmp4), &icmp(8, 0))),
+            (
+                "icmp echo reply",
+                eth4(v4(SERVER, CLIENT, icmp4), &icmp(0, 0)),
+            ),
+            (
+                "icmp unreachable",
+                eth4(v4(SERVER, CLIENT, icmp4), &icmp(3, 3)),
+            ),
+            (
+                "ipv4 first fragment",
+                eth4(
+                    V4 {
+                        frag: 0x2000,
+                        ..client_to(SERVER, udp4)
+                    },
+                    &udp(1234, 53, &[0; 32]),
+                ),
+            ),
+            (
+                "ipv4 later fragment",
+                eth4(
+                    V4 {
+                        frag: 185,
+                        ..client_to(SERVER, udp4)
+                    },
+                    &[0x55; 64],
+                ),
+            ),
+            (
+                "ipv4 don't fragment",
+                eth4(
+                    V4 {
+                        frag: 0x4000,
+                        ..client_to(SERVER, tcp4)
+                    },
+                    &tcp(40007, 443, ACK, &[]),
+                ),
+            ),
+            (
+                "gre",
+                eth4(client_to(SERVER, gre), &[0, 0, 0x08, 0x00, 1, 2, 3, 4]),
+            ),
+            ("tcp6 443", eth6(6, &tcp(40000, 443, SYN, &[]))),
+            ("tcp6 80 rst", eth6(6, &tcp(80, 40000, RST, &[]))),
+            ("icmp6 echo", eth6(58, &icmp(128, 0))),
+            ("icmp6 neighbour solicitation", eth6(58, &icmp(135, 0))),
+            (
+                "ipv6 hop-by-hop then udp 53",
+                eth6(
+                    0,
+                    &[
+                        &[17u8, 0, 1, 4, 0, 0, 0, 0][..],
+                        &udp(5353, 53, &dns_query()),
+                    ]
+                    .concat(),
+                ),
+            ),
+            (
+                "ipv6 fragment header then tcp",
+                eth6(
+                    44,
+                    &[
+                        &[6u8, 0, 0, 1, 0xab, 0xcd, 0xef, 1][..],
+                        &tcp(40000, 443, SYN, &[]),
+                    ]
+                    .concat(),
+                ),
+            ),
+            (
+                "arp broadcast",
+                ether(BROADCAST, MAC_3, &[], 0x0806, &arp_request(CLIENT, SERVER)),
+            ),
+            (
+                "udp to ethernet multicast",
+                ether(
+                    MULTICAST,
+                    MAC_3,
+                    &[],
+                    0x0800,
+                    &ipv4(client_to(OTHER, udp4), &udp(5353, 5353, &[0; 20])),
+                ),
+            ),
+            (
+                "vlan 100 udp 53",
+                ether(
+                    MAC_1,
+                    MAC_2,
+                    &[(0x8100, 100)],
+                    0x0800,
+                    &ipv4(client_to(RESOLVER, udp4), &udp(5353, 53, &dns_query())),
+                ),
+            ),
+            (
+                "vlan 200 tcp6 443",
+                ether(
+                    MAC_1,
+                    MAC_2,
+                    &[(0x8100, 200)],
+                    0x86dd,
+                    &ipv6(CLIENT6, SERVER6, 6, &tcp(40000, 443, SYN, &[])),
+                ),
+            ),
+            (
+                "qinq 300/100 tcp syn",
+                ether(
+                    MAC_1,
+                    MAC_2,
+                    &[(0x88a8, 300), (0x8100, 100)],
+                    0x0800,
+                    &ipv4(client_to(SERVER, tcp4), &tcp(40000, 80, SYN, &[])),
+                ),
+            ),
+            (
+                "experimental ethertype",
+                ether(MAC_3, MAC_2, &[], 0x88b5, &[7; 46]),
+            ),
+            (
+                "ethernet header only, ipv4",
+                ether(MAC_1, MAC_2, &[], 0x0800, &[]),
+            ),
+            ("ipv4 header cut short", syn[..14 + 10].to_vec()),
+            ("tcp cut before its flags", syn[..14 + 20 + 10].to_vec()),
+            ("tcp cut before its ports", syn[..14 + 20 + 1].to_vec()),
+            (
+                "ipv6 header cut short",
+                eth6(6, &tcp(1, 443, SYN, &[]))[..14 + 30].to_vec(),
+            ),
+        ];
+        // An IHL of 60 bytes in a frame that ends after 20: header-relative loads fall off it.
+        let mut long_ihl = syn.clone();
+        long_ihl[14] = 0x4f;
+        frames.push(("ipv4 ihl beyond the frame", long_ihl));
+        frames
+    }
+
+    /// Expressions whose translation is compared with libpcap's interpreter.
+    const EXPRESSIONS: &[&str] = &[
+        "tcp[tcpflags] & (tcp-syn|tcp-ack) == tcp-syn",
+        "tcp[tcpflags] & tcp-rst != 0",
+        "tcp and (tcp[tcpflags] & tcp-fin != 0)",
+        "tcp[13] = 2",
+        "tcp[13] & 0x3f = 0",
+        "ip6 and icmp6",
+        "icmp6 and ip6[40] = 135",
+        "vlan and udp port 53",
+        "vlan 100",
+        "vlan and ip6",
+        "vlan and vlan",
+        "net 198.18.0.0/15 and not port 80",
+        "portrange 1000-2000",
+        "tcp portrange 1000-2000 or udp portrange 1000-1000",
+        "ip[6:2] & 0x1fff != 0",
+        "ip[6:2] & 0x1fff = 0 and udp",
+        "ip[6] & 0x20 != 0",
+        "greater 1000",
+        "less 100",
+        "greater 2000 and tcp",
+        "len > 64 and len < 200",
+        "ether host 02:00:00:00:00:01",
+        "ether src 02:00:00:00:00:03",
+        "ether broadcast",
+        "ether multicast",
+        "ether proto 0x88b5",
+        "ether[12:2] = 0x86dd",
+        "arp",
+        "arp and arp[24:4] = 0xc6130001",
+        "ip proto 47",
+        "udp[8:2] = 0x1234",
+        "udp[0:4] = 0x14e90035",
+        "ip6 and tcp port 443",
+        "ip6 net 2001:2::/48 and tcp",
+        "ip6 host 2001:2::1",
+        "ip[0] & 0xf > 5",
+        "icmp[icmptype] = icmp-echo",
+        "icmp[icmptype] = icmp-unreach or icmp[icmptype] = icmp-echoreply",
+        "ip multicast",
+        "ip",
+        "ip6",
+        "tcp",
+        "udp",
+        "icmp",
+        "not tcp",
+        "host 198.19.0.1",
+        "src host 198.18.0.7 and dst port 80",
+        "dst net 198.19.0.0/16",
+        "tcp port 80 or udp port 53",
+        "ip[8] = 1",
+        "tcp[((tcp[12] & 0xf0) >> 2):4] = 0x47455420",
+        "ip[0] << ip[1] = 0",
+        "ip[0] >> (ip[1] - 31) = 0",
+        "ip[2:2] / ip[8] > 10",
+        "ip[2:2] % ip[1] = 7",
+        "ip[2:2] / 4 > 100",
+        "ip[2:2] % 7 = 3",
+        "ip[2:2] - 20 * 2 > 1000",
+        "(ip[9] ^ 6) = 0 and (ip[9] | 1) = 7",
+        "-ip[8] + 64 = 0",
+        "ip[1] & 0xe0 != 0 and ip[2:2] + ip[1] > 90",
+        "tcp[0:2] > 1024 and tcp[2:2] < 1024",
+        // Offsets beyond any frame XDP sees: a load there ends the program with no match.
+        "tcp port 80 or ether[70000] = 1",
+        "udp or ether[65534:2] = 0",
+        "icmp or tcp[65530:4] = 0",
+    ];
+
+    /// Expressions no frame here can match (so the frames need not cover both verdicts): IPv4
+    /// multicast would need an address outside the lab.
+    const NEVER_TRUE: &[&str] = &["ip multicast"];
+
+    fn can_load() -> bool {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        if !root {
+            eprintln!("skipping: loading an XDP program needs root");
+        }
+        root
+    }
+
+    /// libpcap's own program for `expr`, run by its interpreter (`pcap_offline_filter`).
+    fn reference(expr: &str) -> pcap::BpfProgram {
+        pcap::Capture::dead(pcap::Linktype::ETHERNET)
+            .unwrap()
+            .compile(expr, true)
+            .unwrap()
+    }
+
+    #[test]
+    fn verdicts_equal_libpcaps() {
+        if !can_load() {
+            return;
+        }
+        let frames = frames();
+        assert!(EXPRESSIONS.len() >= 40);
+        let (mut wrong, mut longest) = (Vec::new(), 0);
+        for &expr in EXPRESSIONS {
+            let program = crate::filter::compile(expr).unwrap();
+            let translated = translate(&program, Epilogue::Verdict);
+            longest = longest.max(translated.unwrap_or_else(|e| panic!("{expr}: {e}")).len());
+            let xdp = VerdictProgram::load(&program).unwrap_or_else(|e| panic!("{expr}: {e:#}"));
+            let pcap = reference(expr);
+            let mut verdicts = [0usize; 2];
+            for (name, frame) in &frames {
+                let want = pcap.filter(frame);
+                verdicts[usize::from(want)] += 1;
+                let got = xdp.matches(frame).unwrap();
+                if got != want {
+                    wrong.push(format!("`{expr}` on {name}: XDP {got}, libpcap {want}"));
+                }
+            }
+            // Every expression meets frames it matches and frames it does not, or the
+            // comparison says little.
+            let never = NEVER_TRUE.contains(&expr);
+            assert!(
+                verdicts[0] > 0 && (verdicts[1] > 0 || never),
+                "{expr}: {verdicts:?}"
+            );
+        }
+        eprintln!(
+            "{} expressions x {} frames; longest translation {longest} eBPF instructions",
+            EXPRESSIONS.len(),
+            frames.len()
+        );
+        assert!(
+            wrong.is_empty(),
+            "{} differ:\n{}",
+            wrong.len(),
+            wrong.join("\n")
+        );
+    }
+
+    #[test]
+    fn hand_built_programs_keep_classic_semantics() {
+        if !can_load() {
+            return;
+        }
+        const LD_IMM: u16 = 0x00;
+        const LDX_IMM: u16 = 0x01;
+        const ST: u16 = 0x02;
+        const STX: u16 = 0x03;
+        const LDX_MEM: u16 = 0x61;
+        const DIV_K: u16 = 0x34;
+        const MOD_X: u16 = 0x9c;
+        const SUB_X: u16 = 0x1c;
+        const NEG: u16 = 0x84;
+        const TXA: u16 = 0x87;
+        const LD_LEN: u16 = 0x80;
+        const JEQ_X: u16 = 0x1d;
+        let ret_a = op(RET_A, 0, 0, 0);
+        let frame = frames().swap_remove(0).1;
+        let cases: Vec<(&str, Vec<libc::sock_filter>, bool)> = vec![
+            (
+                "division by constant zero",
+                vec![op(LD_IMM, 0, 0, 5), op(DIV_K, 0, 0, 0), ret_a],
+                false,
+            ),
+            (
+                "modulo by X = 0",
+                vec![op(LD_IMM, 0, 0, 5), op(MOD_X, 0, 0, 0), ret_a],
+                false,
+            ),
+            (
+                "scratch words start at zero, keep A and X",
+                vec![
+                    op(LD_MEM, 0, 0, 15), // A = M[15] = 0
+                    op(JEQ_K, 0, 6, 0),
+                    op(LD_IMM, 0, 0, 0xdead),
+                    op(ST, 0, 0, 3), // M[3] = A
+                    op(LDX_IMM, 0, 0, 0xbeef),
+                    op(STX, 0, 0, 15),    // M[15] = X
+                    op(LDX_MEM, 0, 0, 3), // X = M[3]
+                    op(LD_MEM, 0, 0, 15), // A = M[15]
+                    op(SUB_X, 0, 0, 0),   // A = 0xbeef - 0xdead
+                    ret_a,
+                ],
+                true,
+            ),
+            (
+                "A and X start at zero; negation wraps",
+                vec![
+                    op(TXA, 0, 0, 0),
+                    op(NEG, 0, 0, 0),
+                    op(JEQ_K, 0, 1, 0),
+                    ret_a,
+                    op(RET_K, 0, 0, 0),
+                ],
+                false,
+            ),
+            (
+                "len, compared with X",
+                vec![
+                    op(LDX_IMM, 0, 0, frame.len() as u32),
+                    op(LD_LEN, 0, 0, 0),
+                    op(JEQ_X, 0, 1, 0),
+                    op(RET_K, 0, 0, 1),
+                    op(RET_K, 0, 0, 0),
+                ],
+                true,
+            ),
+            (
+                "a constant beyond i32 compared unsigned",
+                vec![
+                    op(LD_IMM, 0, 0, 0x8000_0001),
+                    op(JGT_K, 0, 1, 0x8000_0000),
+                    op(RET_K, 0, 0, 1),
+                    op(RET_K, 0, 0, 0),
+                ],
+                true,
+            ),
+        ];
+        for (what, program, want) in cases {
+            let xdp = VerdictProgram::load(&program).unwrap_or_else(|e| panic!("{what}: {e:#}"));
+            assert_eq!(xdp.matches(&frame).unwrap(), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn frames_a_test_run_cannot_show_whole_are_refused_not_judged() {
+        if !can_load() {
+            return;
+        }
+        let compile = |expr: &str| VerdictProgram::load(&crate::filter::compile(expr).unwrap());
+        let less = compile("less 100").unwrap();
+        let syn = frames().swap_remove(0).1;
+        assert!(less.matches(&syn[..MIN_TEST_FRAME]).unwrap());
+        let longest = less.longest_frame();
+        eprintln!("an XDP test run shows frames of up to {longest} bytes whole");
+        assert!(longest >= 1514, "{longest}");
+        // The longest frame is judged whole: its length and its last byte.
+        let mut frame = syn.clone();
+        frame.resize(longest, 0);
+        frame[longest - 1] = 0x5a;
+        let whole = compile(&format!(
+            "len = {longest} and ether[{}] = 0x5a",
+            longest - 1
+        ));
+        assert!(whole.unwrap().matches(&frame).unwrap());
+        frame.push(0);
+        for len in [0, 1, MIN_TEST_FRAME - 1, longest + 1] {
+            let err = less.matches(&frame[..len]).unwrap_err();
+            assert_eq!(
+                err.kind(),
+                io::ErrorKind::InvalidInput,
+                "{len} bytes: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_translation_the_verifier_refuses_is_unsupported() {
+        if !can_load() {
+            return;
+        }
+        // Instruction 1 is never reached: the verifier refuses unreachable code (libpcap's
+        // optimiser never leaves any).
+        let program = [op(JA_, 0, 0, 1), op(RET_K, 0, 0, 0), op(RET_K, 0, 0, 1)];
+        let err = VerdictProgram::load(&program).err().expect("refused");
+        let text = format!("{err:#}");
+        assert!(err.downcast_ref::<Unsupported>().is_some(), "{text}");
+        assert!(
+            text.contains("the kernel refused its translation"),
+            "{text}"
+        );
+        assert!(!text.contains('\n'), "{text}");
+        eprintln!("{text}");
+    }
+
+    fn lo() -> IoConfig {
+        let mut cfg = IoConfig::new("lo");
+        cfg.xdp_mode = XdpMode::Generic;
+        cfg.ring_frames = 64;
+        cfg
+    }
+
+    #[test]
+    fn a_receiver_gets_exactly_what_the_expression_matches() {
+        if !can_load() {
+            return;
+        }
+        in_private_netns(|| {
+            let expr = "tcp[tcpflags] & (tcp-syn|tcp-ack) == tcp-syn or udp port 53";
+            let program = crate::filter::compile(expr).unwrap();
+            let mut rx = XdpRx::open_cbpf(&lo(), &program).unwrap();
+            assert!(
+                rx.describe().contains("capture expression in XDP"),
+                "{}",
+                rx.describe()
+            );
+            let pcap = reference(expr);
+            // Frames up to a UMEM frame (2 KiB), each injected as if it arrived on lo queue 0.
+            let frames: Vec<_> = frames()
+                .into_iter()
+                .filter(|(_, f)| f.len() <= 2048)
+                .collect();
+            let want: Vec<&[u8]> = frames
+                .iter()
+                .filter(|(_, f)| pcap.filter(f))
+                .map(|(_, f)| f.as_slice())
+                .collect();
+            assert!(
+                want.len() >= 5 && want.len() < frames.len(),
+                "{}",
+                want.len()
+            );
+            for (name, frame) in &frames {
+                rx.filter()
+                    .inject(frame, 1)
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
+            let mut got = Vec::new();
+            let end = Instant::now() + Duration::from_secs(2);
+            while got.len() < want.len() && Instant::now() < end {
+                rx.rx_batch(64, Duration::from_millis(20), |f| got.push(f.to_vec()))
+                    .unwrap();
+            }
+            // Nothing more arrives either.
+            rx.rx_batch(64, Duration::from_millis(50), |f| got.push(f.to_vec()))
+                .unwrap();
+            assert_eq!(got, want);
+            assert_eq!(rx.take_drops().total(), 0);
+        });
+    }
+
+    #[test]
+    fn an_interface_runs_one_program_at_a_time() {
+        if !can_load() {
+            return;
+        }
+        in_private_netns(|| {
+            let syn = crate::filter::compile("tcp[13] = 2").unwrap();
+            let _rx = XdpRx::open_cbpf(&lo(), &syn).unwrap();
+            let other = crate::filter::compile("udp").unwrap();
+            let err = format!("{:#}", XdpRx::open_cbpf(&lo(), &other).err().unwrap());
+            assert!(
+                err.contains("already on lo with another expression"),
+                "{err}"
+            );
+            let spec = FilterSpec {
+                ipv4: Some(crate::test_support::SCAN4),
+                ipv6: None,
+                tcp: TcpTake::All,
+                udp: false,
+                icmp: false,
+                icmp6: false,
+                ports: (61000, 65535),
+            };
+            let err = format!("{:#}", XdpRx::open_filtered(&lo(), &spec).err().unwrap());
+            assert!(
+                err.contains("capture expression is already on lo")
+                    && err.contains("reply filter cannot be attached beside it"),
+                "{err}"
+            );
+        });
+    }
+}
