@@ -19,8 +19,9 @@ use crate::source::{now_ns, Packet, Source, SourceDrops, TsSource};
 
 /// Packets asked of a source per call.
 const BATCH: usize = 256;
-/// How long a source waits for packets before the thread looks at the clock and the stop flag.
-const IDLE_WAIT: Duration = Duration::from_millis(10);
+/// How long a source waits for packets before the thread looks at the clock and the stop flag
+/// (an idle capture wakes 20 times a second, no more).
+const IDLE_WAIT: Duration = HEARTBEAT;
 /// How often a thread reads its kernel drop counters.
 const DROPS_EVERY: Duration = Duration::from_millis(500);
 
@@ -102,7 +103,7 @@ pub fn run(
         handles.push(
             std::thread::Builder::new()
                 .name(format!("capture-{t}"))
-                .spawn(move || capture_thread(t, source, port, &counters, &stop))?,
+                .spawn(move || capture_thread(t, threads, source, port, &counters, &stop))?,
         );
     }
     drop(to_writer);
@@ -159,6 +160,7 @@ pub fn run(
 /// chunk (marked `last`).
 fn capture_thread(
     thread: usize,
+    threads: usize,
     mut source: Source,
     port: ChunkPort,
     counters: &Counters,
@@ -183,7 +185,10 @@ fn capture_thread(
             break Err(anyhow::anyhow!("receiving: {e}"));
         }
         filler.publish(counters);
-        if filler.last_handover.elapsed() >= HEARTBEAT {
+        // A lone thread needs no heartbeat (the merge waits for no one), only its packets
+        // handed over while the writer would otherwise wait for a full chunk.
+        let due = filler.last_handover.elapsed() >= HEARTBEAT;
+        if due && (threads > 1 || filler.holds_packets()) {
             filler.hand_over(false);
         }
         if last_drops.elapsed() >= DROPS_EVERY {
@@ -237,6 +242,10 @@ impl Filler {
             self.hand_over(false);
         }
         self.dropped += 1;
+    }
+
+    fn holds_packets(&self) -> bool {
+        self.chunk.as_ref().is_some_and(|c| !c.is_empty())
     }
 
     /// Sends the current chunk (possibly empty: a heartbeat) with this thread's watermark, and
@@ -302,7 +311,7 @@ impl WriterLoop {
         let mut result = Ok(());
         let mut last_commit = Instant::now();
         while !self.merge.finished() {
-            match chunks.recv_timeout(HEARTBEAT) {
+            match chunks.recv_timeout(COMMIT_EVERY) {
                 Ok(chunk) => self.merge.add(chunk),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,

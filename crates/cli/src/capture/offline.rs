@@ -19,9 +19,10 @@ enum Judge {
 }
 
 /// The XDP translation, loaded and run by the kernel on each packet. The kernel's test run
-/// needs at least an Ethernet header, and cannot show the program bytes a file left out:
-/// packets shorter than 14 bytes or cut short by the snap length are judged by the classic
-/// program instead, and counted.
+/// needs at least an Ethernet header, shows the program at most one page of a frame, and
+/// cannot show it bytes a file left out: such packets (shorter than 14 bytes, longer than
+/// about 3.5 KB, or cut short by the snap length, where `len` would differ) are judged by the
+/// classic program instead, and counted.
 struct XdpJudge {
     program: super::xdp::Verdicts,
     cbpf: Vec<libc::sock_filter>,
@@ -51,7 +52,7 @@ impl Judge {
         match self {
             Judge::Cbpf(p) => Ok(sonde_io::filter::matches(p, data, wire_len)),
             Judge::Xdp(x) => {
-                if data.len() < 14 || (data.len() as u32) < wire_len {
+                if !x.program.can_judge(data) || (data.len() as u32) < wire_len {
                     x.judged_by_cbpf += 1;
                     return Ok(sonde_io::filter::matches(&x.cbpf, data, wire_len));
                 }

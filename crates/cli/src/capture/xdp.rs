@@ -1,24 +1,34 @@
-//! The XDP translation of a filter, as capture uses it (sonde_io::cbpf_xdp).
-//! TEMPORARY: filled in when the translation lands.
+//! The XDP translation of a filter (sonde_io::cbpf_xdp), as capture uses it: a verdict-only
+//! program for `-r --backend xdp`, and AF_XDP receivers behind the live program.
 
+use sonde_io::cbpf_xdp::{Unsupported, VerdictProgram, MIN_TEST_FRAME};
 use sonde_io::{AnyRx, IoConfig};
 
-pub struct Verdicts;
+/// The translation loaded for test runs: the kernel judges one frame per call.
+pub struct Verdicts(VerdictProgram);
 
 impl Verdicts {
-    pub fn load(_program: &[libc::sock_filter]) -> anyhow::Result<Verdicts> {
-        anyhow::bail!("the XDP translation is not built yet")
+    pub fn load(program: &[libc::sock_filter]) -> anyhow::Result<Verdicts> {
+        Ok(Verdicts(VerdictProgram::load(program)?))
     }
 
-    pub fn matches(&self, _frame: &[u8]) -> std::io::Result<bool> {
-        Ok(false)
+    /// Whether the kernel's test run can show the program all of `frame` (at least an
+    /// Ethernet header, at most what it puts in one page).
+    pub fn can_judge(&self, frame: &[u8]) -> bool {
+        (MIN_TEST_FRAME..=self.0.longest_frame()).contains(&frame.len())
+    }
+
+    pub fn matches(&self, frame: &[u8]) -> std::io::Result<bool> {
+        self.0.matches(frame)
     }
 }
 
-pub fn open_rx(_cfg: &IoConfig, _program: &[libc::sock_filter]) -> anyhow::Result<AnyRx> {
-    anyhow::bail!("the XDP translation is not built yet")
+/// An AF_XDP receiver on `cfg.queue` behind the live translation of `program`.
+pub fn open_rx(cfg: &IoConfig, program: &[libc::sock_filter]) -> anyhow::Result<AnyRx> {
+    AnyRx::open_xdp_cbpf(cfg, program)
 }
 
-pub fn unsupported(_err: &anyhow::Error) -> Option<String> {
-    None
+/// The one-line reason, when `err` says the expression cannot run in XDP at all.
+pub fn unsupported(err: &anyhow::Error) -> Option<String> {
+    err.downcast_ref::<Unsupported>().map(|u| u.to_string())
 }
