@@ -16,6 +16,7 @@ use crate::chunk::{Chunk, ChunkPort};
 use crate::merge::{Merge, HEARTBEAT, SLACK_NS};
 use crate::output::{CaptureWriter, EndCounts, WriteFailed};
 use crate::source::{now_ns, Packet, Source, SourceDrops, TsSource};
+use sonde_meter::stages::{self, Role, Stage};
 
 /// Packets asked of a source per call.
 const BATCH: usize = 256;
@@ -121,6 +122,7 @@ pub fn run(
                     stop,
                     count: plan.count,
                 };
+                stages::begin_thread(Role::Rx);
                 let result = w.run(from_threads);
                 let files = w.writer.files();
                 let end = w.counters.end_counts();
@@ -133,6 +135,7 @@ pub fn run(
                     }
                     *write_error.lock().expect("not poisoned") = Some(failed.to_string());
                 }
+                stages::end_thread();
                 files
             })?
     };
@@ -176,6 +179,7 @@ fn capture_thread(
         hardware: false,
     };
     let mut last_drops = Instant::now();
+    stages::begin_thread(Role::Rx);
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
@@ -203,6 +207,7 @@ fn capture_thread(
     }
     filler.publish(counters);
     filler.hand_over(true);
+    stages::end_thread();
     result
 }
 
@@ -237,6 +242,7 @@ impl Filler {
                 continue;
             };
             if chunk.push(p.ts_ns, p.wire_len, &p.parts) {
+                stages::mark(Stage::Copy);
                 return;
             }
             self.hand_over(false);
@@ -269,7 +275,7 @@ impl Filler {
         chunk.last = last;
         // The writer only goes away after every thread's last chunk, or with an error it has
         // already recorded.
-        let _ = self.port.to_writer.send(chunk);
+        let _ = stages::call(Stage::Copy, Stage::Handover, || self.port.to_writer.send(chunk));
         if !last {
             self.chunk = self.port.free.try_recv().ok();
         }
@@ -311,7 +317,10 @@ impl WriterLoop {
         let mut result = Ok(());
         let mut last_commit = Instant::now();
         while !self.merge.finished() {
-            match chunks.recv_timeout(COMMIT_EVERY) {
+            let next = stages::call(Stage::Format, Stage::Handover, || {
+                chunks.recv_timeout(COMMIT_EVERY)
+            });
+            match next {
                 Ok(chunk) => self.merge.add(chunk),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
@@ -367,6 +376,7 @@ impl WriterLoop {
                     })?;
                 counters.captured.store(writer.packets, Ordering::Relaxed);
                 counters.bytes.store(writer.bytes, Ordering::Relaxed);
+                stages::mark(Stage::Format);
                 Ok(())
             },
             |c| recycle(returns, c),

@@ -17,9 +17,10 @@ use crate::chunk::{Chunk, Record};
 
 /// How long a capture thread may go without handing a chunk over.
 pub const HEARTBEAT: Duration = Duration::from_millis(50);
-/// How far a packet's stamp may lag behind the moment its thread reads it (the ring hands
-/// over a partly filled block after 2 ms; the rest is margin for a busy CPU).
-pub const SLACK_NS: u64 = 20_000_000;
+/// How far a packet's stamp may lag behind the moment its thread reads it: the ring hands over
+/// a partly filled block after `source::BLOCK_TIMEOUT_MS` (50 ms); the rest is margin for a
+/// busy CPU.
+pub const SLACK_NS: u64 = 80_000_000;
 
 pub struct Merge {
     queues: Vec<VecDeque<Chunk>>,

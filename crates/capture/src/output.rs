@@ -24,6 +24,7 @@ use pcap_file::pcapng::blocks::interface_statistics::{
 };
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::{DataLink, Endianness, TsResolution};
+use sonde_meter::stages::{self, Stage};
 
 /// Bytes collected in memory before each write to the file.
 pub const COMMIT_BYTES: usize = 4 << 20;
@@ -367,10 +368,11 @@ impl Sink {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let result = match &mut self.target {
-            Target::File(f) => f.write_all(&self.buf),
-            Target::Stdout(s) => s.lock().write_all(&self.buf).and_then(|_| s.flush()),
-        };
+        let (target, buf) = (&mut self.target, &self.buf);
+        let result = stages::call(Stage::Format, Stage::Write, || match target {
+            Target::File(f) => f.write_all(buf),
+            Target::Stdout(s) => s.lock().write_all(buf).and_then(|_| s.flush()),
+        });
         match result {
             Ok(()) => {
                 self.committed += self.buf.len() as u64;

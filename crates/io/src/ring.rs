@@ -255,7 +255,7 @@ impl RingRx {
         let fd = open_bound(&cfg.iface, libc::ETH_P_ALL as u16)?;
         set_version(&fd, libc::tpacket_versions::TPACKET_V3, "TPACKET_V3")?;
         ignore_outgoing(&fd, &cfg.iface)?;
-        Self::with_ring(fd, &cfg.iface, RX_BLOCK_SIZE, RX_BLOCKS)
+        Self::with_ring(fd, &cfg.iface, RX_BLOCK_SIZE, RX_BLOCKS, RX_BLOCK_TIMEOUT_MS)
     }
 
     /// Opens a receive ring for capturing: both directions (what the host sends on `iface` as
@@ -277,7 +277,7 @@ impl RingRx {
             &(libc::SOF_TIMESTAMPING_RAW_HARDWARE as i32),
         );
         let blocks = (options.ring_bytes / RX_BLOCK_SIZE).max(2);
-        let ring = Self::with_ring(fd, iface, RX_BLOCK_SIZE, blocks)?;
+        let ring = Self::with_ring(fd, iface, RX_BLOCK_SIZE, blocks, options.block_timeout_ms)?;
         if let Some(group) = options.fanout_group {
             // Joined after the ring exists, so no frame is ever handed to a member without one.
             let arg = u32::from(group) | (u32::from(libc::PACKET_FANOUT_HASH as u16) << 16);
@@ -297,13 +297,14 @@ impl RingRx {
         iface: &str,
         block_size: usize,
         blocks: usize,
+        block_timeout_ms: u32,
     ) -> anyhow::Result<Self> {
         let req = libc::tpacket_req3 {
             tp_block_size: block_size as u32,
             tp_block_nr: blocks as u32,
             tp_frame_size: TX_FRAME_SIZE as u32,
             tp_frame_nr: (block_size * blocks / TX_FRAME_SIZE) as u32,
-            tp_retire_blk_tov: RX_BLOCK_TIMEOUT_MS,
+            tp_retire_blk_tov: block_timeout_ms,
             tp_sizeof_priv: 0,
             tp_feature_req_word: 0,
         };
@@ -367,7 +368,9 @@ impl RingRx {
         }
         Ok(got == 0
             && !timeout.is_zero()
-            && poll_readable(self.fd.as_raw_fd(), timeout)?
+            && stages::call(Stage::Poll, Stage::RxCall, || {
+                poll_readable(self.fd.as_raw_fd(), timeout)
+            })?
             && self.open_block())
     }
 
@@ -417,6 +420,7 @@ impl RingRx {
         let len = (hdr.tp_snaplen as usize).min(block_end.saturating_sub(start));
         // SAFETY: start..start+len is clamped to the current block, which we own.
         let frame = unsafe { std::slice::from_raw_parts(self.map.base.as_ptr().add(start), len) };
+        stages::mark(Stage::Poll);
         on_packet(hdr, frame);
         self.next_offset += hdr.tp_next_offset as usize;
         self.left_in_block -= 1;
@@ -434,6 +438,9 @@ pub struct CaptureRing {
     pub ring_bytes: usize,
     /// The `PACKET_FANOUT` group to join (flow hash), for several capturing threads.
     pub fanout_group: Option<u16>,
+    /// A partly filled block is handed over after this many milliseconds: how stale a packet
+    /// can get in the ring, and (at low rates) how often the reader wakes.
+    pub block_timeout_ms: u32,
 }
 
 /// A packet read from a capture ring, with what the kernel knows of it.

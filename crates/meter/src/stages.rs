@@ -63,13 +63,21 @@ pub enum Stage {
     Output,
     /// Receive: the writes of the output file, system calls (thread CPU time).
     Write,
+    /// Capture: copying a packet into the batch handed to the writer.
+    Copy,
+    /// Capture: ordering the batches and formatting each packet's record into the output
+    /// buffer (the writer thread).
+    Format,
+    /// Capture: handing batches between threads, system calls (thread CPU time of the
+    /// channel's waits and wake-ups).
+    Handover,
     /// Calibration only: back-to-back marks.
     Calibrate,
     /// Calibration only: empty timed calls.
     CalibrateCall,
 }
 
-const STAGES: usize = 18;
+const STAGES: usize = 21;
 
 impl Stage {
     /// The transmit path's stages, in the order a packet meets them.
@@ -95,6 +103,18 @@ impl Stage {
         Stage::Write,
     ];
 
+    /// The capture path's stages (capture threads, then the writer), in the order a packet
+    /// meets them.
+    pub const CAPTURE: [Stage; 7] = [
+        Stage::RxCall,
+        Stage::Poll,
+        Stage::Timestamp,
+        Stage::Copy,
+        Stage::Handover,
+        Stage::Format,
+        Stage::Write,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Stage::Pacing => "loop",
@@ -113,6 +133,9 @@ impl Stage {
             Stage::Dedup => "dedup",
             Stage::Output => "output",
             Stage::Write => "write syscall",
+            Stage::Copy => "copy",
+            Stage::Format => "format",
+            Stage::Handover => "hand-over syscalls",
             Stage::Calibrate => "calibrate",
             Stage::CalibrateCall => "calibrate call",
         }
@@ -123,7 +146,7 @@ impl Stage {
     pub fn is_call(self) -> bool {
         matches!(
             self,
-            Stage::Kick | Stage::RxCall | Stage::Write | Stage::CalibrateCall
+            Stage::Kick | Stage::RxCall | Stage::Write | Stage::Handover | Stage::CalibrateCall
         )
     }
 }

@@ -24,6 +24,10 @@ pub fn run(args: &CaptureArgs, iface: &str, expr: &str, out: &str) -> anyhow::Re
     }
     sonde_io::queue_count(iface)?;
     let program = compile(expr, args.snaplen)?;
+    if args.profile.is_some() && args.backend == Backend::Pcap {
+        bail!("--profile instruments sonde's own ring and XDP paths, not libpcap's: use --backend ring or xdp");
+    }
+    let calibration = args.profile.as_ref().map(|_| super::profile::start());
     let (sources, backend, filter) = open_sources(args, iface, expr, &program)?;
     let threads = sources.len() as u32;
     let info = FileInfo {
@@ -83,6 +87,14 @@ pub fn run(args: &CaptureArgs, iface: &str, expr: &str, out: &str) -> anyhow::Re
         files: ending.files,
         stopped_by: ending.write_error,
     };
+    if let (Some(png), Some(cal)) = (&args.profile, &calibration) {
+        let mut profile = super::profile::Profile::collect(cal, captured, cpu);
+        if out != "-" {
+            profile.time_filter(&program, &summary.files[0]);
+        }
+        eprint!("{}", profile.table(backend.name()));
+        profile.plot(backend.name(), std::path::Path::new(png))?;
+    }
     summary.finish(args)
 }
 

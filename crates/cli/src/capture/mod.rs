@@ -4,6 +4,7 @@
 
 mod live;
 mod offline;
+mod profile;
 mod summary;
 mod xdp;
 
@@ -69,7 +70,7 @@ pub struct CaptureArgs {
     #[arg(long, value_enum, default_value_t = Backend::Ring)]
     backend: Backend,
     /// Capture threads: rings in a PACKET_FANOUT group (flow hash) or AF_XDP queues shared out;
-    /// one output file in timestamp order within a merge window of about 70 ms.
+    /// one output file in timestamp order within a merge window of about 130 ms.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     threads: u32,
     /// MiB of ring shared with the kernel per thread (ring, pcap); the writer queue adds
@@ -85,6 +86,12 @@ pub struct CaptureArgs {
     /// No live status line.
     #[arg(short, long)]
     quiet: bool,
+    /// Where each captured packet's CPU goes: a table of stages (ring poll and its system
+    /// calls, timestamp, copy, hand-over, format, write) with the instrumentation's own cost
+    /// measured and taken out, the filter's cost in the kernel, and a stacked-bar PNG written
+    /// to this file. Not with --backend pcap (libpcap's loop cannot be instrumented).
+    #[arg(long, value_name = "PNG")]
+    profile: Option<String>,
     /// Capture in the network namespace of lab NAME (its side of the link is `nx0`).
     #[arg(long, value_name = "NAME")]
     lab: Option<String>,

@@ -21,6 +21,11 @@ impl Verdicts {
     pub fn matches(&self, frame: &[u8]) -> std::io::Result<bool> {
         self.0.matches(frame)
     }
+
+    /// The kernel's mean ns per run on `frame`, over `repeat` test runs.
+    pub fn run_ns(&self, frame: &[u8], repeat: u32) -> std::io::Result<f64> {
+        self.0.run_ns(frame, repeat)
+    }
 }
 
 /// An AF_XDP receiver on `cfg.queue` behind the live translation of `program`.

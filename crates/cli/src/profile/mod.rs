@@ -3,7 +3,7 @@
 //! protocol stack against payload size (`stack`).
 
 mod stack;
-mod stages;
+pub(crate) mod stages;
 
 use clap::{Args, Subcommand};
 

@@ -9,7 +9,7 @@
 //! instrumented threads spent beyond all that is the kernel's rest. Out come a table on stdout,
 //! `profile-<path>.csv`, `profile-<path>.json` (with the check) and a stacked-bar PNG.
 
-mod plot;
+pub(crate) mod plot;
 
 use std::fmt::Write as _;
 use std::path::{Path as FsPath, PathBuf};
@@ -490,9 +490,14 @@ fn write_outputs(report: &Report, out: &FsPath) -> anyhow::Result<()> {
     write(format!("{base}.csv"), csv.into_bytes())?;
     write(format!("{base}.json"), serde_json::to_vec_pretty(report)?)?;
     let png = out.join(format!("{base}.png"));
-    plot::stacked_bars(
+    let title = format!(
+        "sonde profile {}: CPU per packet by stage ({})",
         report.path,
-        &title_note(report),
+        title_note(report)
+    );
+    plot::stacked_bars(
+        &title,
+        "measured CPU, no instrumentation",
         report.batches_view(),
         &png,
     )

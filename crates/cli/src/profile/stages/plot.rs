@@ -1,6 +1,6 @@
-//! The stacked-bar PNG of `sonde profile tx|rx|scan`: one bar per batch size, a segment per
-//! stage (bottom to top in path order, the kernel's rest on top), and a black tick at the CPU
-//! per packet measured without instrumentation, which the bar should reach.
+//! The stacked-bar PNG of `sonde profile tx|rx|scan` and `sonde capture --profile`: one bar per
+//! batch size, a segment per stage (bottom to top in path order, the kernel's rest on top), and
+//! a black tick at the CPU per packet measured, which the bar should reach.
 
 use std::path::Path;
 
@@ -16,7 +16,8 @@ pub struct Bar<'a> {
     pub measured_ns: f64,
 }
 
-pub fn stacked_bars(path_name: &str, note: &str, bars: Vec<Bar>, png: &Path) -> anyhow::Result<()> {
+/// Draws `bars` under the title `title`; `tick` names the black ticks (what was measured).
+pub fn stacked_bars(title: &str, tick: &str, bars: Vec<Bar>, png: &Path) -> anyhow::Result<()> {
     let fail = |e: &dyn std::fmt::Display| anyhow!("plotting {}: {e}", png.display());
     let top = bars
         .iter()
@@ -32,10 +33,7 @@ pub fn stacked_bars(path_name: &str, note: &str, bars: Vec<Bar>, png: &Path) -> 
     let root = BitMapBackend::new(png, (1000, 620)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(&e))?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("sonde profile {path_name}: CPU per packet by stage ({note})"),
-            ("sans-serif", 20),
-        )
+        .caption(title, ("sans-serif", 20))
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(70)
@@ -89,7 +87,7 @@ pub fn stacked_bars(path_name: &str, note: &str, bars: Vec<Bar>, png: &Path) -> 
             )
         }))
         .map_err(|e| fail(&e))?
-        .label("measured CPU, no instrumentation")
+        .label(tick)
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 12, y)], BLACK.stroke_width(3)));
     chart
         .configure_series_labels()
