@@ -26,6 +26,8 @@ enum BenchCommand {
     Tx(TxArgs),
     /// The bare AF_XDP loop: post descriptors of frames built once, no per-frame work.
     Floor(FloorArgs),
+    /// Draw the PNG of bench/compare-capture's medians CSV: loss and CPU per tool by sent rate.
+    PlotCapture(super::bench_plot_capture::PlotCaptureArgs),
 }
 
 #[derive(Args)]
@@ -79,6 +81,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Tx(a) => bench_tx(a),
         BenchCommand::Floor(a) => bench_floor(a),
+        BenchCommand::PlotCapture(a) => super::bench_plot_capture::run(a),
     }
 }
 
