@@ -36,11 +36,19 @@ pub struct Chunk {
 }
 
 impl Chunk {
+    /// A chunk whose memory is already touched (so the capture never takes a page fault on
+    /// it).
     pub fn new(thread: usize) -> Chunk {
+        // Written, not just allocated (`vec![0; n]` would map zero pages lazily).
+        let mut bytes = Vec::with_capacity(CHUNK_BYTES);
+        bytes.resize(CHUNK_BYTES, 0xA5);
+        bytes.clear();
+        let mut records = vec![Record::default(); CHUNK_RECORDS];
+        records.clear();
         Chunk {
             thread,
-            bytes: Vec::with_capacity(CHUNK_BYTES),
-            records: Vec::with_capacity(CHUNK_RECORDS),
+            bytes,
+            records,
             watermark_ns: 0,
             last: false,
         }

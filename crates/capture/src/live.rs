@@ -57,14 +57,29 @@ impl Counters {
     }
 }
 
-/// What to capture and where to stop.
+/// What to capture and where to stop, with every buffer the capture will use already
+/// allocated and touched (so neither the capture's CPU figures nor its first packets pay for
+/// that).
 pub struct Plan {
     /// One source per capture thread.
-    pub sources: Vec<Source>,
+    sources: Vec<Source>,
     /// Stop after writing this many packets.
-    pub count: Option<u64>,
-    /// Chunks each capture thread may have in flight (1 MiB each).
-    pub chunks_per_thread: usize,
+    count: Option<u64>,
+    /// Each thread's chunks (1 MiB each).
+    pools: Vec<Vec<Chunk>>,
+}
+
+impl Plan {
+    pub fn new(sources: Vec<Source>, count: Option<u64>, chunks_per_thread: usize) -> Plan {
+        let pools = (0..sources.len())
+            .map(|t| (0..chunks_per_thread).map(|_| Chunk::new(t)).collect())
+            .collect();
+        Plan {
+            sources,
+            count,
+            pools,
+        }
+    }
 }
 
 /// How the capture ended.
@@ -87,13 +102,14 @@ pub fn run(
 ) -> anyhow::Result<Ending> {
     let threads = plan.sources.len();
     let ts_source = plan.sources[0].ts_source(false);
-    let (to_writer, from_threads) = mpsc::sync_channel::<Chunk>(threads * plan.chunks_per_thread);
+    let in_flight: usize = plan.pools.iter().map(Vec::len).sum();
+    let (to_writer, from_threads) = mpsc::sync_channel::<Chunk>(in_flight);
     let mut returns = Vec::new();
     let mut handles = Vec::new();
-    for (t, source) in plan.sources.into_iter().enumerate() {
-        let (free_tx, free_rx) = mpsc::sync_channel(plan.chunks_per_thread);
-        for _ in 0..plan.chunks_per_thread {
-            free_tx.send(Chunk::new(t)).expect("the pool has room");
+    for (t, (source, pool)) in plan.sources.into_iter().zip(plan.pools).enumerate() {
+        let (free_tx, free_rx) = mpsc::sync_channel(pool.len());
+        for chunk in pool {
+            free_tx.send(chunk).expect("the pool has room");
         }
         returns.push(free_tx);
         let port = ChunkPort {
@@ -275,7 +291,9 @@ impl Filler {
         chunk.last = last;
         // The writer only goes away after every thread's last chunk, or with an error it has
         // already recorded.
-        let _ = stages::call(Stage::Copy, Stage::Handover, || self.port.to_writer.send(chunk));
+        let _ = stages::call(Stage::Copy, Stage::Handover, || {
+            self.port.to_writer.send(chunk)
+        });
         if !last {
             self.chunk = self.port.free.try_recv().ok();
         }

@@ -352,9 +352,13 @@ impl Sink {
             ),
             None => Target::Stdout(io::stdout()),
         };
+        // Touched now, so writing into it never takes a page fault.
+        let mut buf = Vec::with_capacity(COMMIT_BYTES + (256 << 10));
+        buf.resize(buf.capacity(), 0xA5);
+        buf.clear();
         Ok(Sink {
             target,
-            buf: Vec::with_capacity(COMMIT_BYTES + (256 << 10)),
+            buf,
             committed: 0,
         })
     }

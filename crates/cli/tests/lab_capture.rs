@@ -407,3 +407,86 @@ fn an_xdp_capture_takes_its_packets_and_leaves_the_hosts_tcp_alone() {
     let s = summary(&json);
     assert_eq!(s["backend"], "xdp", "{s}");
 }
+
+#[test]
+fn profile_prints_every_stage_and_draws_them() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&["--population", "198.18.0.0/24"]);
+    let png = lab.file("profile.png");
+    let capture = Running::sonde(
+        &lab,
+        &["-w", &lab.file("p.pcap"), "--profile", &png, "udp port 53"],
+    );
+    settle();
+    blast(&lab, 20_000, 100, 50_000, "53,54");
+    std::thread::sleep(Duration::from_millis(300));
+    let done = capture.interrupt();
+    let err = stderr(&done);
+    assert!(done.status.success(), "{err}");
+    for stage in [
+        "poll syscall",
+        "timestamp",
+        "copy",
+        "format",
+        "write syscall",
+        "unstaged",
+        "stages explain",
+        "filter, in the kernel:",
+    ] {
+        assert!(err.contains(stage), "no {stage:?} in {err}");
+    }
+    let bytes = std::fs::read(&png).expect("the PNG");
+    assert!(bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000);
+    let refused = sonde(&[
+        "capture",
+        "-i",
+        "lo",
+        "-w",
+        "-",
+        "--backend",
+        "pcap",
+        "--profile",
+        &png,
+    ]);
+    assert!(
+        stderr(&refused).contains("--profile instruments"),
+        "{}",
+        stderr(&refused)
+    );
+}
+
+#[test]
+fn a_capture_streams_to_tcpdump_through_a_pipe() {
+    if !can_run_labs() || Command::new("tcpdump").arg("--version").output().is_err() {
+        return;
+    }
+    let lab = Lab::up(&["--population", "198.18.0.0/24"]);
+    let mut capture = Command::new(SONDE)
+        .args([
+            "capture", "--lab", &lab.name, "-i", "nx0", "-q", "-c", "1000", "-w", "-",
+        ])
+        .arg(format!("udp and src host {SCANNER}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting sonde capture");
+    let pipe = capture.stdout.take().unwrap();
+    // tcpdump's lines go to a file: a pipe nobody reads would stall it once full.
+    let text = lab.file("tcpdump.txt");
+    let reader = Command::new("tcpdump")
+        .args(["-n", "-r", "-"])
+        .stdin(pipe)
+        .stdout(std::fs::File::create(&text).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting tcpdump -r -");
+    let _guard = Running(Some(capture));
+    settle();
+    blast(&lab, 2000, 100, 20_000, "53");
+    let out = wait_bounded(reader);
+    let lines = std::fs::read_to_string(&text).unwrap().lines().count();
+    assert!(out.status.success());
+    assert_eq!(lines, 1000, "tcpdump read every packet sonde streamed");
+}

@@ -255,7 +255,13 @@ impl RingRx {
         let fd = open_bound(&cfg.iface, libc::ETH_P_ALL as u16)?;
         set_version(&fd, libc::tpacket_versions::TPACKET_V3, "TPACKET_V3")?;
         ignore_outgoing(&fd, &cfg.iface)?;
-        Self::with_ring(fd, &cfg.iface, RX_BLOCK_SIZE, RX_BLOCKS, RX_BLOCK_TIMEOUT_MS)
+        Self::with_ring(
+            fd,
+            &cfg.iface,
+            RX_BLOCK_SIZE,
+            RX_BLOCKS,
+            RX_BLOCK_TIMEOUT_MS,
+        )
     }
 
     /// Opens a receive ring for capturing: both directions (what the host sends on `iface` as

@@ -43,13 +43,9 @@ pub fn run(args: &CaptureArgs, iface: &str, expr: &str, out: &str) -> anyhow::Re
     }
     let counters = Arc::new(Counters::default());
     let iface_drops_start = iface_rx_dropped(iface);
+    let plan = Plan::new(sources, args.count, CHUNKS_PER_THREAD);
     let cpu_start = sonde_meter::CpuTimes::now();
     let started = Instant::now();
-    let plan = Plan {
-        sources,
-        count: args.count,
-        chunks_per_thread: CHUNKS_PER_THREAD,
-    };
     let capture = {
         let (counters, stop) = (counters.clone(), stop.clone());
         std::thread::spawn(move || sonde_capture::live::run(plan, writer, counters, stop))

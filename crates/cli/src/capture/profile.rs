@@ -29,6 +29,9 @@ pub struct Profile {
     pub stages: Vec<(String, f64)>,
     pub unstaged_ns: f64,
     pub overhead_ns: f64,
+    /// Laps longer than `stages::MAX_LAP_NS` (the thread was preempted or a long interrupt
+    /// burst hit it), per packet: charged to no stage.
+    pub cut_laps_ns: f64,
     /// CPU per packet of the run, instrumentation taken out.
     pub measured_ns: f64,
     /// The kernel's filter, per packet it judged (None: no file to sample, or no translation).
@@ -56,6 +59,7 @@ impl Profile {
             stages,
             unstaged_ns: (measured_ns - staged).max(0.0),
             overhead_ns,
+            cut_laps_ns: tally.dropped_ticks as f64 / cal.ticks_per_ns / n,
             measured_ns,
             filter_ns: None,
         }
@@ -78,7 +82,10 @@ impl Profile {
         for (name, ns) in &self.stages {
             out += &format!("  {name:<20} {ns:>9.1}\n");
         }
-        out += &format!("  {:<20} {:>9.1}\n", "unstaged", self.unstaged_ns);
+        out += &format!(
+            "  {:<20} {:>9.1}   (of which laps cut as preempted, wall time: {:.1})\n",
+            "unstaged", self.unstaged_ns, self.cut_laps_ns
+        );
         out += &format!(
             "  {:<20} {:>9.1}   (getrusage, all threads; instrumentation's {:.1} taken out)\n",
             "= CPU per packet", self.measured_ns, self.overhead_ns
