@@ -10,8 +10,10 @@
 //! - `read`: reading capture files back (`-r`).
 
 pub mod chunk;
+#[cfg(feature = "live")]
 pub mod live;
 pub mod merge;
 pub mod output;
 pub mod read;
+#[cfg(feature = "live")]
 pub mod source;

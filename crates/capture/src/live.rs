@@ -200,9 +200,16 @@ fn capture_thread(
         if stop.load(Ordering::Relaxed) {
             break Ok(());
         }
-        let got = source.next_batch(BATCH, IDLE_WAIT, |p| filler.take(p));
-        if let Err(e) = got {
-            break Err(anyhow::anyhow!("receiving: {e}"));
+        let got = match source.next_batch(BATCH, IDLE_WAIT, |p| filler.take(p)) {
+            Ok(got) => got,
+            Err(e) => break Err(anyhow::anyhow!("receiving: {e}")),
+        };
+        // A thin batch from a source that hands over frame by frame: let frames gather
+        // before the next system call, as the ring's blocks do in the kernel.
+        if got > 0 && got < BATCH / 4 {
+            if let Some(nap) = source.coalesce() {
+                stages::call(Stage::Copy, Stage::RxCall, || std::thread::sleep(nap));
+            }
         }
         filler.publish(counters);
         // A lone thread needs no heartbeat (the merge waits for no one), only its packets

@@ -24,32 +24,41 @@ pub struct FileHeader {
     pub snaplen: u32,
 }
 
-/// Opens `path` (`-` for stdin) and calls `on_packet` for each packet in order. Returns how
-/// many packets it read. A truncated or corrupt file is an error that names the packet where
-/// reading stopped; the packets before it have been handed over.
+/// Opens `path` (`-` for stdin) and calls `on_packet` for each packet in order, until it
+/// returns false. Returns how many packets it read. A truncated or corrupt file is an error
+/// that names the file and the packet where reading stopped; the packets before it have been
+/// handed over. Hostile input ends in an error, never a panic (fuzzed: `fuzz/capture_read`).
 pub fn read_file(
     path: &str,
-    mut on_header: impl FnMut(FileHeader) -> anyhow::Result<()>,
-    mut on_packet: impl FnMut(&FilePacket<'_>) -> anyhow::Result<bool>,
+    on_header: impl FnMut(FileHeader) -> anyhow::Result<()>,
+    on_packet: impl FnMut(&FilePacket<'_>) -> anyhow::Result<bool>,
 ) -> anyhow::Result<u64> {
-    let mut input: Box<dyn Read> = if path == "-" {
+    let input: Box<dyn Read> = if path == "-" {
         Box::new(io::stdin().lock())
     } else {
         Box::new(File::open(path).with_context(|| format!("cannot read {path}"))?)
     };
+    read_stream(input, on_header, on_packet).with_context(|| path.to_string())
+}
+
+/// [`read_file`] of a stream (errors do not name it).
+pub fn read_stream(
+    mut input: impl Read,
+    mut on_header: impl FnMut(FileHeader) -> anyhow::Result<()>,
+    mut on_packet: impl FnMut(&FilePacket<'_>) -> anyhow::Result<bool>,
+) -> anyhow::Result<u64> {
     let mut magic = [0u8; 4];
     input
         .read_exact(&mut magic)
-        .map_err(|_| anyhow!("{path}: too short to be a capture file"))?;
+        .map_err(|_| anyhow!("too short to be a capture file"))?;
     let input = BufReader::with_capacity(1 << 20, io::Cursor::new(magic).chain(input));
-    let read = match u32::from_le_bytes(magic) {
+    match u32::from_le_bytes(magic) {
         0x0A0D_0D0A => read_pcapng(input, &mut on_header, &mut on_packet),
         0xA1B2_C3D4 | 0xD4C3_B2A1 | 0xA1B2_3C4D | 0x4D3C_B2A1 => {
             read_pcap(input, &mut on_header, &mut on_packet)
         }
-        _ => bail!("{path}: not a pcap or pcapng file"),
-    };
-    read.with_context(|| path.to_string())
+        _ => bail!("not a pcap or pcapng file"),
+    }
 }
 
 fn read_pcap(

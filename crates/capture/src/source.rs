@@ -68,6 +68,9 @@ pub enum Source {
 /// rates the capture wakes at most 20 times a second, and no packet waits longer in the ring.
 pub const BLOCK_TIMEOUT_MS: u32 = 50;
 
+/// How long an AF_XDP capture thread lets frames gather after a thin batch.
+const XDP_NAP: Duration = Duration::from_micros(500);
+
 /// A `ring` source: its size, and whether it shares a fanout group.
 pub fn open_ring(
     iface: &str,
@@ -121,6 +124,13 @@ impl Source {
             Source::Xdp(_) => TsSource::UserBatch,
             Source::Pcap(_) => TsSource::Libpcap,
         }
+    }
+
+    /// How long to let frames gather after a thin batch, for sources that hand them over one
+    /// by one: AF_XDP (its receive ring holds 4096 frames, 4 ms at 1 Mpps, so a 0.5 ms nap is
+    /// safe). The ring gathers in the kernel (blocks) and libpcap on its own.
+    pub fn coalesce(&self) -> Option<Duration> {
+        matches!(self, Source::Xdp(_)).then_some(XDP_NAP)
     }
 
     /// Hands up to `max` packets to `on_packet`, waiting at most `timeout` for the first.
