@@ -334,7 +334,7 @@ fn a_file_cut_mid_packet_is_reported_as_truncated() {
                 "{} [{backend}]: exit 0",
                 path.display()
             );
-            let errors: Vec<&String> = lines.iter().filter(|l| l.contains("error")).collect();
+            let errors: Vec<&String> = lines.iter().collect();
             assert_eq!(
                 errors.len(),
                 1,
@@ -368,7 +368,7 @@ fn a_file_that_is_not_a_capture_is_one_line_error() {
                 "{} [{backend}]: exit 0",
                 input.display()
             );
-            let errors: Vec<&String> = lines.iter().filter(|l| l.contains("error")).collect();
+            let errors: Vec<&String> = lines.iter().collect();
             assert_eq!(
                 errors.len(),
                 1,
