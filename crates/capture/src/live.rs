@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::chunk::{Chunk, ChunkPort};
 use crate::merge::{Merge, HEARTBEAT, SLACK_NS};
-use crate::output::{CaptureWriter, EndCounts, WriteFailed};
+use crate::output::{CaptureWriter, EndCounts, RecordFormat, WriteFailed};
 use crate::source::{now_ns, Packet, Source, SourceDrops, TsSource};
 use sonde_meter::stages::{self, Role, Stage};
 
@@ -102,6 +102,7 @@ pub fn run(
 ) -> anyhow::Result<Ending> {
     let threads = plan.sources.len();
     let ts_source = plan.sources[0].ts_source(false);
+    let format = writer.record_format();
     let in_flight: usize = plan.pools.iter().map(Vec::len).sum();
     let (to_writer, from_threads) = mpsc::sync_channel::<Chunk>(in_flight);
     let mut returns = Vec::new();
@@ -120,7 +121,9 @@ pub fn run(
         handles.push(
             std::thread::Builder::new()
                 .name(format!("capture-{t}"))
-                .spawn(move || capture_thread(t, threads, source, port, &counters, &stop))?,
+                .spawn(move || {
+                    capture_thread(t, threads, format, source, port, &counters, &stop)
+                })?,
         );
     }
     drop(to_writer);
@@ -180,6 +183,7 @@ pub fn run(
 fn capture_thread(
     thread: usize,
     threads: usize,
+    format: RecordFormat,
     mut source: Source,
     port: ChunkPort,
     counters: &Counters,
@@ -187,6 +191,7 @@ fn capture_thread(
 ) -> anyhow::Result<()> {
     let mut filler = Filler {
         thread,
+        format,
         chunk: port.free.recv().ok(),
         port,
         last_handover: Instant::now(),
@@ -242,6 +247,8 @@ fn add_drops(counters: &Counters, d: SourceDrops) {
 /// A capture thread's current chunk and what it has counted since it last published.
 struct Filler {
     thread: usize,
+    /// How packets become records of the output file.
+    format: RecordFormat,
     chunk: Option<Chunk>,
     port: ChunkPort,
     last_handover: Instant,
@@ -264,7 +271,7 @@ impl Filler {
                 }
                 continue;
             };
-            if chunk.push(p.ts_ns, p.wire_len, &p.parts) {
+            if chunk.push(&self.format, p.ts_ns, p.wire_len, &p.parts) {
                 stages::mark(Stage::Copy);
                 return;
             }
@@ -388,19 +395,14 @@ impl WriterLoop {
         let returns = &self.returns;
         let mut failed = None;
         let drained = self.merge.drain(
-            |record, data| {
-                if count.is_some_and(|c| writer.packets >= c) {
-                    return Ok(());
-                }
-                writer
-                    .write(record.ts_ns, record.wire_len, data, counters.end_counts())
-                    .map_err(|e| {
-                        let io = std::io::Error::new(e.error.kind(), e.error.to_string());
-                        failed = Some(e);
-                        io
-                    })?;
-                counters.captured.store(writer.packets, Ordering::Relaxed);
-                counters.bytes.store(writer.bytes, Ordering::Relaxed);
+            |chunk, from, to| {
+                let left = count.map_or(usize::MAX, |c| c.saturating_sub(writer.packets) as usize);
+                let to = to.min(from.saturating_add(left));
+                write_records(writer, chunk, from, to, counters).map_err(|e| {
+                    let io = std::io::Error::new(e.error.kind(), e.error.to_string());
+                    failed = Some(e);
+                    io
+                })?;
                 stages::mark(Stage::Format);
                 Ok(())
             },
@@ -419,6 +421,29 @@ impl WriterLoop {
     fn count_reached(&self) -> bool {
         self.count.is_some_and(|c| self.writer.packets >= c)
     }
+}
+
+/// Writes records `from..to` of `chunk`: as one run, or one by one when files rotate (so each
+/// file ends at its size).
+fn write_records(
+    writer: &mut CaptureWriter,
+    chunk: &Chunk,
+    from: usize,
+    to: usize,
+    counters: &Counters,
+) -> Result<(), WriteFailed> {
+    if writer.rotates() {
+        for i in from..to {
+            let (run, bytes) = chunk.run(i, i + 1);
+            writer.write_run(run, 1, bytes, counters.end_counts())?;
+        }
+    } else if from < to {
+        let (run, bytes) = chunk.run(from, to);
+        writer.write_run(run, (to - from) as u64, bytes, counters.end_counts())?;
+    }
+    counters.captured.store(writer.packets, Ordering::Relaxed);
+    counters.bytes.store(writer.bytes, Ordering::Relaxed);
+    Ok(())
 }
 
 fn recycle(returns: &[SyncSender<Chunk>], mut chunk: Chunk) {

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::time::Duration;
 
-use crate::chunk::{Chunk, Record};
+use crate::chunk::Chunk;
 
 /// How long a capture thread may go without handing a chunk over.
 pub const HEARTBEAT: Duration = Duration::from_millis(50);
@@ -53,11 +53,13 @@ impl Merge {
         self.ended.iter().all(|&e| e) && self.queues.iter().all(|q| q.is_empty())
     }
 
-    /// Emits, in timestamp order, every packet whose place is settled; emptied chunks go back
-    /// through `recycle`. Stops at the first error of `emit`.
+    /// Emits, in timestamp order, every packet whose place is settled, as runs of records that
+    /// lie back to back in one chunk (`emit(chunk, from, to)`: records `from..to`); emptied
+    /// chunks go back through `recycle`. With one thread a run is the rest of a chunk. Stops
+    /// at the first error of `emit`.
     pub fn drain(
         &mut self,
-        mut emit: impl FnMut(Record, &[u8]) -> io::Result<()>,
+        mut emit: impl FnMut(&Chunk, usize, usize) -> io::Result<()>,
         mut recycle: impl FnMut(Chunk),
     ) -> io::Result<()> {
         loop {
@@ -68,10 +70,15 @@ impl Merge {
             if !self.settled(t, ts) {
                 return Ok(());
             }
+            let limit = self.others_limit(t);
             let chunk = &self.queues[t][0];
-            let (record, data) = chunk.record(self.cursor[t]);
-            self.cursor[t] += 1;
-            emit(record, data)?;
+            let from = self.cursor[t];
+            let mut to = from + 1;
+            while to < chunk.len() && chunk.record(to).ts_ns <= limit {
+                to += 1;
+            }
+            self.cursor[t] = to;
+            emit(chunk, from, to)?;
         }
     }
 
@@ -104,9 +111,23 @@ impl Merge {
         (0..self.queues.len())
             .filter_map(|t| {
                 let chunk = self.queues[t].front()?;
-                Some((t, chunk.record(self.cursor[t]).0.ts_ns))
+                Some((t, chunk.record(self.cursor[t]).ts_ns))
             })
             .min_by_key(|&(_, ts)| ts)
+    }
+
+    /// The stamp up to which thread `t`'s packets can go out without passing another
+    /// thread's: the earliest of the others' next packets, or of their watermarks where they
+    /// have none waiting.
+    fn others_limit(&self, t: usize) -> u64 {
+        (0..self.queues.len())
+            .filter(|&u| u != t && (!self.ended[u] || !self.queues[u].is_empty()))
+            .map(|u| match self.queues[u].front() {
+                Some(chunk) => chunk.record(self.cursor[u]).ts_ns,
+                None => self.watermark[u],
+            })
+            .min()
+            .unwrap_or(u64::MAX)
     }
 
     /// Whether no other thread can still send a packet stamped before `ts`.
@@ -120,11 +141,16 @@ impl Merge {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::output::{Format, RecordFormat};
 
     fn chunk(thread: usize, stamps: &[u64], watermark: u64, last: bool) -> Chunk {
         let mut c = Chunk::new(thread);
+        let format = RecordFormat {
+            format: Format::Pcap,
+            snaplen: 100,
+        };
         for &ts in stamps {
-            assert!(c.push(ts, 1, &[&[thread as u8]]));
+            assert!(c.push(&format, ts, 1, &[&[thread as u8]]));
         }
         c.watermark_ns = watermark;
         c.last = last;
@@ -134,8 +160,8 @@ mod tests {
     fn drained(m: &mut Merge) -> Vec<u64> {
         let mut out = Vec::new();
         m.drain(
-            |r, _| {
-                out.push(r.ts_ns);
+            |c, from, to| {
+                out.extend((from..to).map(|i| c.record(i).ts_ns));
                 Ok(())
             },
             drop,
@@ -179,16 +205,7 @@ mod tests {
         let mut m = Merge::new(2);
         m.add(chunk(0, &[1, 2, 3], 0, false));
         m.add(chunk(1, &[4], 0, false));
-        let mut first = Vec::new();
-        m.drain(
-            |r, _| {
-                first.push(r.ts_ns);
-                Ok(())
-            },
-            drop,
-        )
-        .unwrap();
-        assert_eq!(first, vec![1, 2, 3]);
+        assert_eq!(drained(&mut m), vec![1, 2, 3]);
         assert_eq!(m.discard(drop), 1);
     }
 }

@@ -10,7 +10,6 @@ use std::borrow::Cow;
 use std::fs::File;
 use std::io::{self, Seek, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::Context;
 use pcap_file::pcap::PcapHeader;
@@ -26,6 +25,8 @@ use sonde_meter::stages::{self, Stage};
 
 /// Bytes collected in memory before each write to the file.
 pub const COMMIT_BYTES: usize = 4 << 20;
+/// A run of records at least this long is written to the file straight from where it lies.
+const DIRECT_BYTES: usize = 64 << 10;
 
 /// The file format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,15 +125,62 @@ impl CaptureWriter {
         data: &[u8],
         counts: EndCounts,
     ) -> Result<(), WriteFailed> {
-        let data = &data[..data.len().min(self.info.snaplen as usize)];
-        let timestamp = Duration::from_nanos(ts_ns);
-        let wire_len = wire_len.max(data.len() as u32);
-        // Into the memory buffer: only a malformed block can fail here.
-        self.file
-            .packet(timestamp, wire_len, data)
-            .map_err(|error| WriteFailed { error, lost: 0 })?;
+        let format = self.record_format();
+        format.append(&mut self.sink_mut().buf, ts_ns, wire_len, &[data]);
         self.packets += 1;
-        self.bytes += data.len() as u64;
+        self.bytes += data.len().min(format.snaplen as usize) as u64;
+        self.after_records(counts)
+    }
+
+    /// How this file's records are made (for capture threads to make them).
+    pub fn record_format(&self) -> RecordFormat {
+        RecordFormat {
+            format: self.info.format,
+            snaplen: self.info.snaplen,
+        }
+    }
+
+    /// Writes `records` finished records (made with [`CaptureWriter::record_format`]) that
+    /// lie back to back in `run`, holding `bytes` bytes of packet data. A long run goes to the
+    /// file in one write, without passing through the buffer; with `--rotate-mb` a run must
+    /// be a single record, so a file ends where it should.
+    pub fn write_run(
+        &mut self,
+        run: &[u8],
+        records: u64,
+        bytes: u64,
+        counts: EndCounts,
+    ) -> Result<(), WriteFailed> {
+        debug_assert!(self.rotate_bytes.is_none() || records == 1);
+        if run.len() >= DIRECT_BYTES {
+            // Whatever fails, this run's packets are lost too.
+            self.commit().map_err(|f| WriteFailed {
+                lost: f.lost + records,
+                ..f
+            })?;
+            if let Err(error) = self.sink_mut().write_direct(run) {
+                return Err(WriteFailed {
+                    error,
+                    lost: records,
+                });
+            }
+            self.packets += records;
+            self.committed_packets = self.packets;
+        } else {
+            self.sink_mut().buf.extend_from_slice(run);
+            self.packets += records;
+        }
+        self.bytes += bytes;
+        self.after_records(counts)
+    }
+
+    /// Whether runs must be handed over one record at a time (files rotate by size).
+    pub fn rotates(&self) -> bool {
+        self.rotate_bytes.is_some()
+    }
+
+    /// Rotates or commits as the buffer and the file have grown.
+    fn after_records(&mut self, counts: EndCounts) -> Result<(), WriteFailed> {
         let file_bytes = self.sink().committed + self.sink().pending() as u64;
         if self.rotate_bytes.is_some_and(|limit| file_bytes >= limit) {
             self.rotate(counts)?;
@@ -285,14 +333,6 @@ impl FileOut {
         }
     }
 
-    fn packet(&mut self, timestamp: Duration, wire_len: u32, data: &[u8]) -> io::Result<()> {
-        match self {
-            FileOut::Ng(w) => append_epb(w.get_mut(), timestamp, wire_len, data),
-            FileOut::Pcap(sink) => append_pcap_record(sink, timestamp, wire_len, data),
-        }
-        Ok(())
-    }
-
     fn statistics(&mut self, counts: EndCounts) -> io::Result<()> {
         let FileOut::Ng(w) = self else {
             return Ok(());
@@ -314,52 +354,80 @@ impl FileOut {
 }
 
 // The per-packet records are written here rather than through pcap-file's block writers: those
-// take one contiguous slice and write field by field (the pcapng one twice, to learn the
-// length first), which cost about a quarter of the writer's time per packet; the tests below
-// check these against pcap-file's own output byte for byte. Headers and statistics blocks
-// still go through pcap-file.
+// take one contiguous slice (a packet whose VLAN tag goes back in is three) and write field by
+// field into a writer (the pcapng one twice, to learn the length first), which cost about a
+// quarter of the writer's time per packet; the tests below check these records against
+// pcap-file's own output byte for byte. Headers and statistics blocks go through pcap-file.
 
-/// A pcapng enhanced packet block (interface 0, nanosecond stamp, no options), little-endian.
-fn append_epb(out: &mut Sink, timestamp: Duration, wire_len: u32, data: &[u8]) {
-    const EPB: u32 = 6;
-    let padded = data.len().div_ceil(4) * 4;
-    let total = (32 + padded) as u32;
-    let ts = timestamp.as_nanos() as u64;
-    let mut head = [0u8; 28];
-    for (i, word) in [
-        EPB,
-        total,
-        0,
-        (ts >> 32) as u32,
-        ts as u32,
-        data.len() as u32,
-        wire_len,
-    ]
-    .iter()
-    .enumerate()
-    {
-        head[i * 4..i * 4 + 4].copy_from_slice(&word.to_le_bytes());
-    }
-    out.buf.extend_from_slice(&head);
-    out.buf.extend_from_slice(data);
-    out.buf.extend_from_slice(&[0u8; 3][..padded - data.len()]);
-    out.buf.extend_from_slice(&total.to_le_bytes());
+/// How each packet becomes a record of the file: the format and the snap length. Capture
+/// threads write records with it straight into their chunks, so the writer only moves whole
+/// runs of finished records to the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordFormat {
+    pub format: Format,
+    pub snaplen: u32,
 }
 
-/// A classic pcap record header (nanosecond stamp) and the data, little-endian.
-fn append_pcap_record(out: &mut Sink, timestamp: Duration, wire_len: u32, data: &[u8]) {
-    let mut head = [0u8; 16];
-    let words = [
-        timestamp.as_secs() as u32,
-        timestamp.subsec_nanos(),
-        data.len() as u32,
-        wire_len,
-    ];
+impl RecordFormat {
+    /// The most a record adds to the packet's bytes (pcapng: 32 bytes and 3 of padding).
+    pub const MAX_OVERHEAD: usize = 35;
+
+    /// Appends the record of a packet whose bytes are `parts` (in order; cut at the snap
+    /// length) and whose length on the wire is `wire_len`.
+    pub fn append(&self, out: &mut Vec<u8>, ts_ns: u64, wire_len: u32, parts: &[&[u8]]) {
+        let whole: usize = parts.iter().map(|p| p.len()).sum();
+        let caplen = whole.min(self.snaplen as usize);
+        let wire_len = wire_len.max(caplen as u32);
+        match self.format {
+            Format::PcapNg => {
+                let padded = caplen.div_ceil(4) * 4;
+                let total = (32 + padded) as u32;
+                let words = [
+                    EPB,
+                    total,
+                    0,
+                    (ts_ns >> 32) as u32,
+                    ts_ns as u32,
+                    caplen as u32,
+                    wire_len,
+                ];
+                append_words(out, &words);
+                append_cut(out, parts, caplen);
+                out.extend_from_slice(&[0u8; 3][..padded - caplen]);
+                out.extend_from_slice(&total.to_le_bytes());
+            }
+            Format::Pcap => {
+                let words = [
+                    (ts_ns / 1_000_000_000) as u32,
+                    (ts_ns % 1_000_000_000) as u32,
+                    caplen as u32,
+                    wire_len,
+                ];
+                append_words(out, &words);
+                append_cut(out, parts, caplen);
+            }
+        }
+    }
+}
+
+/// Block type of a pcapng enhanced packet block.
+const EPB: u32 = 6;
+
+fn append_words(out: &mut Vec<u8>, words: &[u32]) {
+    let mut head = [0u8; 28];
     for (i, word) in words.iter().enumerate() {
         head[i * 4..i * 4 + 4].copy_from_slice(&word.to_le_bytes());
     }
-    out.buf.extend_from_slice(&head);
-    out.buf.extend_from_slice(data);
+    out.extend_from_slice(&head[..words.len() * 4]);
+}
+
+/// The first `len` bytes of `parts`, in order.
+fn append_cut(out: &mut Vec<u8>, parts: &[&[u8]], mut len: usize) {
+    for part in parts {
+        let take = part.len().min(len);
+        out.extend_from_slice(&part[..take]);
+        len -= take;
+    }
 }
 
 fn to_io(err: pcap_file::PcapError) -> io::Error {
@@ -423,13 +491,39 @@ impl Sink {
             }
             Err(err) => {
                 self.buf.clear();
-                if let Target::File(f) = &mut self.target {
-                    // Cut the partial write off, and write on from there (not past a hole).
-                    let _ = f.set_len(self.committed);
-                    let _ = f.seek(io::SeekFrom::Start(self.committed));
-                }
+                self.cut_back();
                 Err(err)
             }
+        }
+    }
+}
+
+impl Sink {
+    /// Writes `run` (whole records) to the file directly; the buffer must be empty. On
+    /// failure a file is cut back to its last complete block, as in `commit`.
+    fn write_direct(&mut self, run: &[u8]) -> io::Result<()> {
+        debug_assert!(self.buf.is_empty());
+        let result = stages::call(Stage::Format, Stage::Write, || match &mut self.target {
+            Target::File(f) => f.write_all(run),
+            Target::Stdout(s) => s.lock().write_all(run).and_then(|_| s.flush()),
+        });
+        match result {
+            Ok(()) => {
+                self.committed += run.len() as u64;
+                Ok(())
+            }
+            Err(err) => {
+                self.cut_back();
+                Err(err)
+            }
+        }
+    }
+
+    /// Cuts a partial write off the file, and writes on from there (not past a hole).
+    fn cut_back(&mut self) {
+        if let Target::File(f) = &mut self.target {
+            let _ = f.set_len(self.committed);
+            let _ = f.seek(io::SeekFrom::Start(self.committed));
         }
     }
 }
@@ -451,14 +545,7 @@ mod tests {
     use byteorder::LittleEndian;
     use pcap_file::pcap::PcapPacket;
     use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
-
-    fn sink() -> Sink {
-        Sink {
-            target: Target::Stdout(io::stdout()),
-            buf: Vec::new(),
-            committed: 0,
-        }
-    }
+    use std::time::Duration;
 
     /// Frames of every padding remainder, and an empty one.
     fn frames() -> Vec<Vec<u8>> {
@@ -472,8 +559,13 @@ mod tests {
     fn enhanced_packet_blocks_match_pcap_files_byte_for_byte() {
         for (i, data) in frames().iter().enumerate() {
             let ts = Duration::new(1_700_000_000 + i as u64, 123_456_789);
-            let mut ours = sink();
-            append_epb(&mut ours, ts, 1500, data);
+            let mut ours = Vec::new();
+            let ng = RecordFormat {
+                format: Format::PcapNg,
+                snaplen: 262_144,
+            };
+            let (head, tail) = data.split_at(data.len().min(1));
+            ng.append(&mut ours, ts.as_nanos() as u64, 1500, &[head, tail]);
             let mut theirs = Vec::new();
             pcap_file::pcapng::Block::EnhancedPacket(EnhancedPacketBlock {
                 interface_id: 0,
@@ -484,7 +576,7 @@ mod tests {
             })
             .write_to::<LittleEndian, _>(&mut theirs)
             .unwrap();
-            assert_eq!(ours.buf, theirs, "frame of {} bytes", data.len());
+            assert_eq!(ours, theirs, "frame of {} bytes", data.len());
         }
     }
 
@@ -492,13 +584,31 @@ mod tests {
     fn pcap_records_match_pcap_files_byte_for_byte() {
         for data in frames() {
             let ts = Duration::new(1_700_000_000, 999_999_999);
-            let mut ours = sink();
-            append_pcap_record(&mut ours, ts, 1500, &data);
+            let mut ours = Vec::new();
+            let pcap = RecordFormat {
+                format: Format::Pcap,
+                snaplen: 262_144,
+            };
+            pcap.append(&mut ours, ts.as_nanos() as u64, 1500, &[&data]);
             let mut theirs = Vec::new();
             PcapPacket::new(ts, 1500, &data)
                 .write_to::<_, LittleEndian>(&mut theirs, TsResolution::NanoSecond, 262_144)
                 .unwrap();
-            assert_eq!(ours.buf, theirs);
+            assert_eq!(ours, theirs);
         }
+    }
+
+    #[test]
+    fn records_are_cut_at_the_snap_length_and_keep_the_wire_length() {
+        let data: Vec<u8> = (0..100).collect();
+        let cut = RecordFormat {
+            format: Format::Pcap,
+            snaplen: 60,
+        };
+        let mut out = Vec::new();
+        cut.append(&mut out, 5, 100, &[&data[..12], &[9, 9, 9, 9], &data[12..]]);
+        assert_eq!(out.len(), 16 + 60);
+        assert_eq!(&out[8..16], &[60, 0, 0, 0, 104 - 4, 0, 0, 0]);
+        assert_eq!(&out[16 + 12..16 + 16], &[9, 9, 9, 9]);
     }
 }
