@@ -355,12 +355,25 @@ impl RingRx {
         timeout: Duration,
         mut on_packet: F,
     ) -> io::Result<usize> {
+        self.read_up_to(max, timeout, |hdr, data| {
+            on_packet(RxPacket::from_header(hdr, data))
+        })
+    }
+
+    /// Hands up to `max` packets (header and bytes) to `on_packet`, waiting at most `timeout`
+    /// for the first.
+    fn read_up_to<F: FnMut(&libc::tpacket3_hdr, &[u8])>(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+        mut on_packet: F,
+    ) -> io::Result<usize> {
         let mut got = 0;
         while got < max {
             if !self.ready(got, timeout)? {
                 break;
             }
-            self.next_header(|hdr, data| on_packet(RxPacket::from_header(hdr, data)));
+            self.next_header(&mut on_packet);
             got += 1;
         }
         Ok(got)
@@ -495,14 +508,6 @@ impl FrameRx for RingRx {
         timeout: Duration,
         mut on_frame: F,
     ) -> io::Result<usize> {
-        let mut got = 0;
-        while got < max {
-            if !self.ready(got, timeout)? {
-                break;
-            }
-            self.next_header(|_, frame| on_frame(frame));
-            got += 1;
-        }
-        Ok(got)
+        self.read_up_to(max, timeout, |_, frame| on_frame(frame))
     }
 }
