@@ -148,19 +148,30 @@ pub fn run(
                 // After a failure the statistics block is still tried: cutting the file back
                 // may have made room for it.
                 let finished = w.writer.finish(end);
-                if let Err(failed) = result.and(finished) {
-                    if failed.lost > 0 {
-                        w.failed(failed.lost);
+                // What `run` lost it has counted already; what the last write lost is new.
+                if let Err(f) = &finished {
+                    if f.lost > 0 {
+                        w.failed(f.lost);
                     }
+                }
+                if let Some(failed) = result.err().or(finished.err()) {
                     *write_error.lock().expect("not poisoned") = Some(failed.to_string());
                 }
                 stages::end_thread();
                 files
             })?
     };
+    // A thread that fails has stopped the others; the file is still finished before the
+    // error is told.
+    let mut failure = None;
     for h in handles {
-        h.join()
-            .map_err(|_| anyhow::anyhow!("a capture thread panicked"))??;
+        let ended = h
+            .join()
+            .map_err(|_| anyhow::anyhow!("a capture thread panicked"))
+            .and_then(|r| r);
+        if let Err(e) = ended {
+            failure.get_or_insert(e);
+        }
     }
     let files = writer_thread
         .join()
@@ -170,6 +181,9 @@ pub fn run(
     } else {
         ts_source
     };
+    if let Some(e) = failure {
+        return Err(e);
+    }
     let write_error = write_error.lock().expect("not poisoned").take();
     Ok(Ending {
         ts_source,
@@ -207,7 +221,11 @@ fn capture_thread(
         }
         let got = match source.next_batch(BATCH, IDLE_WAIT, |p| filler.take(p)) {
             Ok(got) => got,
-            Err(e) => break Err(anyhow::anyhow!("receiving: {e}")),
+            Err(e) => {
+                // The other threads stop too; the writer finishes the file.
+                stop.store(true, Ordering::Relaxed);
+                break Err(anyhow::anyhow!("receiving: {e}"));
+            }
         };
         // A thin batch from a source that hands over frame by frame: let frames gather
         // before the next system call, as the ring's blocks do in the kernel.
