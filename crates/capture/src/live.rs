@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::chunk::{Chunk, ChunkPort};
 use crate::merge::{Merge, HEARTBEAT, SLACK_NS};
-use crate::output::{CaptureWriter, EndCounts, RecordFormat, WriteFailed};
+use crate::output::{CaptureWriter, RecordFormat, WriteFailed};
 use crate::source::{now_ns, Packet, Source, SourceDrops, TsSource};
 use sonde_meter::stages::{self, Role, Stage};
 
@@ -45,15 +45,11 @@ pub struct Counters {
 }
 
 impl Counters {
-    pub fn end_counts(&self) -> EndCounts {
-        let dropped = self.ring_drops.load(Ordering::Relaxed)
+    /// Packets lost so far, by every cause.
+    pub fn dropped(&self) -> u64 {
+        self.ring_drops.load(Ordering::Relaxed)
             + self.kernel_drops.load(Ordering::Relaxed)
-            + self.writer_drops.load(Ordering::Relaxed);
-        EndCounts {
-            received: self.received.load(Ordering::Relaxed) + dropped
-                - self.writer_drops.load(Ordering::Relaxed),
-            dropped,
-        }
+            + self.writer_drops.load(Ordering::Relaxed)
     }
 }
 
@@ -144,7 +140,7 @@ pub fn run(
                 stages::begin_thread(Role::Rx);
                 let result = w.run(from_threads);
                 let files = w.writer.files();
-                let end = w.counters.end_counts();
+                let end = w.counters.dropped();
                 // After a failure the statistics block is still tried: cutting the file back
                 // may have made room for it.
                 let finished = w.writer.finish(end);
@@ -453,11 +449,11 @@ fn write_records(
     if writer.rotates() {
         for i in from..to {
             let (run, bytes) = chunk.run(i, i + 1);
-            writer.write_run(run, 1, bytes, counters.end_counts())?;
+            writer.write_run(run, 1, bytes, counters.dropped())?;
         }
     } else if from < to {
         let (run, bytes) = chunk.run(from, to);
-        writer.write_run(run, (to - from) as u64, bytes, counters.end_counts())?;
+        writer.write_run(run, (to - from) as u64, bytes, counters.dropped())?;
     }
     counters.captured.store(writer.packets, Ordering::Relaxed);
     counters.bytes.store(writer.bytes, Ordering::Relaxed);

@@ -58,15 +58,12 @@ pub struct FileInfo {
     pub snaplen: u32,
 }
 
-/// The capture's running totals, from which each file's closing statistics block (pcapng
-/// only) is made: `isb_ifrecv` is the file's packets plus what was lost while it was open,
-/// `isb_ifdrop` what was lost.
+/// A file's closing statistics block (pcapng only): `isb_ifrecv` is the file's packets plus
+/// what was lost while it was open, `isb_ifdrop` what was lost.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct EndCounts {
-    /// Packets the capture saw.
-    pub received: u64,
-    /// Packets lost anywhere: in the kernel, its ring, or sonde's writer (`isb_ifdrop`).
-    pub dropped: u64,
+struct EndCounts {
+    received: u64,
+    dropped: u64,
 }
 
 /// Writes packets to one file (or a rotated series, or stdout).
@@ -84,8 +81,8 @@ pub struct CaptureWriter {
     packets_at_file_start: u64,
     /// Bytes of packet data written to every file so far (captured lengths).
     pub bytes: u64,
-    /// The counts at the start of the current file, for its statistics block.
-    counts_at_file_start: EndCounts,
+    /// The capture's drops so far when the current file was opened, for its statistics block.
+    dropped_at_file_start: u64,
 }
 
 enum FileOut {
@@ -112,24 +109,25 @@ impl CaptureWriter {
             committed_packets: 0,
             packets_at_file_start: 0,
             bytes: 0,
-            counts_at_file_start: EndCounts::default(),
+            dropped_at_file_start: 0,
         })
     }
 
-    /// Writes one packet. `counts` are the capture's running totals, which a rotation writes
-    /// into the closing file's statistics block.
+    /// Writes one packet. `dropped` is how many packets the capture has lost so far (in the
+    /// kernel, its ring or sonde), which a rotation writes into the closing file's statistics
+    /// block.
     pub fn write(
         &mut self,
         ts_ns: u64,
         wire_len: u32,
         data: &[u8],
-        counts: EndCounts,
+        dropped: u64,
     ) -> Result<(), WriteFailed> {
         let format = self.record_format();
         format.append(&mut self.sink_mut().buf, ts_ns, wire_len, &[data]);
         self.packets += 1;
         self.bytes += data.len().min(format.snaplen as usize) as u64;
-        self.after_records(counts)
+        self.after_records(dropped)
     }
 
     /// How this file's records are made (for capture threads to make them).
@@ -149,7 +147,7 @@ impl CaptureWriter {
         run: &[u8],
         records: u64,
         bytes: u64,
-        counts: EndCounts,
+        dropped: u64,
     ) -> Result<(), WriteFailed> {
         debug_assert!(self.rotate_bytes.is_none() || records == 1);
         if run.len() >= DIRECT_BYTES {
@@ -171,7 +169,7 @@ impl CaptureWriter {
             self.packets += records;
         }
         self.bytes += bytes;
-        self.after_records(counts)
+        self.after_records(dropped)
     }
 
     /// Whether runs must be handed over one record at a time (files rotate by size).
@@ -180,10 +178,10 @@ impl CaptureWriter {
     }
 
     /// Rotates or commits as the buffer and the file have grown.
-    fn after_records(&mut self, counts: EndCounts) -> Result<(), WriteFailed> {
+    fn after_records(&mut self, dropped: u64) -> Result<(), WriteFailed> {
         let file_bytes = self.sink().committed + self.sink().pending() as u64;
         if self.rotate_bytes.is_some_and(|limit| file_bytes >= limit) {
-            self.rotate(counts)?;
+            self.rotate(dropped)?;
         } else if self.sink().pending() >= COMMIT_BYTES {
             self.commit()?;
         }
@@ -207,9 +205,10 @@ impl CaptureWriter {
         }
     }
 
-    /// Ends the file: the statistics block (pcapng), then everything buffered.
-    pub fn finish(&mut self, counts: EndCounts) -> Result<(), WriteFailed> {
-        self.close_file(counts)
+    /// Ends the file: the statistics block (pcapng), then everything buffered. `dropped` as
+    /// for [`CaptureWriter::write`].
+    pub fn finish(&mut self, dropped: u64) -> Result<(), WriteFailed> {
+        self.close_file(dropped)
     }
 
     /// The files written, in order.
@@ -220,25 +219,25 @@ impl CaptureWriter {
     }
 
     /// Closes the current file and starts the next one (stdout is never rotated).
-    fn rotate(&mut self, counts: EndCounts) -> Result<(), WriteFailed> {
+    fn rotate(&mut self, dropped: u64) -> Result<(), WriteFailed> {
         if self.path.is_none() {
             return self.commit();
         }
-        self.close_file(counts)?;
+        self.close_file(dropped)?;
         let next = self.nth_path(self.files_opened);
         let opened = Sink::open(next.as_deref())
             .map_err(io::Error::other)
             .and_then(|sink| FileOut::start(sink, &self.info));
         self.file = opened.map_err(|error| WriteFailed { error, lost: 0 })?;
         self.files_opened += 1;
-        self.counts_at_file_start = counts;
+        self.dropped_at_file_start = dropped;
         self.packets_at_file_start = self.packets;
         Ok(())
     }
 
-    fn close_file(&mut self, counts: EndCounts) -> Result<(), WriteFailed> {
+    fn close_file(&mut self, dropped: u64) -> Result<(), WriteFailed> {
         // What the capture saw while this file was open: its packets, and what was lost.
-        let dropped = counts.dropped - self.counts_at_file_start.dropped.min(counts.dropped);
+        let dropped = dropped.saturating_sub(self.dropped_at_file_start);
         let since = EndCounts {
             received: self.packets - self.packets_at_file_start + dropped,
             dropped,

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::time::Instant;
 
 use anyhow::Context;
-use sonde_capture::output::{CaptureWriter, EndCounts, FileInfo, Format};
+use sonde_capture::output::{CaptureWriter, FileInfo, Format};
 use sonde_capture::read::read_file;
 
 use super::{compile, Backend, CaptureArgs};
@@ -102,11 +102,8 @@ pub fn run(args: &CaptureArgs, file: &str, expr: &str, out: &str) -> anyhow::Res
             let w = writer
                 .as_mut()
                 .context("a packet came before the file described its interface")?;
-            let counts = EndCounts {
-                received: seen,
-                dropped: 0,
-            };
-            w.write(p.ts_ns, p.wire_len, p.data, counts)
+            // A file read back loses nothing.
+            w.write(p.ts_ns, p.wire_len, p.data, 0)
                 .with_context(|| format!("writing {out}"))?;
             kept += 1;
             Ok(args.count.is_none_or(|c| kept < c))
@@ -116,11 +113,7 @@ pub fn run(args: &CaptureArgs, file: &str, expr: &str, out: &str) -> anyhow::Res
     let files = match writer.into_inner() {
         Some(mut w) => {
             let files = w.files();
-            w.finish(EndCounts {
-                received: seen,
-                dropped: 0,
-            })
-            .with_context(|| format!("writing {out}"))?;
+            w.finish(0).with_context(|| format!("writing {out}"))?;
             files
         }
         None => Vec::new(),
