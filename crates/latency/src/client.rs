@@ -80,6 +80,10 @@ pub fn measure(
     let (mut next, mut first_sent, mut last_sent) = (0u64, start, start);
     let drain_ns = spec.drain.as_nanos() as u64;
     loop {
+        // A stop is honoured before anything more is sent (a preempted loop may owe a burst).
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
         let now = clock.now_ns();
         let mut burst = 0;
         while next < total
@@ -98,9 +102,7 @@ pub fn measure(
         }
         link.poll(clock, &mut |stamp, read_ns| echoes.take(stamp, read_ns))?;
         let all_back = echoes.tracker.received == total;
-        if stop.load(Ordering::Relaxed)
-            || (next == total && (all_back || clock.now_ns() > last_sent + drain_ns))
-        {
+        if next == total && (all_back || clock.now_ns() > last_sent + drain_ns) {
             break;
         }
     }
