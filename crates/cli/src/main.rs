@@ -3,6 +3,7 @@
 mod capture;
 mod cmd;
 mod grab;
+mod intercept;
 mod latency;
 mod plot;
 mod profile;
@@ -47,6 +48,9 @@ enum Command {
     /// Capture packets into pcapng/pcap, filtered in the kernel (tcpdump expressions), with
     /// every drop counted by cause; or filter a capture file (-r).
     Capture(Box<capture::CaptureArgs>),
+    /// A user-space packet filter on the path (NFQUEUE, or a bump in the wire between two
+    /// interfaces): rules by tcpdump expression, batched verdicts, each flow kept in order.
+    Intercept(intercept::InterceptArgs),
 }
 
 /// Prints a line on stdout; a closed pipe (`sonde ... | head`) ends output quietly instead of
@@ -67,6 +71,7 @@ fn main() {
         Command::Latency(args) => latency::run(args),
         Command::Profile(args) => profile::run(args),
         Command::Capture(args) => capture::run(*args),
+        Command::Intercept(args) => intercept::run(args),
     };
     if let Err(err) = result {
         // One line: the context chain joined, no backtrace.

@@ -8,7 +8,26 @@ use anyhow::{anyhow, Context};
 
 /// Compiles `expr` for Ethernet frames into classic BPF instructions.
 pub fn compile(expr: &str) -> anyhow::Result<Vec<libc::sock_filter>> {
-    let dead = pcap::Capture::dead(pcap::Linktype::ETHERNET).context("libpcap")?;
+    compile_for(expr, Link::Ethernet)
+}
+
+/// What the first byte of a packet a program runs on is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Link {
+    /// An Ethernet header (packet sockets, AF_XDP, pcap files of Ethernet).
+    Ethernet,
+    /// The IP header itself (NFQUEUE payloads), as libpcap's `DLT_RAW`.
+    RawIp,
+}
+
+/// Compiles `expr` into classic BPF for packets that start with `link`.
+pub fn compile_for(expr: &str, link: Link) -> anyhow::Result<Vec<libc::sock_filter>> {
+    let linktype = match link {
+        Link::Ethernet => pcap::Linktype::ETHERNET,
+        // pcap_open_dead takes a DLT value; DLT_RAW is 12 on Linux (LINKTYPE_RAW, 101, is the file form).
+        Link::RawIp => pcap::Linktype(12),
+    };
+    let dead = pcap::Capture::dead(linktype).context("libpcap")?;
     let program = dead
         .compile(expr, true)
         .map_err(|e| anyhow!("invalid filter expression \"{expr}\": {e}"))?;

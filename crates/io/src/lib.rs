@@ -52,7 +52,8 @@ use std::time::Duration;
 
 pub use iface::queue_count;
 pub use many::rx_many;
-pub use ring::{CaptureRing, RingRx, RxPacket};
+pub use packet_socket::poll_any;
+pub use ring::{CaptureRing, RingRx, RingTx, RxPacket};
 pub use xdp::XdpMode;
 pub use xdp_filter::{FilterSpec, TcpTake};
 

@@ -134,6 +134,33 @@ pub fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
     }
 }
 
+/// Waits until any of `fds` (at most 8) is readable or `timeout` passes; true if one is.
+pub fn poll_any(fds: &[RawFd], timeout: Duration) -> io::Result<bool> {
+    let mut pfds = [libc::pollfd {
+        fd: -1,
+        events: libc::POLLIN,
+        revents: 0,
+    }; 8];
+    let n = fds.len().min(pfds.len());
+    for (pfd, &fd) in pfds.iter_mut().zip(&fds[..n]) {
+        pfd.fd = fd;
+    }
+    // SAFETY: `pfds` holds `n` valid pollfd entries and the count passed is `n`.
+    let rc = unsafe { libc::poll(pfds.as_mut_ptr(), n as libc::nfds_t, timeout_ms(timeout)) };
+    match rc {
+        n if n > 0 => Ok(true),
+        0 => Ok(false),
+        _ => {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(err)
+            }
+        }
+    }
+}
+
 /// `timeout` in whole milliseconds for poll(2), rounded up (a wait of 0.5 ms is one of 1 ms, not
 /// none) and capped at i32::MAX.
 pub fn timeout_ms(timeout: Duration) -> i32 {

@@ -98,6 +98,19 @@ pub(crate) fn ignore_outgoing(fd: &OwnedFd, iface: &str) -> anyhow::Result<()> {
     .map_err(|e| anyhow!("PACKET_IGNORE_OUTGOING on {iface}: {e}"))
 }
 
+/// Joins the flow-hash `PACKET_FANOUT` group `group`. Done after the ring exists, so no frame
+/// is ever handed to a member without one.
+fn join_fanout(fd: &OwnedFd, iface: &str, group: u16) -> anyhow::Result<()> {
+    let arg = u32::from(group) | (u32::from(libc::PACKET_FANOUT_HASH as u16) << 16);
+    set_option(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_FANOUT, &arg)
+        .map_err(|e| anyhow!("PACKET_FANOUT group {group} on {iface}: {e}"))
+}
+
+/// A forwarding ring's blocks: small, so one fills (and reaches user space) after a few dozen
+/// full-size frames rather than hundreds.
+const FORWARD_BLOCK_SIZE: usize = 1 << 16;
+const FORWARD_BLOCKS: usize = 128;
+
 pub struct RingTx {
     fd: OwnedFd,
     map: Mapping,
@@ -146,6 +159,47 @@ impl RingTx {
     pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
         self.fd.as_raw_fd()
     }
+
+    /// Lends the next free slot to `fill`, which writes a frame into it and returns its length,
+    /// or `None` to leave the slot unused. Nothing is sent until [`RingTx::send_posted`].
+    /// Returns `Ok(false)` when every slot is still waiting for the kernel.
+    pub fn fill_next(&mut self, fill: impl FnOnce(&mut [u8]) -> Option<usize>) -> bool {
+        let index = self.head;
+        if !self.slot_is_free(index) {
+            return false;
+        }
+        let offset = self.slot_offset(index);
+        // SAFETY: the slot is free, so the kernel does not touch its data until we set
+        // SEND_REQUEST below; the range lies inside the mapping.
+        let data = unsafe {
+            std::slice::from_raw_parts_mut(
+                self.map.base.as_ptr().add(offset + TX_DATA_OFFSET),
+                TX_FRAME_SIZE - TX_DATA_OFFSET,
+            )
+        };
+        let Some(len) = fill(data) else {
+            return true;
+        };
+        let len = len.min(TX_FRAME_SIZE - TX_DATA_OFFSET) as u32;
+        // SAFETY: the slot header lies at the start of the slot inside the mapping.
+        let hdr = unsafe { &mut *(self.map.base.as_ptr().add(offset) as *mut libc::tpacket3_hdr) };
+        hdr.tp_len = len;
+        hdr.tp_snaplen = len;
+        hdr.tp_next_offset = 0;
+        self.map
+            .status(offset + STATUS_FIELD)
+            .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
+        self.head = (index + 1) & (self.slots - 1);
+        true
+    }
+
+    /// Sends every frame [`RingTx::fill_next`] posted, with one system call.
+    pub fn send_posted(&self) -> io::Result<()> {
+        self.kick()
+    }
+
+    /// The largest frame a slot holds.
+    pub const SLOT_BYTES: usize = TX_FRAME_SIZE - TX_DATA_OFFSET;
 
     fn slot_offset(&self, index: usize) -> usize {
         index * TX_FRAME_SIZE
@@ -285,15 +339,36 @@ impl RingRx {
         let blocks = (options.ring_bytes / RX_BLOCK_SIZE).max(2);
         let ring = Self::with_ring(fd, iface, RX_BLOCK_SIZE, blocks, options.block_timeout_ms)?;
         if let Some(group) = options.fanout_group {
-            // Joined after the ring exists, so no frame is ever handed to a member without one.
-            let arg = u32::from(group) | (u32::from(libc::PACKET_FANOUT_HASH as u16) << 16);
-            set_option(
-                ring.fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                libc::PACKET_FANOUT,
-                &arg,
-            )
-            .map_err(|e| anyhow!("PACKET_FANOUT group {group} on {iface}: {e}"))?;
+            join_fanout(&ring.fd, iface, group)?;
+        }
+        Ok(ring)
+    }
+
+    /// Opens a receive ring for forwarding (`sonde intercept bridge`): only what arrives on
+    /// `iface` (not what this host, or sonde itself, sends out of it), every frame whatever its
+    /// destination MAC (promiscuous while the socket is open), small blocks retired after 1 ms
+    /// so a quiet flow's packets are not held back, and optionally a member of a flow-hash
+    /// `PACKET_FANOUT` group so each flow stays with one thread.
+    pub fn open_forwarding(iface: &str, fanout_group: Option<u16>) -> anyhow::Result<Self> {
+        let fd = open_bound(iface, libc::ETH_P_ALL as u16)?;
+        set_version(&fd, libc::tpacket_versions::TPACKET_V3, "TPACKET_V3")?;
+        ignore_outgoing(&fd, iface)?;
+        let promisc = libc::packet_mreq {
+            mr_ifindex: crate::packet_socket::ifindex(iface)? as i32,
+            mr_type: libc::PACKET_MR_PROMISC as u16,
+            mr_alen: 0,
+            mr_address: [0; 8],
+        };
+        set_option(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_ADD_MEMBERSHIP,
+            &promisc,
+        )
+        .map_err(|e| anyhow!("promiscuous mode on {iface}: {e}"))?;
+        let ring = Self::with_ring(fd, iface, FORWARD_BLOCK_SIZE, FORWARD_BLOCKS, 1)?;
+        if let Some(group) = fanout_group {
+            join_fanout(&ring.fd, iface, group)?;
         }
         Ok(ring)
     }

@@ -28,6 +28,8 @@ enum BenchCommand {
     Floor(FloorArgs),
     /// Draw the PNG of bench/compare-capture's medians CSV: loss and CPU per tool by sent rate.
     PlotCapture(super::bench_plot_capture::PlotCaptureArgs),
+    /// Draw the PNG of bench/compare-intercept's medians CSV: throughput by verdict batch size.
+    PlotIntercept(super::bench_plot_intercept::PlotInterceptArgs),
 }
 
 #[derive(Args)]
@@ -82,6 +84,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Tx(a) => bench_tx(a),
         BenchCommand::Floor(a) => bench_floor(a),
         BenchCommand::PlotCapture(a) => super::bench_plot_capture::run(a),
+        BenchCommand::PlotIntercept(a) => super::bench_plot_intercept::run(a),
     }
 }
 

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod bench_plot_capture;
+pub mod bench_plot_intercept;
 pub mod blast;
 pub mod lab;
 pub mod score;

@@ -1,0 +1,111 @@
+//! `sonde bench plot-intercept CSV PNG`: the chart of bench/compare-intercept's medians —
+//! throughput against verdict batch size, one panel per mode, with the kernel alone and the
+//! nftables rule as flat reference lines.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context};
+use clap::Args;
+use plotters::prelude::*;
+
+use crate::plot::COLORS;
+
+#[derive(Args)]
+pub struct PlotInterceptArgs {
+    /// The medians CSV bench/compare-intercept wrote (OUT.csv).
+    csv: PathBuf,
+    /// The PNG to draw.
+    png: PathBuf,
+}
+
+/// One row of the medians CSV (the columns this chart needs).
+#[derive(Debug, serde::Deserialize)]
+struct Row {
+    mode: String,
+    config: String,
+    batch: String,
+    test: String,
+    mbit: f64,
+}
+
+/// The transfers drawn: TCP A to B with 1 and with 16 streams.
+const TESTS: [&str; 2] = ["tcp1", "tcp16"];
+
+pub fn run(args: PlotInterceptArgs) -> anyhow::Result<()> {
+    let mut reader = csv::Reader::from_path(&args.csv)
+        .with_context(|| format!("reading {}", args.csv.display()))?;
+    let rows: Vec<Row> = reader
+        .deserialize()
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("reading {}", args.csv.display()))?;
+    let mut modes: Vec<&str> = rows.iter().map(|r| r.mode.as_str()).collect();
+    modes.dedup();
+    draw(&rows, &modes, &args.png)?;
+    crate::say(format!("wrote {}", args.png.display()));
+    Ok(())
+}
+
+fn draw(rows: &[Row], modes: &[&str], path: &Path) -> anyhow::Result<()> {
+    let err = |e: &dyn std::fmt::Display| anyhow!("plotting {}: {e}", path.display());
+    let root = BitMapBackend::new(path, (560 * modes.len().max(1) as u32, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let y_max = rows.iter().map(|r| r.mbit).fold(0.0, f64::max) * 1.15 + 1.0;
+    let x_max = rows
+        .iter()
+        .filter_map(|r| r.batch.parse::<f64>().ok())
+        .fold(1.0, f64::max)
+        * 1.5;
+    for (panel, mode) in root.split_evenly((1, modes.len().max(1))).iter().zip(modes) {
+        let mut chart = ChartBuilder::on(panel)
+            .caption(format!("intercept {mode}: iperf3 A→B"), ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d((0.8f64..x_max).log_scale(), 0.0..y_max)
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc("verdict batch (packets, log scale); 1 thread")
+            .y_desc("Mbit/s")
+            .draw()
+            .map_err(|e| err(&e))?;
+        for (i, test) in TESTS.iter().enumerate() {
+            let of = |config: &str| {
+                rows.iter()
+                    .find(|r| r.mode == *mode && r.test == *test && r.config == config)
+                    .map(|r| r.mbit)
+            };
+            let curve: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| r.mode == *mode && r.test == *test && r.config.starts_with("sonde b"))
+                .filter_map(|r| Some((r.batch.parse().ok()?, r.mbit)))
+                .collect();
+            let color = COLORS[i];
+            chart
+                .draw_series(LineSeries::new(curve.clone(), color.stroke_width(2)))
+                .map_err(|e| err(&e))?
+                .label(format!("sonde, {test}"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            chart
+                .draw_series(curve.into_iter().map(|p| Circle::new(p, 3, color.filled())))
+                .map_err(|e| err(&e))?;
+            for (config, shade) in [("none", 0.9), ("nftables", 0.45)] {
+                let Some(level) = of(config) else { continue };
+                let style = color.mix(shade).stroke_width(1);
+                chart
+                    .draw_series(DashedLineSeries::new([(0.8, level), (x_max, level)], 6, 4, style))
+                    .map_err(|e| err(&e))?
+                    .label(format!("{}, {test}", if config == "none" { "kernel alone" } else { "nftables rule" }))
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            }
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| anyhow!("writing {}: {e}", path.display()))
+}

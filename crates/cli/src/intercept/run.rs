@@ -1,0 +1,236 @@
+//! Running either mode: rules compiled per thread, the path changes made (and undone), the
+//! threads started and watched, the summary written.
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sonde_intercept::path::{Guard, PathChanges, Queues};
+use sonde_intercept::{bridge, flow::OrderCheck, stack, Link, Rule, RuleSet, ThreadCounters, Totals};
+use sonde_meter::CpuTimes;
+
+use super::summary::{self, RuleLine};
+use super::Common;
+use crate::capture::BadExpression;
+
+/// Rules from the file, then the command line.
+fn load_rules(common: &Common) -> anyhow::Result<Vec<Rule>> {
+    let mut rules = match &common.rules_file {
+        Some(path) => Rule::read_file(path).map_err(|e| BadExpression(format!("{e:#}")))?,
+        None => Vec::new(),
+    };
+    for text in &common.rules {
+        rules.push(Rule::parse(text).map_err(|e| BadExpression(format!("{e:#}")))?);
+    }
+    Ok(rules)
+}
+
+/// One compiled rule set per thread (each thread counts on its own).
+fn rule_sets(rules: &[Rule], link: Link, threads: usize) -> anyhow::Result<Vec<RuleSet>> {
+    (0..threads)
+        .map(|_| RuleSet::new(rules, link, threads).map_err(|e| BadExpression(format!("{e:#}")).into()))
+        .collect()
+}
+
+/// Ctrl-C and SIGTERM set `stop`; the threads see it within one wait (20 ms).
+fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone())?;
+    }
+    Ok(stop)
+}
+
+pub fn stack(queue: Vec<u16>, install: Vec<String>, common: Common) -> anyhow::Result<()> {
+    let queues: Vec<u16> = match (queue.as_slice(), common.threads) {
+        ([first], t) => (0..t).map(|i| first.checked_add(i).ok_or_else(|| anyhow!("--queue {first} + --threads {t} passes 65535"))).collect::<anyhow::Result<_>>()?,
+        (list, 1) => list.to_vec(),
+        (list, t) => bail!("--queue lists {} queues and --threads says {t}: give one queue and --threads, or the list alone", list.len()),
+    };
+    if install.len() > 0 && !consecutive(&queues) {
+        bail!("--install-rule balances over consecutive queues: give --queue N --threads T");
+    }
+    let rules = load_rules(&common)?;
+    let sets = rule_sets(&rules, Link::RawIp, queues.len())?;
+    let rewrites_ports = rules.iter().any(|r| {
+        matches!(&r.action, sonde_intercept::Action::Rewrite(rw) if rw.sport.is_some() || rw.dport.is_some())
+    });
+    let cfg = stack::StackConfig {
+        queues: queues.clone(),
+        batch: usize::from(common.batch),
+        fail_open: common.fail_open,
+        gso: !rewrites_ports,
+    };
+    let opened = stack::open(&cfg)?;
+    let mut changes = PathChanges::default();
+    let span = Queues { first: queues[0], count: queues.len() as u16 };
+    for spec in &install {
+        changes.add_nfqueue_rule(spec, span, common.fail_open)?;
+    }
+    let run = Running::start(&common, sets, opened, |queue, filter, stop, counters, start| {
+        stack::run_thread(queue, filter, stop, counters, start)
+    });
+    finish(run, changes, &common, &rules, "stack", |totals| {
+        for &q in &queues {
+            if let Some(c) = sonde_io::nfqueue::queue_counters(q) {
+                totals.lost += c.queue_dropped + c.user_dropped;
+            }
+        }
+    })
+}
+
+fn consecutive(queues: &[u16]) -> bool {
+    queues.windows(2).all(|w| w[1] == w[0].wrapping_add(1))
+}
+
+pub fn bridge(iface_a: String, iface_b: String, common: Common) -> anyhow::Result<()> {
+    if iface_a == iface_b {
+        bail!("-i and -j are both {iface_a}: a bridge joins two different interfaces");
+    }
+    let rules = load_rules(&common)?;
+    let threads = usize::from(common.threads);
+    let sets = rule_sets(&rules, Link::Ethernet, threads)?;
+    let cfg = bridge::BridgeConfig {
+        iface_a: iface_a.clone(),
+        iface_b: iface_b.clone(),
+        threads,
+        batch: usize::from(common.batch),
+    };
+    let ports = bridge::open(&cfg)?;
+    let mut changes = PathChanges::default();
+    changes.take_off_wire(&[&iface_a, &iface_b])?;
+    let order = Arc::new(OrderCheck::default());
+    let batch = cfg.batch;
+    let run = Running::start(&common, sets, ports, move |ports, filter, stop, counters, start| {
+        bridge::run_thread(ports, filter, batch, stop, counters, &order, start)
+    });
+    finish(run, changes, &common, &rules, "bridge", |_| {})
+}
+
+/// The worker threads and what they share.
+struct Running {
+    stop: Arc<AtomicBool>,
+    counters: Vec<Arc<ThreadCounters>>,
+    rule_counters: Vec<Arc<[sonde_intercept::RuleCounter]>>,
+    handles: Vec<JoinHandle<anyhow::Result<()>>>,
+    start: Instant,
+    cpu: CpuTimes,
+    stop_error: Option<anyhow::Error>,
+    guard: Option<Guard>,
+}
+
+impl Running {
+    fn start<S: Send + 'static>(
+        _common: &Common,
+        sets: Vec<RuleSet>,
+        sources: Vec<S>,
+        work: impl Fn(S, &mut RuleSet, &AtomicBool, &ThreadCounters, Instant) -> anyhow::Result<()>
+            + Send
+            + Sync
+            + Clone
+            + 'static,
+    ) -> Result<Running, anyhow::Error> {
+        let stop = stop_flag()?;
+        let start = Instant::now();
+        let cpu = CpuTimes::now();
+        let mut counters = Vec::new();
+        let mut rule_counters = Vec::new();
+        let mut handles = Vec::new();
+        for (mut set, source) in sets.into_iter().zip(sources) {
+            let c = Arc::new(ThreadCounters::default());
+            counters.push(c.clone());
+            rule_counters.push(set.counters());
+            let (stop, work) = (stop.clone(), work.clone());
+            handles.push(std::thread::spawn(move || {
+                let result = work(source, &mut set, &stop, &c, start);
+                if result.is_err() {
+                    stop.store(true, Relaxed); // one thread failing ends the run
+                }
+                result
+            }));
+        }
+        Ok(Running { stop, counters, rule_counters, handles, start, cpu, stop_error: None, guard: None })
+    }
+}
+
+/// Arms the guard (with --fail-open), watches until the end, stops the threads, undoes the
+/// path changes and writes the summary.
+fn finish(
+    run: anyhow::Result<Running>,
+    mut changes: PathChanges,
+    common: &Common,
+    rules: &[Rule],
+    mode: &str,
+    add_lost: impl FnOnce(&mut Totals),
+) -> anyhow::Result<()> {
+    let mut run = run?;
+    if common.fail_open {
+        let exe = std::env::current_exe()?;
+        run.guard = Some(Guard::start(&exe, &["intercept", "guard"], &changes.undo_commands())?);
+    }
+    watch(&run, common);
+    run.stop.store(true, Relaxed);
+    for h in std::mem::take(&mut run.handles) {
+        let result = h.join().unwrap_or_else(|_| Err(anyhow!("a worker thread panicked")));
+        if let Err(e) = result {
+            run.stop_error.get_or_insert(e);
+        }
+    }
+    let wall = run.start.elapsed();
+    let cpu = CpuTimes::now().since(&run.cpu);
+    let mut totals = Totals::sum(run.counters.iter().map(|c| c.as_ref()));
+    add_lost(&mut totals);
+    let undone = changes.undo_all();
+    if let Some(guard) = run.guard.take() {
+        guard.stand_down();
+    }
+    let rule_lines = RuleLine::collect(rules, &run.rule_counters);
+    let per_thread: Vec<Totals> = run.counters.iter().map(|c| c.totals()).collect();
+    let s = summary::Summary::new(mode, common, totals, &per_thread, rule_lines, wall, cpu);
+    s.print();
+    if let Some(path) = &common.summary_json {
+        s.write_json(path)?;
+    }
+    undone?;
+    match run.stop_error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// The status line, twice a second, until the duration passes, Ctrl-C, or a thread fails.
+fn watch(run: &Running, common: &Common) {
+    let target = if common.quiet { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr_with_hz(2) };
+    let bar = ProgressBar::with_draw_target(None, target);
+    bar.set_style(ProgressStyle::with_template("{elapsed_precise} {msg}").expect("valid template"));
+    let deadline = common.duration.map(|s| run.start + Duration::from_secs_f64(s.max(0.0)));
+    let mut last = (Instant::now(), Totals::default());
+    while !run.stop.load(Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        let dt = last.0.elapsed().as_secs_f64();
+        if dt < 0.5 {
+            continue;
+        }
+        let now = Totals::sum(run.counters.iter().map(|c| c.as_ref()));
+        let packets = now.packets - last.1.packets;
+        let batches = (now.batches - last.1.batches).max(1);
+        bar.set_message(format!(
+            "{} packets  {}pps  {:.0} Mbit/s  batch fill {:.1}  dropped {}  lost {}  reordered {}",
+            now.packets,
+            sonde_meter::human_rate(packets as f64 / dt),
+            (now.bytes - last.1.bytes) as f64 * 8.0 / dt / 1e6,
+            packets as f64 / batches as f64,
+            now.dropped,
+            now.lost,
+            now.reordered
+        ));
+        last = (Instant::now(), now);
+    }
+    bar.finish_and_clear();
+}

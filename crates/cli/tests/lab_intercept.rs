@@ -1,0 +1,371 @@
+//! `sonde intercept` in a bridge lab (A — mid — B): bridge mode in mid, stack mode on A's own
+//! traffic. Transfers pass intact, a drop rule drops exactly its packets (counted at B), two
+//! threads reorder nothing, a killed sonde fails open or closed as asked, Ctrl-C removes every
+//! rule and table, and bad input gets one clear line. Every packet stays in the lab's
+//! namespaces, between 198.19.254.1 and 198.19.254.2.
+
+mod common;
+
+use std::net::{SocketAddrV4, UdpSocket};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{can_run_labs, stderr, Lab, SONDE};
+use serde_json::Value;
+use sonde_lab::bridge::{A_V4, B_V4};
+
+fn ns(lab: &Lab, which: &str) -> String {
+    format!("sonde-{}-{which}", lab.name)
+}
+
+fn in_ns(ns: &str, args: &[&str]) -> Output {
+    Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(args)
+        .output()
+        .expect("ip netns exec")
+}
+
+/// sonde intercept running in a namespace; stopped with SIGINT (or killed) and awaited on drop.
+struct Intercept {
+    child: Child,
+    summary: String,
+}
+
+impl Intercept {
+    /// Starts `sonde intercept ARGS` in `ns` and waits until `ready` says its rules are in.
+    fn start(lab: &Lab, ns: &str, args: &[&str], ready: impl Fn() -> bool) -> Intercept {
+        let summary = lab.file(&format!("summary-{}.json", args.join("_").len()));
+        let mut all = vec!["netns", "exec", ns, SONDE, "intercept"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--quiet", "--summary-json", &summary]);
+        let child = Command::new("ip")
+            .args(&all)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting sonde intercept");
+        let mut run = Intercept { child, summary };
+        let end = Instant::now() + Duration::from_secs(10);
+        while !ready() {
+            if let Ok(Some(_)) = run.child.try_wait() {
+                let out = run.wait();
+                panic!("sonde intercept {args:?} exited early: {}", stderr(&out));
+            }
+            assert!(Instant::now() < end, "sonde intercept {args:?} not ready in 10 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        run
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, signal).expect("signalling sonde");
+    }
+
+    /// Ctrl-C, then its output and summary.
+    fn stop(mut self) -> (Output, Value) {
+        self.signal(nix::sys::signal::Signal::SIGINT);
+        let out = self.wait();
+        assert!(out.status.success(), "sonde intercept: {}", stderr(&out));
+        let text = std::fs::read_to_string(&self.summary).expect("the summary JSON");
+        (out, serde_json::from_str(&text).expect("summary JSON"))
+    }
+
+    fn wait(&mut self) -> Output {
+        let end = Instant::now() + Duration::from_secs(15);
+        while self.child.try_wait().expect("waiting").is_none() {
+            if Instant::now() > end {
+                let _ = self.child.kill();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut out = Output {
+            status: self.child.wait().unwrap(),
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+        };
+        use std::io::Read;
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_end(&mut out.stderr);
+        }
+        if let Some(mut o) = self.child.stdout.take() {
+            let _ = o.read_to_end(&mut out.stdout);
+        }
+        out
+    }
+}
+
+impl Drop for Intercept {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// sonde's netdev tables in `ns`.
+fn sonde_tables(ns: &str) -> String {
+    let out = in_ns(ns, &["nft", "list", "tables", "netdev"]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("sonde_intercept_"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// sonde's NFQUEUE rules in `ns`.
+fn sonde_rules(ns: &str) -> String {
+    let out = in_ns(ns, &["iptables", "-w", "-S"]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("sonde-intercept"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// iperf3 from A to B (bounded), its JSON.
+fn iperf(lab: &Lab, args: &[&str]) -> Value {
+    let b = B_V4.to_string();
+    let mut all = vec!["timeout", "30", "iperf3", "-c", &b, "-J"];
+    all.extend_from_slice(args);
+    let out = in_ns(&ns(lab, "a"), &all);
+    let json: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("iperf3 {args:?}: {}", stderr(&out)));
+    assert!(json.get("error").is_none(), "iperf3 {args:?}: {}", json["error"]);
+    json
+}
+
+/// A TCP transfer arrives whole: every byte sent was received.
+fn assert_tcp_intact(json: &Value) {
+    let sent = json["end"]["sum_sent"]["bytes"].as_u64().unwrap();
+    let received = json["end"]["sum_received"]["bytes"].as_u64().unwrap();
+    assert!(sent > 1_000_000, "only {sent} bytes sent");
+    assert_eq!(sent, received, "TCP bytes sent and received differ");
+}
+
+/// Datagrams numbered 0.. sent from A to B:`port` every `gap` for `duration`, each received
+/// one stamped with its arrival time (since the start). Both ends run in threads that enter
+/// A's and B's network namespaces.
+fn udp_stream(lab: &Lab, port: u16, gap: Duration, duration: Duration) -> (u32, Vec<(u32, Duration)>) {
+    let (a, b) = (ns(lab, "a"), ns(lab, "b"));
+    let start = Instant::now();
+    let receiver = std::thread::spawn(move || {
+        sonde_lab::enter_ns(&b).expect("entering B");
+        let sock = UdpSocket::bind(SocketAddrV4::new(B_V4, port)).expect("binding on B");
+        sock.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 64];
+        while start.elapsed() < duration + Duration::from_secs(1) {
+            if let Ok(n) = sock.recv(&mut buf) {
+                if n >= 4 {
+                    got.push((u32::from_be_bytes(buf[..4].try_into().unwrap()), start.elapsed()));
+                }
+            }
+        }
+        got
+    });
+    std::thread::sleep(Duration::from_millis(100)); // the receiver binds first
+    let sender = std::thread::spawn(move || {
+        sonde_lab::enter_ns(&a).expect("entering A");
+        let sock = UdpSocket::bind(SocketAddrV4::new(A_V4, 0)).unwrap();
+        let mut n = 0u32;
+        while start.elapsed() < duration {
+            let _ = sock.send_to(&n.to_be_bytes(), SocketAddrV4::new(B_V4, port));
+            n += 1;
+            std::thread::sleep(gap);
+        }
+        n
+    });
+    let sent = sender.join().expect("sender");
+    (sent, receiver.join().expect("receiver"))
+}
+
+#[test]
+fn bridge_mode_passes_transfers_whole_and_drops_exactly_its_packets() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&["--bridge"]);
+    let mid = ns(&lab, "mid");
+    // Before sonde: the kernel's bridge forwards port 9 too (so a drop later is sonde's).
+    let (sent, got) = udp_stream(&lab, 9, Duration::from_millis(2), Duration::from_millis(300));
+    assert_eq!(got.len() as u32, sent, "the kernel bridge lost datagrams");
+
+    let run = Intercept::start(
+        &lab,
+        &mid,
+        &["bridge", "-i", "ma", "-j", "mb", "drop udp dst port 9", "count udp dst port 10"],
+        || !sonde_tables(&mid).is_empty(),
+    );
+    assert_tcp_intact(&iperf(&lab, &["-p", "5201", "-t", "2"]));
+    let (to9, got9) = udp_stream(&lab, 9, Duration::from_millis(2), Duration::from_millis(400));
+    let (to10, got10) = udp_stream(&lab, 10, Duration::from_millis(2), Duration::from_millis(400));
+    let (_, summary) = run.stop();
+    eprintln!("{summary:#}");
+    assert_eq!(got9.len(), 0, "datagrams to port 9 reached B through the drop rule");
+    assert_eq!(got10.len() as u32, to10, "datagrams to port 10 were lost");
+    let rules = summary["rules"].as_array().unwrap();
+    assert_eq!(rules[0]["dropped"].as_u64(), Some(u64::from(to9)), "{summary}");
+    assert_eq!(rules[1]["packets"].as_u64(), Some(u64::from(to10)), "{summary}");
+    assert_eq!(summary["dropped"].as_u64(), Some(u64::from(to9)));
+    assert_eq!(summary["reordered"].as_u64(), Some(0));
+    assert!(summary["packets"].as_u64().unwrap() > 1000, "{summary}");
+    // Ctrl-C took sonde's table away, and the kernel forwards again.
+    assert_eq!(sonde_tables(&mid), "");
+    let (sent, got) = udp_stream(&lab, 9, Duration::from_millis(2), Duration::from_millis(300));
+    assert_eq!(got.len() as u32, sent, "the kernel does not forward after sonde left");
+}
+
+#[test]
+fn two_threads_keep_every_flow_in_order() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&["--bridge"]);
+    let mid = ns(&lab, "mid");
+    let run = Intercept::start(
+        &lab,
+        &mid,
+        &["bridge", "-i", "ma", "-j", "mb", "--threads", "2"],
+        || !sonde_tables(&mid).is_empty(),
+    );
+    let udp = iperf(&lab, &["-p", "5202", "-u", "-b", "20M", "-l", "1200", "-P", "16", "-t", "2"]);
+    let tcp = iperf(&lab, &["-p", "5203", "-P", "4", "-t", "2"]);
+    let (_, summary) = run.stop();
+    let out_of_order: u64 = udp["end"]["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["udp"]["out_of_order"].as_u64().unwrap_or(0))
+        .sum();
+    eprintln!("UDP out of order at B: {out_of_order}; {summary:#}");
+    assert_eq!(out_of_order, 0, "B saw datagrams out of order");
+    assert_eq!(summary["reordered"].as_u64(), Some(0), "{summary}");
+    assert_tcp_intact(&tcp);
+    let per_thread: Vec<u64> = summary["per_thread"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["packets"].as_u64().unwrap())
+        .collect();
+    assert!(per_thread.iter().all(|&p| p > 0), "16 flows all on one thread? {per_thread:?}");
+}
+
+#[test]
+fn stack_mode_batches_verdicts_and_removes_its_rules() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&["--bridge"]);
+    let a = ns(&lab, "a");
+    let (to_b, from_b) = (format!("OUTPUT -d {B_V4}"), format!("INPUT -s {B_V4}"));
+    let run = Intercept::start(
+        &lab,
+        &a,
+        &[
+            "stack", "--queue", "0", "--threads", "2", "--batch", "64",
+            "--install-rule", &to_b, "--install-rule", &from_b,
+            "drop udp dst port 9",
+        ],
+        || sonde_rules(&a).lines().count() == 2,
+    );
+    assert_tcp_intact(&iperf(&lab, &["-p", "5201", "-t", "2"]));
+    let udp = iperf(&lab, &["-p", "5202", "-u", "-b", "20M", "-P", "8", "-t", "1"]);
+    let (to9, got9) = udp_stream(&lab, 9, Duration::from_millis(2), Duration::from_millis(300));
+    let (_, summary) = run.stop();
+    eprintln!("{summary:#}");
+    assert_eq!(got9.len(), 0);
+    assert_eq!(summary["rules"][0]["dropped"].as_u64(), Some(u64::from(to9)));
+    assert!(summary["mean_batch"].as_f64().unwrap() > 1.0, "verdicts were not batched: {summary}");
+    assert_eq!(summary["reordered"].as_u64(), Some(0));
+    let ooo: u64 = udp["end"]["streams"].as_array().unwrap().iter()
+        .map(|s| s["udp"]["out_of_order"].as_u64().unwrap_or(0)).sum();
+    assert_eq!(ooo, 0, "B saw datagrams out of order");
+    assert_eq!(sonde_rules(&a), "", "Ctrl-C left rules behind");
+}
+
+/// Kills sonde (SIGKILL) a second into a stream of datagrams; returns how many arrived at B
+/// more than half a second after the kill, and how many were sent in that time.
+fn kill_mid_stream(lab: &Lab, fail_open: bool) -> (usize, u32) {
+    let a = ns(lab, "a");
+    let rule = format!("OUTPUT -d {B_V4}");
+    let mut args = vec!["stack", "--queue", "3", "--install-rule", &rule];
+    if fail_open {
+        args.push("--fail-open");
+    }
+    let run = Intercept::start(lab, &a, &args, || !sonde_rules(&a).is_empty());
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1000));
+        run.signal(nix::sys::signal::Signal::SIGKILL);
+        run
+    });
+    let (sent, got) = udp_stream(lab, 7, Duration::from_millis(5), Duration::from_millis(2500));
+    drop(killer.join().unwrap());
+    let after = got.iter().filter(|(_, t)| *t > Duration::from_millis(1600)).count();
+    let sent_after = sent.saturating_sub((sent as f64 * 1600.0 / 2500.0) as u32);
+    (after, sent_after)
+}
+
+#[test]
+fn a_killed_sonde_fails_open_or_closed_as_asked() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&["--bridge"]);
+    let a = ns(&lab, "a");
+    let (after, sent_after) = kill_mid_stream(&lab, true);
+    eprintln!("--fail-open: {after} of about {sent_after} datagrams arrived after the kill");
+    assert!(after as u32 >= sent_after * 8 / 10, "--fail-open stopped traffic: {after} of {sent_after}");
+    // The guard took the rule away.
+    let end = Instant::now() + Duration::from_secs(5);
+    while !sonde_rules(&a).is_empty() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(sonde_rules(&a), "", "the fail-open guard left the rule");
+
+    let (after, sent_after) = kill_mid_stream(&lab, false);
+    eprintln!("fail-closed: {after} of about {sent_after} datagrams arrived after the kill");
+    assert_eq!(after, 0, "traffic went on after a fail-closed sonde died");
+    assert!(!sonde_rules(&a).is_empty(), "the fail-closed rule is gone");
+    let out = in_ns(&a, &[SONDE, "intercept", "cleanup"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(sonde_rules(&a), "", "cleanup left the rule");
+    let (sent, got) = udp_stream(&lab, 7, Duration::from_millis(5), Duration::from_millis(300));
+    assert_eq!(got.len() as u32, sent, "traffic did not come back after cleanup");
+}
+
+#[test]
+fn bad_input_gets_one_clear_line_and_leaves_nothing() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&["--bridge"]);
+    let (a, mid) = (ns(&lab, "a"), ns(&lab, "mid"));
+    let one_line = |out: &Output, code: i32, needle: &str| {
+        let err = stderr(out);
+        assert_eq!(out.status.code(), Some(code), "{err}");
+        assert!(err.contains(needle) && err.trim().lines().count() == 1, "{needle}: {err}");
+    };
+    let run = Intercept::start(&lab, &a, &["stack", "--queue", "5"], || true);
+    std::thread::sleep(Duration::from_millis(300));
+    let out = in_ns(&a, &[SONDE, "intercept", "stack", "--queue", "5", "--duration", "1"]);
+    one_line(&out, 1, "already bound");
+    drop(run);
+    let out = in_ns(&mid, &[SONDE, "intercept", "bridge", "-i", "nosuch0", "-j", "mb"]);
+    one_line(&out, 1, "nosuch0");
+    let out = in_ns(&mid, &[SONDE, "intercept", "bridge", "-i", "ma", "-j", "mb", "drop tcp prot 9"]);
+    one_line(&out, 2, "invalid filter expression");
+    let out = in_ns(&mid, &[SONDE, "intercept", "bridge", "-i", "ma", "-j", "mb", "reject tcp"]);
+    one_line(&out, 2, "unknown action");
+    let rule = format!("OUTPUT -d {B_V4}");
+    let out = in_ns(
+        &a,
+        &["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+          SONDE, "intercept", "stack", "--queue", "6", "--install-rule", &rule, "--duration", "1"],
+    );
+    one_line(&out, 1, "CAP_NET_ADMIN");
+    assert_eq!(sonde_rules(&a), "");
+    assert_eq!(sonde_tables(&mid), "");
+}
