@@ -1,6 +1,8 @@
 //! The lab: a scanner namespace and a lab network namespace joined by a veth
 //! pair, with a known population of addresses that the lab-side Linux kernel
-//! answers for, and the exact ground truth of what it answers.
+//! answers for, and the exact ground truth of what it answers. Or, with
+//! `bridge`, two hosts A and B joined through a middle namespace (A — mid — B)
+//! for tools that sit in the path.
 //!
 //! THE SAFETY RULE (see LAB.md): every packet stays inside the namespaces made
 //! here, addressed to 198.18.0.0/15 (and 2001:2::/48 with an IPv6
@@ -11,6 +13,7 @@
 //! can be read (and repeated by hand) from the commands in this crate.
 #![deny(unsafe_code)]
 
+pub mod bridge;
 mod cmd;
 mod config;
 mod counters;
@@ -32,7 +35,7 @@ pub use config::{
 pub use counters::{net_counters, received, scan_counters, IfCounters};
 pub use cpus::{cpu_list, online_cpus, parse_cpu_list, sender_cpus};
 pub use http::{big_body, sha256_hex, BIG_PATH};
-pub use netns::{current_lab, enter_net_ns, enter_scan_ns, exec, list};
+pub use netns::{current_lab, enter_net_ns, enter_ns, enter_scan_ns, exec, list};
 pub use server::{serve, serve_silent};
 pub use setup::{down, status, up};
 pub use truth::{

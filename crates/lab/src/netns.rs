@@ -1,4 +1,5 @@
-//! The lab's two namespaces: names, finding them, and entering them.
+//! The lab's namespaces (scan and net; or a, mid and b for a bridge lab): names, finding them,
+//! and entering them.
 
 use std::collections::BTreeSet;
 use std::fs::{self, File};
@@ -6,7 +7,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
 use nix::sched::{setns, CloneFlags};
 
 use crate::cmd::spawn_error;
@@ -32,12 +33,14 @@ pub(crate) fn ns_exists(ns: &str) -> bool {
     ns_path(ns).exists()
 }
 
+/// What a lab's namespace names end with: scan and net, or a bridge lab's a, mid and b. No
+/// suffix ends another, so a namespace name belongs to one lab at most.
+const SUFFIXES: [&str; 5] = ["-scan", "-net", "-a", "-mid", "-b"];
+
 /// The lab a namespace name belongs to, if it is one of ours.
 fn lab_of(ns: &str) -> Option<&str> {
     let rest = ns.strip_prefix("sonde-")?;
-    let name = rest
-        .strip_suffix("-scan")
-        .or_else(|| rest.strip_suffix("-net"))?;
+    let name = SUFFIXES.iter().find_map(|s| rest.strip_suffix(s))?;
     validate_name(name).ok().map(|_| name)
 }
 
@@ -59,11 +62,36 @@ fn open_scan_ns(name: &str) -> Result<File> {
     validate_name(name)?;
     let path = ns_path(&scan_ns(name));
     File::open(&path).map_err(|e| {
+        if crate::bridge::exists(name) {
+            anyhow!(
+                "lab {name:?} is a bridge lab: it has no scanner namespace (use its hosts: ip netns exec {} …)",
+                crate::bridge::a_ns(name)
+            )
+        } else {
+            anyhow!(
+                "lab {name:?} is not up ({}: {e}); start it with: sonde lab up --name {name}",
+                path.display()
+            )
+        }
+    })
+}
+
+/// Moves the calling thread into lab namespace `ns` (any namespace a lab made, e.g.
+/// `bridge::a_ns(name)`). Threads spawned afterwards inherit it, so call this before spawning.
+/// Only the lab's own namespaces can be entered this way.
+pub fn enter_ns(ns: &str) -> Result<()> {
+    if lab_of(ns).is_none() {
+        bail!("{ns:?} is not a lab namespace (sonde-NAME-scan, -net, -a, -mid or -b)");
+    }
+    let path = ns_path(ns);
+    let file = File::open(&path).map_err(|e| {
         anyhow!(
-            "lab {name:?} is not up ({}: {e}); start it with: sonde lab up --name {name}",
+            "namespace {ns} is not there ({}: {e}); is its lab up? (sonde lab list)",
             path.display()
         )
-    })
+    })?;
+    setns(&file, CloneFlags::CLONE_NEWNET)
+        .map_err(|e| anyhow!("cannot enter namespace {ns}: {e} (this needs root)"))
 }
 
 /// Moves the calling thread into the scanner namespace of lab `name`.
@@ -126,9 +154,12 @@ mod tests {
 
     #[test]
     fn namespace_names_round_trip() {
-        for name in ["lab", "a-net", "x-scan", "9"] {
+        for name in ["lab", "a-net", "x-scan", "9", "x-a", "b-mid"] {
             assert_eq!(lab_of(&scan_ns(name)), Some(name));
             assert_eq!(lab_of(&net_ns(name)), Some(name));
+            assert_eq!(lab_of(&crate::bridge::a_ns(name)), Some(name));
+            assert_eq!(lab_of(&crate::bridge::mid_ns(name)), Some(name));
+            assert_eq!(lab_of(&crate::bridge::b_ns(name)), Some(name));
         }
         assert_eq!(lab_of("sonde-"), None);
         assert_eq!(lab_of("other-lab-net"), None);

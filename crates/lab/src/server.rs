@@ -289,7 +289,7 @@ fn wait_listening(child: &mut Child, ports: &[u16], v6: bool, server: &str) -> R
 
 /// Local ports in LISTEN state (st 0A) in /proc/PID/net/`file` (tcp or tcp6)
 /// of the network namespace of `pid`.
-fn listening_ports(pid: u32, file: &str) -> Vec<u16> {
+pub(crate) fn listening_ports(pid: u32, file: &str) -> Vec<u16> {
     let mut ports = Vec::new();
     let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{file}")) else {
         return ports;

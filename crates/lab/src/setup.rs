@@ -13,7 +13,7 @@ use crate::http::BIG_PATH;
 use crate::netns::{net_ns, ns_exists, scan_ns};
 use crate::responder::{self, ResponderSpec};
 use crate::truth::{Population, Population6, Truth};
-use crate::{cpus, http, nft, server, state, xdp};
+use crate::{bridge, cpus, http, nft, server, state, xdp};
 
 /// Fixed, locally administered MACs (02:00 + the IPv4 address), so frames in
 /// captures are recognisable; each lab has its own link, so labs never clash.
@@ -55,7 +55,11 @@ const NET_SYSCTLS6: &[&str] = &["net.ipv6.icmp.ratelimit=0"];
 pub fn up(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
     validate(cfg)?;
     let name = &cfg.name;
-    if ns_exists(&scan_ns(name)) || ns_exists(&net_ns(name)) || state::exists(name) {
+    if ns_exists(&scan_ns(name))
+        || ns_exists(&net_ns(name))
+        || state::exists(name)
+        || bridge::exists(name)
+    {
         bail!("lab {name:?} already exists (remove it with: sonde lab down --name {name})");
     }
     if !cfg.served_ports().is_empty() && server_cmd.is_empty() {
@@ -81,19 +85,31 @@ pub fn up(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
 
 /// Removes lab `name`: its processes, namespaces (which takes the veth pair,
 /// routes, nftables and XDP with them) and state files. Works on a lab that a
-/// crash left half-made.
+/// crash left half-made, and on a bridge lab (`bridge::up`) too.
 pub fn down(name: &str) -> Result<()> {
     validate_name(name)?;
-    if !ns_exists(&scan_ns(name)) && !ns_exists(&net_ns(name)) && !state::exists(name) {
+    let normal = ns_exists(&scan_ns(name)) || ns_exists(&net_ns(name)) || state::exists(name);
+    let bridged = bridge::exists(name);
+    if !normal && !bridged {
         bail!("lab {name:?} does not exist (see: sonde lab list)");
     }
-    teardown(name).map_err(|e| anyhow!("cannot remove lab {name:?}: {e}"))
+    let mut result = Ok(());
+    if bridged {
+        result = bridge::teardown(name);
+    }
+    if normal {
+        result = result.and(teardown(name));
+    }
+    result.map_err(|e| anyhow!("cannot remove lab {name:?}: {e}"))
 }
 
 /// The status of lab `name` as `up` recorded it, after checking it is whole.
 pub fn status(name: &str) -> Result<LabStatus> {
     let st = state::load_opt(name)?;
     let whole = ns_exists(&scan_ns(name)) && ns_exists(&net_ns(name));
+    if st.is_none() && bridge::exists(name) {
+        bail!("lab {name:?} is a bridge lab (A — mid — B), not a scanner lab; see: sonde lab status --name {name}");
+    }
     match st {
         Some(st) if whole => Ok(st),
         None if !ns_exists(&scan_ns(name)) && !ns_exists(&net_ns(name)) => {

@@ -46,6 +46,31 @@ pub(crate) fn exists(name: &str) -> bool {
     file(name, ".json").exists()
 }
 
+/// The folder of bridge lab `name`: its `bridge.json` and the iperf3 servers' pid and log files.
+pub(crate) fn bridge_dir(name: &str) -> PathBuf {
+    PathBuf::from(STATE_DIR).join(name)
+}
+
+/// The state file of bridge lab `name`. It is written before anything else of the lab is made
+/// and removed last, so it marks the folder as a bridge lab's (a folder such as `x-http` is
+/// another lab's).
+pub(crate) fn bridge_file(name: &str) -> PathBuf {
+    bridge_dir(name).join("bridge.json")
+}
+
+pub(crate) fn is_bridge(name: &str) -> bool {
+    bridge_file(name).exists()
+}
+
+/// Removes the folder of bridge lab `name`, if it is one.
+pub(crate) fn remove_bridge_dir(name: &str) -> Result<()> {
+    if !is_bridge(name) {
+        return Ok(());
+    }
+    let path = bridge_dir(name);
+    fs::remove_dir_all(&path).map_err(|e| anyhow!("cannot remove {}: {e}", path.display()))
+}
+
 /// The state file: the status, and what `down` needs besides.
 #[derive(Serialize, Deserialize)]
 pub(crate) struct Saved {
@@ -140,17 +165,19 @@ pub(crate) fn remove(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Names of labs with a state file.
+/// Names of labs with a state file (`NAME.json`, or `NAME/bridge.json` for a bridge lab).
 pub(crate) fn names() -> Vec<String> {
     let Ok(dir) = fs::read_dir(STATE_DIR) else {
         return Vec::new();
     };
     dir.flatten()
         .filter_map(|e| {
-            e.file_name()
-                .to_str()?
-                .strip_suffix(".json")
-                .map(str::to_string)
+            let file = e.file_name();
+            let file = file.to_str()?;
+            match file.strip_suffix(".json") {
+                Some(name) => Some(name.to_string()),
+                None => is_bridge(file).then(|| file.to_string()),
+            }
         })
         .filter(|n| validate_name(n).is_ok())
         .collect()

@@ -15,7 +15,8 @@ pub struct LabArgs {
 
 #[derive(Subcommand)]
 enum LabCommand {
-    /// Create a lab: scanner and lab namespaces, veth pair, kernel (or XDP) responder, nftables.
+    /// Create a lab: scanner and lab namespaces, veth pair, kernel (or XDP) responder, nftables;
+    /// or with --bridge hosts A and B joined through a middle namespace.
     Up(UpArgs),
     /// Remove everything a lab made (also after a crash half-way through `up`).
     Down(NameArg),
@@ -83,7 +84,8 @@ enum LabCommand {
 
 #[derive(Args)]
 struct NameArg {
-    /// Lab name (unique per lab; namespaces are sonde-NAME-scan and sonde-NAME-net).
+    /// Lab name (unique per lab; namespaces are sonde-NAME-scan and sonde-NAME-net, or
+    /// sonde-NAME-a, -mid and -b for a bridge lab).
     #[arg(long, default_value = "lab")]
     name: String,
 }
@@ -150,6 +152,17 @@ struct UpArgs {
     /// sent the probe.
     #[arg(long, value_name = "LIST")]
     target_cpus: Option<String>,
+    /// A bridge lab instead, for tools that sit in the path: host A (sonde-NAME-a, ax0,
+    /// 198.19.254.1/24, 2001:2:0:fe::1/64) and host B (sonde-NAME-b, bx0, 198.19.254.2,
+    /// 2001:2:0:fe::2) joined through sonde-NAME-mid, where a Linux bridge mbr forwards between
+    /// ma and mb. Offloads are off on the hosts' ends, so the wire carries 1500-byte frames with
+    /// complete checksums. B runs iperf3 servers on ports 5201-5204 (on --target-cpus if given).
+    /// The population options do not apply and are refused with it.
+    #[arg(long, conflicts_with_all = [
+        "population", "population6", "responsive", "tcp_open", "seed", "queues", "sink",
+        "loss", "dns", "http", "silent_share", "responder",
+    ])]
+    bridge: bool,
 }
 
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
@@ -172,8 +185,13 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         } => print_truth(&name.name, ports.as_deref(), &udp_ports),
         LabCommand::Score(args) => super::score::run(args),
         LabCommand::List => {
+            // A name per line; a bridge lab's is followed by " bridge".
             for name in sonde_lab::list() {
-                crate::say(name);
+                if sonde_lab::bridge::exists(&name) {
+                    crate::say(format!("{name} bridge"));
+                } else {
+                    crate::say(name);
+                }
             }
             Ok(())
         }
@@ -216,6 +234,9 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    if up.bridge {
+        return bridge_up(up.name.name, target_cpus);
+    }
     let cfg = LabConfig {
         name: up.name.name,
         population: up.population,
@@ -261,13 +282,42 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn bridge_up(name: String, target_cpus: Option<Vec<usize>>) -> anyhow::Result<()> {
+    let cfg = sonde_lab::bridge::BridgeConfig { name, target_cpus };
+    let st = sonde_lab::bridge::up(&cfg)?;
+    let ports = &st.iperf_ports;
+    let mut pinned = String::new();
+    if let Some(cpus) = &st.target_cpus {
+        pinned = format!(" on CPU {}", sonde_lab::cpu_list(cpus));
+    }
+    eprintln!(
+        "bridge lab \"{}\" is up: A {} on {} in {} — bridge {} in {} — B {} on {} in {}, \
+         iperf3 on ports {}-{}{pinned}",
+        st.name,
+        st.a_ip,
+        st.a_if,
+        st.a_ns,
+        st.mid_bridge,
+        st.mid_ns,
+        st.b_ip,
+        st.b_if,
+        st.b_ns,
+        ports.first().copied().unwrap_or_default(),
+        ports.last().copied().unwrap_or_default(),
+    );
+    Ok(())
+}
+
 fn lab_status(name: &str, json: bool) -> anyhow::Result<()> {
-    let status = sonde_lab::status(name)?;
+    let value = if sonde_lab::bridge::exists(name) {
+        serde_json::to_value(sonde_lab::bridge::status(name)?)?
+    } else {
+        serde_json::to_value(sonde_lab::status(name)?)?
+    };
     if json {
-        crate::say(serde_json::to_string(&status)?);
+        crate::say(serde_json::to_string(&value)?);
         return Ok(());
     }
-    let value = serde_json::to_value(&status)?;
     for (key, v) in value.as_object().into_iter().flatten() {
         crate::say(format!("{key:<16} {}", v.to_string().trim_matches('"')));
     }
