@@ -34,6 +34,8 @@ mod libpcap;
 mod many;
 pub mod mem;
 mod mmsg;
+pub mod nfqueue;
+pub mod nfqueue_msg;
 mod packet_socket;
 mod ring;
 mod ring_frames;
@@ -52,6 +54,9 @@ use std::time::Duration;
 
 pub use iface::queue_count;
 pub use many::rx_many;
+pub use nfqueue::{
+    queue_counters, BatchStats, NfQueue, NfVerdict, NfqConfig, QueueCounters, QueuedPacket, SkipCounts,
+};
 pub use ring::{CaptureRing, RingRx, RxPacket};
 pub use xdp::XdpMode;
 pub use xdp_filter::{FilterSpec, TcpTake};
