@@ -21,6 +21,9 @@
 //! to eBPF does ([`cbpf_xdp`], [`AnyRx::open_xdp_cbpf`]); [`queue_count`] says how many queues
 //! (so AF_XDP sockets) an interface has.
 //!
+//! [`NfQueue`] is the other way in, for `sonde intercept stack`: the host's own packets from
+//! an NFQUEUE rule, decided in batches (one `recvmmsg` and one `sendmsg` per batch).
+//!
 //! Every socket this crate opens is close-on-exec (also those libxdp and libpcap open without
 //! it), so a child process never holds one, or an AF_XDP socket's queue. (libpcap 1.10 also
 //! opens an eventfd without it, out of the pcap crate's reach; it holds nothing.)
@@ -55,7 +58,8 @@ use std::time::Duration;
 pub use iface::queue_count;
 pub use many::rx_many;
 pub use nfqueue::{
-    queue_counters, BatchStats, NfQueue, NfVerdict, NfqConfig, QueueCounters, QueuedPacket, SkipCounts,
+    queue_counters, BatchStats, NfQueue, NfVerdict, NfqConfig, QueueCounters, QueuedPacket,
+    SkipCounts,
 };
 pub use ring::{CaptureRing, RingRx, RxPacket};
 pub use xdp::XdpMode;

@@ -257,7 +257,10 @@ impl NfQueue {
                 let cause = io::Error::from_raw_os_error(errno);
                 Err(io::Error::new(
                     cause.kind(),
-                    format!("NFQUEUE {}: the kernel rejected a verdict: {cause}", self.queue),
+                    format!(
+                        "NFQUEUE {}: the kernel rejected a verdict: {cause}",
+                        self.queue
+                    ),
                 ))
             }
             _ => Ok(stats),
@@ -391,9 +394,7 @@ fn decide_one(
     let wire_len = packet.wire_len();
     stats.packets += 1;
     stats.bytes += u64::from(wire_len);
-    let payload = datagram
-        .get_mut(packet.payload.clone())
-        .unwrap_or_default();
+    let payload = datagram.get_mut(packet.payload.clone()).unwrap_or_default();
     decide(&mut QueuedPacket {
         id: packet.id,
         hw_protocol: packet.hw_protocol,
@@ -440,7 +441,9 @@ fn open_socket() -> anyhow::Result<OwnedFd> {
     };
     if raw < 0 {
         let err = io::Error::last_os_error();
-        bail!("NFQUEUE: cannot open a netfilter netlink socket (is nfnetlink in this kernel?): {err}");
+        bail!(
+            "NFQUEUE: cannot open a netfilter netlink socket (is nfnetlink in this kernel?): {err}"
+        );
     }
     // SAFETY: `raw` is a descriptor just opened and owned by nothing else.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
@@ -456,7 +459,10 @@ fn open_socket() -> anyhow::Result<OwnedFd> {
         )
     };
     if rc < 0 {
-        bail!("NFQUEUE: binding the netlink socket: {}", io::Error::last_os_error());
+        bail!(
+            "NFQUEUE: binding the netlink socket: {}",
+            io::Error::last_os_error()
+        );
     }
     // Without NO_ENOBUFS a full receive buffer makes the next receive fail with ENOBUFS
     // (the kernel counts those packets in user_dropped either way). CAP_ACK keeps a rejected

@@ -152,7 +152,10 @@ pub fn next_message(datagram: &[u8], pos: usize) -> Option<(Msg, Option<usize>)>
             }
             Err(why) => Msg::Malformed { why },
         },
-        NLMSG_ERROR => match rest.get(NLMSG_HDRLEN..NLMSG_HDRLEN + 4).filter(|_| len >= 20) {
+        NLMSG_ERROR => match rest
+            .get(NLMSG_HDRLEN..NLMSG_HDRLEN + 4)
+            .filter(|_| len >= 20)
+        {
             Some(code) => Msg::Error {
                 errno: i32::from_ne_bytes([code[0], code[1], code[2], code[3]]).wrapping_neg(),
                 seq,
@@ -308,7 +311,14 @@ pub fn verdict(
         VERDICT_LEN
     };
     let payload_len = payload_len.unwrap_or(0).min(MAX_COPY_RANGE as usize);
-    put_verdict(&mut out, head + payload_len, NFQNL_MSG_VERDICT, queue, id, verdict);
+    put_verdict(
+        &mut out,
+        head + payload_len,
+        NFQNL_MSG_VERDICT,
+        queue,
+        id,
+        verdict,
+    );
     if head == VERDICT_WITH_PAYLOAD_HEAD {
         put_attr_header(&mut out[VERDICT_LEN..], NFQA_PAYLOAD, payload_len);
     }
@@ -411,6 +421,97 @@ mod tests {
             .collect()
     }
 
+    /// A packet message as the kernel sent it (Linux 6.18, captured by the nfqueue test with
+    /// batch 1): queue 7, id 20, IPv4, hook LOCAL_OUT, out interface 1, checksum not ready,
+    /// and a 60-byte UDP datagram 198.18.0.1:57463 -> 198.18.0.1:9999.
+    const KERNEL_PACKET: &str = "70000000 00030000 00000000 00000000 02000007 \
+        0b000100 00000014 08000300 08000600 00000001 08000e00 00000001 40000a00 \
+        4500003c a0504000 40110e3a c6120001 c6120001 e077270f 00288c60 00000013 \
+        abababab abababab abababab abababab abababab abababab abababab";
+
+    #[test]
+    fn a_kernel_packet_message() {
+        let m = hex(KERNEL_PACKET);
+        assert_eq!(m.len(), 112);
+        let got: Vec<Msg> = messages(&m).collect();
+        let [Msg::Packet(p)] = &got[..] else {
+            panic!("one packet expected, got {got:?}")
+        };
+        assert_eq!((p.queue, p.id, p.hw_protocol, p.hook), (7, 20, 0x0800, 3));
+        assert_eq!(p.payload, 52..112);
+        assert_eq!(&m[p.payload.start..p.payload.start + 2], &[0x45, 0]);
+        assert_eq!((p.cap_len, p.wire_len()), (None, 60));
+        assert_eq!(p.skb_info, NFQA_SKB_CSUMNOTREADY);
+    }
+
+    #[test]
+    fn a_packet_followed_by_an_error_in_one_datagram() {
+        let mut m = hex(KERNEL_PACKET);
+        m.extend_from_slice(&20u32.to_ne_bytes());
+        m.extend_from_slice(&NLMSG_ERROR.to_ne_bytes());
+        m.extend_from_slice(&[0; 10]);
+        m.extend_from_slice(&(-1i32).to_ne_bytes());
+        let got: Vec<Msg> = messages(&m).collect();
+        assert_eq!(got.len(), 2);
+        assert!(matches!(&got[0], Msg::Packet(p) if p.payload == (52..112)));
+        assert_eq!(got[1], Msg::Error { errno: 1, seq: 0 });
+        // The second message's offsets are relative to the datagram.
+        let mut twice = hex(KERNEL_PACKET);
+        twice.extend_from_slice(&hex(KERNEL_PACKET));
+        let second = messages(&twice).nth(1).unwrap();
+        assert!(matches!(second, Msg::Packet(p) if p.payload == (164..224)));
+    }
+
+    #[test]
+    fn a_cut_packet_message_still_names_its_id() {
+        let m = hex(KERNEL_PACKET);
+        // Cut inside the payload: the id is readable, the packet is not whole.
+        assert_eq!(
+            messages(&m[..80]).collect::<Vec<_>>(),
+            [Msg::Truncated { id: Some(20) }]
+        );
+        // Cut inside the packet header attribute: no id.
+        assert_eq!(
+            messages(&m[..26]).collect::<Vec<_>>(),
+            [Msg::Truncated { id: None }]
+        );
+    }
+
+    #[test]
+    fn a_packet_copied_in_part_reports_its_whole_length() {
+        let mut m = hex(KERNEL_PACKET);
+        // Replace the SKB_INFO attribute by CAP_LEN 1500 (as the kernel adds past copy_range).
+        m[42..44].copy_from_slice(&NFQA_CAP_LEN.to_ne_bytes());
+        m[44..48].copy_from_slice(&1500u32.to_be_bytes());
+        let Some(Msg::Packet(p)) = messages(&m).next() else {
+            panic!("packet expected")
+        };
+        assert_eq!((p.cap_len, p.wire_len(), p.skb_info), (Some(1500), 1500, 0));
+    }
+
+    #[test]
+    fn every_prefix_and_byte_flip_of_a_kernel_message_parses_without_panic() {
+        let m = hex(KERNEL_PACKET);
+        for cut in 0..=m.len() {
+            for msg in messages(&m[..cut]) {
+                if let Msg::Packet(p) = msg {
+                    assert!(p.payload.end <= cut);
+                }
+            }
+        }
+        for at in 0..m.len() {
+            for value in [0x00, 0x01, 0x03, 0x7f, 0x80, 0xff] {
+                let mut bent = m.clone();
+                bent[at] = value;
+                for msg in messages(&bent) {
+                    if let Msg::Packet(p) = msg {
+                        assert!(p.payload.start <= p.payload.end && p.payload.end <= bent.len());
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn error_and_ack_messages() {
         // nlmsgerr: error -2 (ENOENT) for the request with sequence number 7.
@@ -425,7 +526,10 @@ mod tests {
         let got: Vec<Msg> = messages(&m).collect();
         assert_eq!(got, [Msg::Error { errno: 2, seq: 7 }]);
         m[16..20].copy_from_slice(&0i32.to_ne_bytes());
-        assert_eq!(next_message(&m, 0).unwrap().0, Msg::Error { errno: 0, seq: 7 });
+        assert_eq!(
+            next_message(&m, 0).unwrap().0,
+            Msg::Error { errno: 0, seq: 7 }
+        );
         // Cut before the error code.
         m[0..4].copy_from_slice(&18u32.to_ne_bytes());
         assert!(matches!(
@@ -471,7 +575,11 @@ mod tests {
         assert_eq!(&v[24..32], &[0, 0, 0, 0, 1, 2, 3, 4]);
         let (v, n) = verdict(7, 9, NF_ACCEPT, Some(29));
         assert_eq!(n, 36);
-        assert_eq!(ne_u32(&v, 0), 36 + 29, "the message length covers the payload");
+        assert_eq!(
+            ne_u32(&v, 0),
+            36 + 29,
+            "the message length covers the payload"
+        );
         assert_eq!((ne_u16(&v, 32), ne_u16(&v, 34)), (33, NFQA_PAYLOAD));
         let b = batch_verdict(7, 99, NF_ACCEPT);
         assert_eq!(ne_u16(&b, 4), NFQNL_MSG_VERDICT_BATCH);
@@ -492,7 +600,10 @@ mod tests {
         assert!(matches!(messages(&m).next(), Some(Msg::Malformed { .. })));
         m[20..22].copy_from_slice(&200u16.to_ne_bytes());
         assert!(matches!(messages(&m).next(), Some(Msg::Malformed { .. })));
-        assert_eq!(messages(&m[..10]).collect::<Vec<_>>(), [Msg::Truncated { id: None }]);
+        assert_eq!(
+            messages(&m[..10]).collect::<Vec<_>>(),
+            [Msg::Truncated { id: None }]
+        );
         assert_eq!(messages(&[]).count(), 0);
     }
 }
