@@ -233,6 +233,67 @@ fn a_batch_with_more_rewrites_than_one_send_carries_stays_in_order() {
 }
 
 #[test]
+fn gso_packets_come_whole_and_a_tcp_stream_goes_through() {
+    // 4 MiB over TCP on lo: with GSO on, the kernel queues unsegmented packets of up to 64 KiB.
+    const BYTES: usize = 4 << 20;
+    with_queue_rule(|| {
+        run(
+            "iptables",
+            &[
+                "-w",
+                "-A",
+                "OUTPUT",
+                "-d",
+                "198.18.0.1",
+                "-p",
+                "tcp",
+                "--dport",
+                "9998",
+                "-j",
+                "NFQUEUE",
+                "--queue-num",
+                "7",
+            ],
+        );
+        let mut q = NfQueue::open(&NfqConfig::new(QUEUE)).unwrap();
+        let listener = std::net::TcpListener::bind("198.18.0.1:9998").unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let decider = std::thread::spawn(move || {
+            let (mut largest, mut gso, mut cut, mut wire) = (0, 0, 0, 0);
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                q.process_batch(Duration::from_millis(20), |p| {
+                    largest = largest.max(p.payload.len());
+                    gso += usize::from(p.gso);
+                    cut += usize::from(p.is_truncated());
+                    wire = wire.max(p.wire_len);
+                    NfVerdict::Accept
+                })
+                .unwrap();
+            }
+            (largest, gso, cut, wire)
+        });
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut sink = Vec::new();
+            std::io::Read::read_to_end(&mut conn, &mut sink).unwrap();
+            sink.len()
+        });
+        let mut client = std::net::TcpStream::connect("198.18.0.1:9998").unwrap();
+        std::io::Write::write_all(&mut client, &vec![0x5a; BYTES]).unwrap();
+        drop(client);
+        let received = server.join().unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (largest, gso, cut, wire) = decider.join().unwrap();
+        eprintln!(
+            "largest copy {largest} bytes, largest packet {wire}, {gso} GSO packets, {cut} cut short"
+        );
+        assert_eq!(received, BYTES);
+        assert!(gso > 0 && largest > 1500, "largest {largest}, gso {gso}");
+    });
+}
+
+#[test]
 fn a_second_open_of_the_queue_says_it_is_bound() {
     with_queue_rule(|| {
         let first = NfQueue::open(&NfqConfig::new(QUEUE)).unwrap();
