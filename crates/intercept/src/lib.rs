@@ -15,7 +15,7 @@ pub mod flow;
 pub mod path;
 pub mod rewrite;
 pub mod rules;
-// pub mod stack;
+pub mod stack;
 
 pub use counters::{ThreadCounters, Totals};
 pub use filter::{Filter, Link, Packet, Then, Verdict};

@@ -21,6 +21,9 @@
 //! to eBPF does ([`cbpf_xdp`], [`AnyRx::open_xdp_cbpf`]); [`queue_count`] says how many queues
 //! (so AF_XDP sockets) an interface has.
 //!
+//! [`NfQueue`] is the other way in, for `sonde intercept stack`: the host's own packets from
+//! an NFQUEUE rule, decided in batches (one `recvmmsg` and one `sendmsg` per batch).
+//!
 //! Every socket this crate opens is close-on-exec (also those libxdp and libpcap open without
 //! it), so a child process never holds one, or an AF_XDP socket's queue. (libpcap 1.10 also
 //! opens an eventfd without it, out of the pcap crate's reach; it holds nothing.)
@@ -34,6 +37,8 @@ mod libpcap;
 mod many;
 pub mod mem;
 mod mmsg;
+pub mod nfqueue;
+pub mod nfqueue_msg;
 mod packet_socket;
 mod ring;
 mod ring_frames;
@@ -52,6 +57,10 @@ use std::time::Duration;
 
 pub use iface::queue_count;
 pub use many::rx_many;
+pub use nfqueue::{
+    queue_counters, BatchStats, NfQueue, NfVerdict, NfqConfig, QueueCounters, QueuedPacket,
+    SkipCounts,
+};
 pub use packet_socket::poll_any;
 pub use ring::{CaptureRing, RingRx, RingTx, RxPacket};
 pub use xdp::XdpMode;
