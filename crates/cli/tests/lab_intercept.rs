@@ -52,7 +52,10 @@ impl Intercept {
                 let out = run.wait();
                 panic!("sonde intercept {args:?} exited early: {}", stderr(&out));
             }
-            assert!(Instant::now() < end, "sonde intercept {args:?} not ready in 10 s");
+            assert!(
+                Instant::now() < end,
+                "sonde intercept {args:?} not ready in 10 s"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         run
@@ -133,34 +136,105 @@ fn iperf(lab: &Lab, args: &[&str]) -> Value {
     let out = in_ns(&ns(lab, "a"), &all);
     let json: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|_| panic!("iperf3 {args:?}: {}", stderr(&out)));
-    assert!(json.get("error").is_none(), "iperf3 {args:?}: {}", json["error"]);
+    assert!(
+        json.get("error").is_none(),
+        "iperf3 {args:?}: {}",
+        json["error"]
+    );
     json
 }
 
-/// A TCP transfer arrives whole: every byte sent was received.
+/// An iperf3 transfer ran without error and B received nearly all the client wrote (what was
+/// still in flight when iperf3's clock stopped is not counted at B).
 fn assert_tcp_intact(json: &Value) {
     let sent = json["end"]["sum_sent"]["bytes"].as_u64().unwrap();
     let received = json["end"]["sum_received"]["bytes"].as_u64().unwrap();
     assert!(sent > 1_000_000, "only {sent} bytes sent");
-    assert_eq!(sent, received, "TCP bytes sent and received differ");
+    assert!(
+        received * 100 >= sent * 95,
+        "B received {received} of {sent} bytes"
+    );
+}
+
+/// A TCP connection from A to B:`port` carries `len` bytes of a known pattern; B checks every
+/// byte and the count. Returns what B got right.
+fn tcp_transfer_intact(lab: &Lab, port: u16, len: usize) {
+    use std::io::{Read, Write};
+    let (a, b) = (ns(lab, "a"), ns(lab, "b"));
+    let pattern = |i: usize| (i.wrapping_mul(2_654_435_761) >> 13) as u8;
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let receiver = std::thread::spawn(move || {
+        sonde_lab::enter_ns(&b).expect("entering B");
+        let listener =
+            std::net::TcpListener::bind(SocketAddrV4::new(B_V4, port)).expect("listen on B");
+        ready_tx.send(()).unwrap();
+        let (mut conn, _) = listener.accept().expect("accept");
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let (mut got, mut bad, mut buf) = (0usize, 0usize, vec![0u8; 65536]);
+        loop {
+            let n = conn.read(&mut buf).expect("read on B");
+            if n == 0 {
+                break;
+            }
+            bad += buf[..n]
+                .iter()
+                .enumerate()
+                .filter(|(i, &v)| v != pattern(got + i))
+                .count();
+            got += n;
+        }
+        (got, bad)
+    });
+    ready_rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("B listening");
+    let sender = std::thread::spawn(move || {
+        sonde_lab::enter_ns(&a).expect("entering A");
+        let mut conn = std::net::TcpStream::connect_timeout(
+            &SocketAddrV4::new(B_V4, port).into(),
+            Duration::from_secs(5),
+        )
+        .expect("connect to B");
+        conn.set_write_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let data: Vec<u8> = (0..len).map(pattern).collect();
+        conn.write_all(&data).expect("write to B");
+    });
+    sender.join().expect("sender");
+    let (got, bad) = receiver.join().expect("receiver");
+    assert_eq!(
+        (got, bad),
+        (len, 0),
+        "B got {got} of {len} bytes, {bad} wrong"
+    );
 }
 
 /// Datagrams numbered 0.. sent from A to B:`port` every `gap` for `duration`, each received
 /// one stamped with its arrival time (since the start). Both ends run in threads that enter
 /// A's and B's network namespaces.
-fn udp_stream(lab: &Lab, port: u16, gap: Duration, duration: Duration) -> (u32, Vec<(u32, Duration)>) {
+fn udp_stream(
+    lab: &Lab,
+    port: u16,
+    gap: Duration,
+    duration: Duration,
+) -> (u32, Vec<(u32, Duration)>) {
     let (a, b) = (ns(lab, "a"), ns(lab, "b"));
     let start = Instant::now();
     let receiver = std::thread::spawn(move || {
         sonde_lab::enter_ns(&b).expect("entering B");
         let sock = UdpSocket::bind(SocketAddrV4::new(B_V4, port)).expect("binding on B");
-        sock.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
         let mut got = Vec::new();
         let mut buf = [0u8; 64];
         while start.elapsed() < duration + Duration::from_secs(1) {
             if let Ok(n) = sock.recv(&mut buf) {
                 if n >= 4 {
-                    got.push((u32::from_be_bytes(buf[..4].try_into().unwrap()), start.elapsed()));
+                    got.push((
+                        u32::from_be_bytes(buf[..4].try_into().unwrap()),
+                        start.elapsed(),
+                    ));
                 }
             }
         }
@@ -190,32 +264,77 @@ fn bridge_mode_passes_transfers_whole_and_drops_exactly_its_packets() {
     let lab = Lab::up(&["--bridge"]);
     let mid = ns(&lab, "mid");
     // Before sonde: the kernel's bridge forwards port 9 too (so a drop later is sonde's).
-    let (sent, got) = udp_stream(&lab, 9, Duration::from_millis(2), Duration::from_millis(300));
+    let (sent, got) = udp_stream(
+        &lab,
+        9,
+        Duration::from_millis(2),
+        Duration::from_millis(300),
+    );
     assert_eq!(got.len() as u32, sent, "the kernel bridge lost datagrams");
 
     let run = Intercept::start(
         &lab,
         &mid,
-        &["bridge", "-i", "ma", "-j", "mb", "drop udp dst port 9", "count udp dst port 10"],
+        &[
+            "bridge",
+            "-i",
+            "ma",
+            "-j",
+            "mb",
+            "drop udp dst port 9",
+            "count udp dst port 10",
+        ],
         || !sonde_tables(&mid).is_empty(),
     );
     assert_tcp_intact(&iperf(&lab, &["-p", "5201", "-t", "2"]));
-    let (to9, got9) = udp_stream(&lab, 9, Duration::from_millis(2), Duration::from_millis(400));
-    let (to10, got10) = udp_stream(&lab, 10, Duration::from_millis(2), Duration::from_millis(400));
+    tcp_transfer_intact(&lab, 7100, 32 << 20);
+    let (to9, got9) = udp_stream(
+        &lab,
+        9,
+        Duration::from_millis(2),
+        Duration::from_millis(400),
+    );
+    let (to10, got10) = udp_stream(
+        &lab,
+        10,
+        Duration::from_millis(2),
+        Duration::from_millis(400),
+    );
     let (_, summary) = run.stop();
     eprintln!("{summary:#}");
-    assert_eq!(got9.len(), 0, "datagrams to port 9 reached B through the drop rule");
+    assert_eq!(
+        got9.len(),
+        0,
+        "datagrams to port 9 reached B through the drop rule"
+    );
     assert_eq!(got10.len() as u32, to10, "datagrams to port 10 were lost");
     let rules = summary["rules"].as_array().unwrap();
-    assert_eq!(rules[0]["dropped"].as_u64(), Some(u64::from(to9)), "{summary}");
-    assert_eq!(rules[1]["packets"].as_u64(), Some(u64::from(to10)), "{summary}");
+    assert_eq!(
+        rules[0]["dropped"].as_u64(),
+        Some(u64::from(to9)),
+        "{summary}"
+    );
+    assert_eq!(
+        rules[1]["packets"].as_u64(),
+        Some(u64::from(to10)),
+        "{summary}"
+    );
     assert_eq!(summary["dropped"].as_u64(), Some(u64::from(to9)));
     assert_eq!(summary["reordered"].as_u64(), Some(0));
     assert!(summary["packets"].as_u64().unwrap() > 1000, "{summary}");
     // Ctrl-C took sonde's table away, and the kernel forwards again.
     assert_eq!(sonde_tables(&mid), "");
-    let (sent, got) = udp_stream(&lab, 9, Duration::from_millis(2), Duration::from_millis(300));
-    assert_eq!(got.len() as u32, sent, "the kernel does not forward after sonde left");
+    let (sent, got) = udp_stream(
+        &lab,
+        9,
+        Duration::from_millis(2),
+        Duration::from_millis(300),
+    );
+    assert_eq!(
+        got.len() as u32,
+        sent,
+        "the kernel does not forward after sonde left"
+    );
 }
 
 #[test]
@@ -231,7 +350,12 @@ fn two_threads_keep_every_flow_in_order() {
         &["bridge", "-i", "ma", "-j", "mb", "--threads", "2"],
         || !sonde_tables(&mid).is_empty(),
     );
-    let udp = iperf(&lab, &["-p", "5202", "-u", "-b", "20M", "-l", "1200", "-P", "16", "-t", "2"]);
+    let udp = iperf(
+        &lab,
+        &[
+            "-p", "5202", "-u", "-b", "20M", "-l", "1200", "-P", "16", "-t", "2",
+        ],
+    );
     let tcp = iperf(&lab, &["-p", "5203", "-P", "4", "-t", "2"]);
     let (_, summary) = run.stop();
     let out_of_order: u64 = udp["end"]["streams"]
@@ -250,7 +374,10 @@ fn two_threads_keep_every_flow_in_order() {
         .iter()
         .map(|t| t["packets"].as_u64().unwrap())
         .collect();
-    assert!(per_thread.iter().all(|&p| p > 0), "16 flows all on one thread? {per_thread:?}");
+    assert!(
+        per_thread.iter().all(|&p| p > 0),
+        "16 flows all on one thread? {per_thread:?}"
+    );
 }
 
 #[test]
@@ -265,23 +392,51 @@ fn stack_mode_batches_verdicts_and_removes_its_rules() {
         &lab,
         &a,
         &[
-            "stack", "--queue", "0", "--threads", "2", "--batch", "64",
-            "--install-rule", &to_b, "--install-rule", &from_b,
+            "stack",
+            "--queue",
+            "0",
+            "--threads",
+            "2",
+            "--batch",
+            "64",
+            "--install-rule",
+            &to_b,
+            "--install-rule",
+            &from_b,
             "drop udp dst port 9",
         ],
         || sonde_rules(&a).lines().count() == 2,
     );
     assert_tcp_intact(&iperf(&lab, &["-p", "5201", "-t", "2"]));
-    let udp = iperf(&lab, &["-p", "5202", "-u", "-b", "20M", "-P", "8", "-t", "1"]);
-    let (to9, got9) = udp_stream(&lab, 9, Duration::from_millis(2), Duration::from_millis(300));
+    tcp_transfer_intact(&lab, 7100, 32 << 20);
+    let udp = iperf(
+        &lab,
+        &["-p", "5202", "-u", "-b", "20M", "-P", "8", "-t", "1"],
+    );
+    let (to9, got9) = udp_stream(
+        &lab,
+        9,
+        Duration::from_millis(2),
+        Duration::from_millis(300),
+    );
     let (_, summary) = run.stop();
     eprintln!("{summary:#}");
     assert_eq!(got9.len(), 0);
-    assert_eq!(summary["rules"][0]["dropped"].as_u64(), Some(u64::from(to9)));
-    assert!(summary["mean_batch"].as_f64().unwrap() > 1.0, "verdicts were not batched: {summary}");
+    assert_eq!(
+        summary["rules"][0]["dropped"].as_u64(),
+        Some(u64::from(to9))
+    );
+    assert!(
+        summary["mean_batch"].as_f64().unwrap() > 1.0,
+        "verdicts were not batched: {summary}"
+    );
     assert_eq!(summary["reordered"].as_u64(), Some(0));
-    let ooo: u64 = udp["end"]["streams"].as_array().unwrap().iter()
-        .map(|s| s["udp"]["out_of_order"].as_u64().unwrap_or(0)).sum();
+    let ooo: u64 = udp["end"]["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["udp"]["out_of_order"].as_u64().unwrap_or(0))
+        .sum();
     assert_eq!(ooo, 0, "B saw datagrams out of order");
     assert_eq!(sonde_rules(&a), "", "Ctrl-C left rules behind");
 }
@@ -301,9 +456,17 @@ fn kill_mid_stream(lab: &Lab, fail_open: bool) -> (usize, u32) {
         run.signal(nix::sys::signal::Signal::SIGKILL);
         run
     });
-    let (sent, got) = udp_stream(lab, 7, Duration::from_millis(5), Duration::from_millis(2500));
+    let (sent, got) = udp_stream(
+        lab,
+        7,
+        Duration::from_millis(5),
+        Duration::from_millis(2500),
+    );
     drop(killer.join().unwrap());
-    let after = got.iter().filter(|(_, t)| *t > Duration::from_millis(1600)).count();
+    let after = got
+        .iter()
+        .filter(|(_, t)| *t > Duration::from_millis(1600))
+        .count();
     let sent_after = sent.saturating_sub((sent as f64 * 1600.0 / 2500.0) as u32);
     (after, sent_after)
 }
@@ -317,7 +480,10 @@ fn a_killed_sonde_fails_open_or_closed_as_asked() {
     let a = ns(&lab, "a");
     let (after, sent_after) = kill_mid_stream(&lab, true);
     eprintln!("--fail-open: {after} of about {sent_after} datagrams arrived after the kill");
-    assert!(after as u32 >= sent_after * 8 / 10, "--fail-open stopped traffic: {after} of {sent_after}");
+    assert!(
+        after as u32 >= sent_after * 8 / 10,
+        "--fail-open stopped traffic: {after} of {sent_after}"
+    );
     // The guard took the rule away.
     let end = Instant::now() + Duration::from_secs(5);
     while !sonde_rules(&a).is_empty() && Instant::now() < end {
@@ -332,8 +498,17 @@ fn a_killed_sonde_fails_open_or_closed_as_asked() {
     let out = in_ns(&a, &[SONDE, "intercept", "cleanup"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(sonde_rules(&a), "", "cleanup left the rule");
-    let (sent, got) = udp_stream(&lab, 7, Duration::from_millis(5), Duration::from_millis(300));
-    assert_eq!(got.len() as u32, sent, "traffic did not come back after cleanup");
+    let (sent, got) = udp_stream(
+        &lab,
+        7,
+        Duration::from_millis(5),
+        Duration::from_millis(300),
+    );
+    assert_eq!(
+        got.len() as u32,
+        sent,
+        "traffic did not come back after cleanup"
+    );
 }
 
 #[test]
@@ -346,24 +521,79 @@ fn bad_input_gets_one_clear_line_and_leaves_nothing() {
     let one_line = |out: &Output, code: i32, needle: &str| {
         let err = stderr(out);
         assert_eq!(out.status.code(), Some(code), "{err}");
-        assert!(err.contains(needle) && err.trim().lines().count() == 1, "{needle}: {err}");
+        assert!(
+            err.contains(needle) && err.trim().lines().count() == 1,
+            "{needle}: {err}"
+        );
     };
     let run = Intercept::start(&lab, &a, &["stack", "--queue", "5"], || true);
     std::thread::sleep(Duration::from_millis(300));
-    let out = in_ns(&a, &[SONDE, "intercept", "stack", "--queue", "5", "--duration", "1"]);
+    let out = in_ns(
+        &a,
+        &[
+            SONDE,
+            "intercept",
+            "stack",
+            "--queue",
+            "5",
+            "--duration",
+            "1",
+        ],
+    );
     one_line(&out, 1, "already bound");
     drop(run);
-    let out = in_ns(&mid, &[SONDE, "intercept", "bridge", "-i", "nosuch0", "-j", "mb"]);
+    let out = in_ns(
+        &mid,
+        &[SONDE, "intercept", "bridge", "-i", "nosuch0", "-j", "mb"],
+    );
     one_line(&out, 1, "nosuch0");
-    let out = in_ns(&mid, &[SONDE, "intercept", "bridge", "-i", "ma", "-j", "mb", "drop tcp prot 9"]);
+    let out = in_ns(
+        &mid,
+        &[
+            SONDE,
+            "intercept",
+            "bridge",
+            "-i",
+            "ma",
+            "-j",
+            "mb",
+            "drop tcp prot 9",
+        ],
+    );
     one_line(&out, 2, "invalid filter expression");
-    let out = in_ns(&mid, &[SONDE, "intercept", "bridge", "-i", "ma", "-j", "mb", "reject tcp"]);
+    let out = in_ns(
+        &mid,
+        &[
+            SONDE,
+            "intercept",
+            "bridge",
+            "-i",
+            "ma",
+            "-j",
+            "mb",
+            "reject tcp",
+        ],
+    );
     one_line(&out, 2, "unknown action");
     let rule = format!("OUTPUT -d {B_V4}");
     let out = in_ns(
         &a,
-        &["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-          SONDE, "intercept", "stack", "--queue", "6", "--install-rule", &rule, "--duration", "1"],
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            SONDE,
+            "intercept",
+            "stack",
+            "--queue",
+            "6",
+            "--install-rule",
+            &rule,
+            "--duration",
+            "1",
+        ],
     );
     one_line(&out, 1, "CAP_NET_ADMIN");
     assert_eq!(sonde_rules(&a), "");

@@ -55,16 +55,22 @@ fn main() -> anyhow::Result<()> {
         gso: true,
     };
     let queue = stack::open(&cfg)?.pop().expect("one queue");
-    let mut filter = DropRstFrom { port: port.parse()? };
+    let mut filter = DropRstFrom {
+        port: port.parse()?,
+    };
     let (stop, counters) = (AtomicBool::new(false), ThreadCounters::default());
     let duration = Duration::from_secs_f64(seconds.parse()?);
     std::thread::scope(|s| {
-        let worker = s.spawn(|| stack::run_thread(queue, &mut filter, &stop, &counters, Instant::now()));
+        let worker =
+            s.spawn(|| stack::run_thread(queue, &mut filter, &stop, &counters, Instant::now()));
         std::thread::sleep(duration);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         worker.join().expect("worker")
     })?;
     let t = counters.totals();
-    println!("{} packets, {} dropped (resets from port {port})", t.packets, t.dropped);
+    println!(
+        "{} packets, {} dropped (resets from port {port})",
+        t.packets, t.dropped
+    );
     Ok(())
 }

@@ -24,6 +24,14 @@ pub struct BridgeConfig {
     pub batch: usize,
 }
 
+/// Order is a property of each direction: a flow's packets A to B and its packets B to A are
+/// stamped by different rings, so each direction is checked on its own.
+#[derive(Default)]
+pub struct Directions {
+    pub a_to_b: OrderCheck,
+    pub b_to_a: OrderCheck,
+}
+
 /// One thread's sockets: receive on A and B, transmit on A and B.
 pub struct BridgePorts {
     rx_a: RingRx,
@@ -34,7 +42,8 @@ pub struct BridgePorts {
 
 /// Opens every thread's sockets up front, so a bad interface fails before anything runs.
 pub fn open(cfg: &BridgeConfig) -> anyhow::Result<Vec<BridgePorts>> {
-    let group = |salt: u16| (cfg.threads > 1).then(|| (std::process::id() as u16).wrapping_add(salt));
+    let group =
+        |salt: u16| (cfg.threads > 1).then(|| (std::process::id() as u16).wrapping_add(salt));
     (0..cfg.threads)
         .map(|_| {
             let tx = |iface: &str| {
@@ -59,14 +68,30 @@ pub fn run_thread(
     batch: usize,
     stop: &AtomicBool,
     counters: &ThreadCounters,
-    order: &Arc<OrderCheck>,
+    order: &Arc<Directions>,
     start: Instant,
 ) -> anyhow::Result<()> {
     let fds = [ports.rx_a.raw_fd(), ports.rx_b.raw_fd()];
     while !stop.load(Relaxed) {
         let now_ns = start.elapsed().as_nanos() as u64;
-        let there = forward(&mut ports.rx_a, &mut ports.tx_b, filter, batch, now_ns, counters, order)?;
-        let back = forward(&mut ports.rx_b, &mut ports.tx_a, filter, batch, now_ns, counters, order)?;
+        let there = forward(
+            &mut ports.rx_a,
+            &mut ports.tx_b,
+            filter,
+            batch,
+            now_ns,
+            counters,
+            &order.a_to_b,
+        )?;
+        let back = forward(
+            &mut ports.rx_b,
+            &mut ports.tx_a,
+            filter,
+            batch,
+            now_ns,
+            counters,
+            &order.b_to_a,
+        )?;
         if there + back == 0 {
             sonde_io::poll_any(&fds, Duration::from_millis(20))?;
         }
@@ -97,7 +122,12 @@ fn forward(
         let room = tx.fill_next(|slot| {
             let frame = &mut slot[..len];
             frame.copy_from_slice(p.data);
-            verdict = filter.decide(&mut Packet { data: frame, link: Link::Ethernet, wire_len: p.wire_len, now_ns });
+            verdict = filter.decide(&mut Packet {
+                data: frame,
+                link: Link::Ethernet,
+                wire_len: p.wire_len,
+                now_ns,
+            });
             (verdict != Verdict::Drop).then_some(len)
         });
         if !room {

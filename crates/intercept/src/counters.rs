@@ -77,16 +77,19 @@ impl ThreadCounters {
 impl Totals {
     /// The sum over threads.
     pub fn sum<'a>(threads: impl IntoIterator<Item = &'a ThreadCounters>) -> Totals {
-        threads.into_iter().map(ThreadCounters::totals).fold(Totals::default(), |a, b| Totals {
-            packets: a.packets + b.packets,
-            bytes: a.bytes + b.bytes,
-            passed: a.passed + b.passed,
-            dropped: a.dropped + b.dropped,
-            rewritten: a.rewritten + b.rewritten,
-            batches: a.batches + b.batches,
-            reordered: a.reordered + b.reordered,
-            lost: a.lost + b.lost,
-        })
+        threads
+            .into_iter()
+            .map(ThreadCounters::totals)
+            .fold(Totals::default(), |a, b| Totals {
+                packets: a.packets + b.packets,
+                bytes: a.bytes + b.bytes,
+                passed: a.passed + b.passed,
+                dropped: a.dropped + b.dropped,
+                rewritten: a.rewritten + b.rewritten,
+                batches: a.batches + b.batches,
+                reordered: a.reordered + b.reordered,
+                lost: a.lost + b.lost,
+            })
     }
 
     /// Packets per batch, on average.

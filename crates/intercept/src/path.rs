@@ -47,14 +47,22 @@ impl PathChanges {
         let Some(chain) = words.first().cloned() else {
             bail!("--install-rule needs a chain and matches, e.g. \"OUTPUT -d 198.19.254.2\"");
         };
-        if words.iter().any(|w| w == "-j" || w == "--jump" || w == "-g") {
-            bail!("--install-rule \"{spec}\": give only the chain and matches; sonde adds -j NFQUEUE");
+        if words
+            .iter()
+            .any(|w| w == "-j" || w == "--jump" || w == "-g")
+        {
+            bail!(
+                "--install-rule \"{spec}\": give only the chain and matches; sonde adds -j NFQUEUE"
+            );
         }
         words.drain(..1);
         words.extend(["-m", "comment", "--comment", RULE_TAG, "-j", "NFQUEUE"].map(str::to_string));
         if queues.count > 1 {
             let last = queues.first + queues.count - 1;
-            words.extend(["--queue-balance".to_string(), format!("{}:{last}", queues.first)]);
+            words.extend([
+                "--queue-balance".to_string(),
+                format!("{}:{last}", queues.first),
+            ]);
         } else {
             words.extend(["--queue-num".to_string(), queues.first.to_string()]);
         }
@@ -77,8 +85,15 @@ impl PathChanges {
                 "add chain netdev {table} in{i} {{ type filter hook ingress device \"{iface}\" priority 0; policy drop; }}\n"
             );
         }
-        nft(&script).with_context(|| format!("taking {} off the kernel's path", ifaces.join(" and ")))?;
-        self.undo.push(vec!["nft".into(), "delete".into(), "table".into(), "netdev".into(), table]);
+        nft(&script)
+            .with_context(|| format!("taking {} off the kernel's path", ifaces.join(" and ")))?;
+        self.undo.push(vec![
+            "nft".into(),
+            "delete".into(),
+            "table".into(),
+            "netdev".into(),
+            table,
+        ]);
         Ok(())
     }
 
@@ -123,18 +138,26 @@ pub fn undo(commands: &[Vec<String>]) -> anyhow::Result<()> {
 }
 
 fn run(cmd: &[String]) -> anyhow::Result<()> {
-    let (program, args) = cmd.split_first().ok_or_else(|| anyhow!("an empty command"))?;
+    let (program, args) = cmd
+        .split_first()
+        .ok_or_else(|| anyhow!("an empty command"))?;
     let out = Command::new(program)
         .args(args)
         .stdin(Stdio::null())
         .output()
         .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => anyhow!("{program} is not installed: run scripts/setup"),
+            std::io::ErrorKind::NotFound => {
+                anyhow!("{program} is not installed: run scripts/setup")
+            }
             _ => anyhow!("{program}: {e}"),
         })?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        let err = err.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+        let err = err
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+            .trim();
         bail!("`{}` failed: {err}", cmd.join(" "));
     }
     Ok(())
@@ -148,11 +171,19 @@ fn nft(script: &str) -> anyhow::Result<()> {
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| anyhow!("nft: {e} (run scripts/setup)"))?;
-    child.stdin.take().expect("piped").write_all(script.as_bytes())?;
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(script.as_bytes())?;
     let out = child.wait_with_output()?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        let err = err.lines().find(|l| l.starts_with("Error")).unwrap_or("").trim();
+        let err = err
+            .lines()
+            .find(|l| l.starts_with("Error"))
+            .unwrap_or("")
+            .trim();
         bail!("nft refused: {err}");
     }
     Ok(())
@@ -165,20 +196,29 @@ pub fn cleanup_leftovers() -> anyhow::Result<usize> {
     let out = Command::new("iptables").args(["-w", "-S"]).output();
     if let Ok(out) = out {
         for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let Some(rule) = line.strip_prefix("-A ") else { continue };
+            let Some(rule) = line.strip_prefix("-A ") else {
+                continue;
+            };
             if !line.contains(RULE_TAG) {
                 continue;
             }
             let mut cmd = vec!["iptables".to_string(), "-w".into(), "-D".into()];
-            cmd.extend(rule.split_whitespace().map(|w| w.trim_matches('"').to_string()));
+            cmd.extend(
+                rule.split_whitespace()
+                    .map(|w| w.trim_matches('"').to_string()),
+            );
             run(&cmd)?;
             removed += 1;
         }
     }
-    let out = Command::new("nft").args(["list", "tables", "netdev"]).output();
+    let out = Command::new("nft")
+        .args(["list", "tables", "netdev"])
+        .output();
     if let Ok(out) = out {
         for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let Some(table) = line.strip_prefix("table netdev ") else { continue };
+            let Some(table) = line.strip_prefix("table netdev ") else {
+                continue;
+            };
             if table.starts_with(TABLE_PREFIX) {
                 run(&["nft", "delete", "table", "netdev", table].map(str::to_string))?;
                 removed += 1;
@@ -198,7 +238,11 @@ pub struct Guard {
 
 impl Guard {
     /// Starts `program args…` (sonde's own `intercept guard`) and hands it `commands`.
-    pub fn start(program: &std::path::Path, args: &[&str], commands: &[Vec<String>]) -> anyhow::Result<Guard> {
+    pub fn start(
+        program: &std::path::Path,
+        args: &[&str],
+        commands: &[Vec<String>],
+    ) -> anyhow::Result<Guard> {
         use std::os::unix::process::CommandExt;
         let mut child = Command::new(program)
             .args(args)
@@ -271,7 +315,9 @@ mod tests {
     fn an_install_rule_must_not_bring_its_own_target() {
         let mut changes = PathChanges::default();
         let q = Queues { first: 0, count: 1 };
-        let e = changes.add_nfqueue_rule("OUTPUT -j ACCEPT", q, false).unwrap_err();
+        let e = changes
+            .add_nfqueue_rule("OUTPUT -j ACCEPT", q, false)
+            .unwrap_err();
         assert!(e.to_string().contains("sonde adds -j NFQUEUE"), "{e}");
         let e = changes.add_nfqueue_rule("  ", q, false).unwrap_err();
         assert!(e.to_string().contains("needs a chain"), "{e}");

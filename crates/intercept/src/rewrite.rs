@@ -90,8 +90,11 @@ impl Rewrite {
         }
         if let Some(dscp) = self.dscp {
             // The traffic class spans the low nibble of byte 0 and the high nibble of byte 1.
-            let tclass = (dscp << 2) | (((ip[1] >> 4) & 0x03));
-            let (b0, b1) = ((ip[0] & 0xf0) | (tclass >> 4), (ip[1] & 0x0f) | (tclass << 4));
+            let tclass = (dscp << 2) | ((ip[1] >> 4) & 0x03);
+            let (b0, b1) = (
+                (ip[0] & 0xf0) | (tclass >> 4),
+                (ip[1] & 0x0f) | (tclass << 4),
+            );
             changed |= (ip[0], ip[1]) != (b0, b1);
             (ip[0], ip[1]) = (b0, b1);
         }
@@ -181,7 +184,12 @@ mod tests {
         p[10..12].fill(0);
         let c = checksum(&p[..20]);
         p[10..12].copy_from_slice(&c.to_be_bytes());
-        let at = 20 + if p[9] == TCP { TCP_CHECKSUM } else { UDP_CHECKSUM };
+        let at = 20
+            + if p[9] == TCP {
+                TCP_CHECKSUM
+            } else {
+                UDP_CHECKSUM
+            };
         p[at..at + 2].fill(0);
         let src = Ipv4Addr::new(p[12], p[13], p[14], p[15]);
         let dst = Ipv4Addr::new(p[16], p[17], p[18], p[19]);
@@ -223,7 +231,12 @@ mod tests {
             for dscp in [None, Some(0), Some(46), Some(63)] {
                 for sport in [None, Some(0), Some(443), Some(65535)] {
                     for dport in [None, Some(9), Some(0xfffe)] {
-                        all.push(Rewrite { ttl, dscp, sport, dport });
+                        all.push(Rewrite {
+                            ttl,
+                            dscp,
+                            sport,
+                            dport,
+                        });
                     }
                 }
             }
@@ -259,7 +272,10 @@ mod tests {
         assert!(rw.apply(&mut p));
         assert_eq!((p[8], p[1] >> 2, p[1] & 3), (9, 46, 0x02));
         assert_eq!((&p[20..22], &p[22..24]), (&[0, 1][..], &[0, 2][..]));
-        assert!(!rw.apply(&mut p), "a second identical rewrite changes nothing");
+        assert!(
+            !rw.apply(&mut p),
+            "a second identical rewrite changes nothing"
+        );
         let mut q = v6_udp(b"abc");
         rw.apply(&mut q);
         let tclass = (q[0] << 4) | (q[1] >> 4);

@@ -278,11 +278,18 @@ mod tests {
         assert_eq!(r.expression, "udp and dst port 53");
         assert_eq!(Rule::parse("drop").unwrap().expression, "");
         assert_eq!(Rule::parse("count icmp").unwrap().action, Action::Count);
-        assert_eq!(Rule::parse("rate-limit 5pps").unwrap().action, Action::RateLimit(5));
+        assert_eq!(
+            Rule::parse("rate-limit 5pps").unwrap().action,
+            Action::RateLimit(5)
+        );
         let r = Rule::parse("rewrite ttl=3,dport=80 tcp").unwrap();
         assert_eq!(
             r.action,
-            Action::Rewrite(Rewrite { ttl: Some(3), dport: Some(80), ..Rewrite::default() })
+            Action::Rewrite(Rewrite {
+                ttl: Some(3),
+                dport: Some(80),
+                ..Rewrite::default()
+            })
         );
         assert_eq!(r.expression, "tcp");
     }
@@ -299,9 +306,14 @@ mod tests {
             let e = format!("{:#}", Rule::parse(text).unwrap_err());
             assert!(e.contains(needle) && !e.contains('\n'), "{text}: {e}");
         }
-        let e = RuleSet::new(&rules(&["drop tcp prot 9"]), Link::RawIp, 1).err().unwrap();
+        let e = RuleSet::new(&rules(&["drop tcp prot 9"]), Link::RawIp, 1)
+            .err()
+            .unwrap();
         let e = format!("{e:#}");
-        assert!(e.contains("rule \"drop tcp prot 9\"") && e.contains("invalid filter"), "{e}");
+        assert!(
+            e.contains("rule \"drop tcp prot 9\"") && e.contains("invalid filter"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -317,7 +329,11 @@ mod tests {
         let mut not_udp = udp_to(1);
         not_udp[9] = 6;
         assert_eq!(decide(&mut set, &mut not_udp, 0), Verdict::Pass);
-        let counts: Vec<_> = set.counters().iter().map(|c| c.packets.load(Relaxed)).collect();
+        let counts: Vec<_> = set
+            .counters()
+            .iter()
+            .map(|c| c.packets.load(Relaxed))
+            .collect();
         assert_eq!(counts, [1, 1, 1]);
         assert_eq!(set.counters()[1].dropped.load(Relaxed), 1);
         let mut empty = RuleSet::new(&[], Link::RawIp, 1).unwrap();
@@ -326,7 +342,8 @@ mod tests {
 
     #[test]
     fn rewrite_rules_change_matching_packets_only() {
-        let mut set = RuleSet::new(&rules(&["rewrite dport=99 udp port 7"]), Link::RawIp, 1).unwrap();
+        let mut set =
+            RuleSet::new(&rules(&["rewrite dport=99 udp port 7"]), Link::RawIp, 1).unwrap();
         let mut p = udp_to(7);
         assert_eq!(decide(&mut set, &mut p, 0), Verdict::Rewritten);
         assert_eq!(&p[22..24], &[0, 99]);

@@ -59,8 +59,8 @@ pub fn run_thread(
                 wire_len: qp.wire_len,
                 now_ns,
             });
-            let reordered = flow_hash(qp.payload, Link::RawIp)
-                .is_some_and(|f| order.sent(f, u64::from(qp.id)));
+            let reordered =
+                flow_hash(qp.payload, Link::RawIp).is_some_and(|f| order.sent(f, u64::from(qp.id)));
             tally.count(qp.wire_len, verdict, reordered);
             match verdict {
                 Verdict::Pass => NfVerdict::Accept,

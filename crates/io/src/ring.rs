@@ -108,8 +108,8 @@ fn join_fanout(fd: &OwnedFd, iface: &str, group: u16) -> anyhow::Result<()> {
 
 /// A forwarding ring's blocks: small, so one fills (and reaches user space) after a few dozen
 /// full-size frames rather than hundreds.
-const FORWARD_BLOCK_SIZE: usize = 1 << 16;
-const FORWARD_BLOCKS: usize = 128;
+const FORWARD_BLOCK_SIZE: usize = 1 << 13;
+const FORWARD_BLOCKS: usize = 1024;
 
 pub struct RingTx {
     fd: OwnedFd,

@@ -85,7 +85,9 @@ fn draw(rows: &[Row], modes: &[&str], path: &Path) -> anyhow::Result<()> {
                 .draw_series(LineSeries::new(curve.clone(), color.stroke_width(2)))
                 .map_err(|e| err(&e))?
                 .label(format!("sonde, {test}"))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
             chart
                 .draw_series(curve.into_iter().map(|p| Circle::new(p, 3, color.filled())))
                 .map_err(|e| err(&e))?;
@@ -93,9 +95,21 @@ fn draw(rows: &[Row], modes: &[&str], path: &Path) -> anyhow::Result<()> {
                 let Some(level) = of(config) else { continue };
                 let style = color.mix(shade).stroke_width(1);
                 chart
-                    .draw_series(DashedLineSeries::new([(0.8, level), (x_max, level)], 6, 4, style))
+                    .draw_series(DashedLineSeries::new(
+                        [(0.8, level), (x_max, level)],
+                        6,
+                        4,
+                        style,
+                    ))
                     .map_err(|e| err(&e))?
-                    .label(format!("{}, {test}", if config == "none" { "kernel alone" } else { "nftables rule" }))
+                    .label(format!(
+                        "{}, {test}",
+                        if config == "none" {
+                            "kernel alone"
+                        } else {
+                            "nftables rule"
+                        }
+                    ))
                     .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
             }
         }
@@ -107,5 +121,6 @@ fn draw(rows: &[Row], modes: &[&str], path: &Path) -> anyhow::Result<()> {
             .draw()
             .map_err(|e| err(&e))?;
     }
-    root.present().map_err(|e| anyhow!("writing {}: {e}", path.display()))
+    root.present()
+        .map_err(|e| anyhow!("writing {}: {e}", path.display()))
 }

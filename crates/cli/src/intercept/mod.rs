@@ -125,7 +125,9 @@ pub fn run(args: InterceptArgs) -> anyhow::Result<()> {
         }
         Mode::Cleanup => {
             let n = sonde_intercept::path::cleanup_leftovers()?;
-            crate::say(format!("removed {n} rule(s) and table(s) sonde intercept had left"));
+            crate::say(format!(
+                "removed {n} rule(s) and table(s) sonde intercept had left"
+            ));
             Ok(())
         }
         Mode::Guard => sonde_intercept::path::guard_main(std::io::stdin().lock()),

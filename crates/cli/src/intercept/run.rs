@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sonde_intercept::path::{Guard, PathChanges, Queues};
-use sonde_intercept::{bridge, flow::OrderCheck, stack, Link, Rule, RuleSet, ThreadCounters, Totals};
+use sonde_intercept::{bridge, stack, Link, Rule, RuleSet, ThreadCounters, Totals};
 use sonde_meter::CpuTimes;
 
 use super::summary::{self, RuleLine};
@@ -31,7 +31,9 @@ fn load_rules(common: &Common) -> anyhow::Result<Vec<Rule>> {
 /// One compiled rule set per thread (each thread counts on its own).
 fn rule_sets(rules: &[Rule], link: Link, threads: usize) -> anyhow::Result<Vec<RuleSet>> {
     (0..threads)
-        .map(|_| RuleSet::new(rules, link, threads).map_err(|e| BadExpression(format!("{e:#}")).into()))
+        .map(|_| {
+            RuleSet::new(rules, link, threads).map_err(|e| BadExpression(format!("{e:#}")).into())
+        })
         .collect()
 }
 
@@ -50,7 +52,7 @@ pub fn stack(queue: Vec<u16>, install: Vec<String>, common: Common) -> anyhow::R
         (list, 1) => list.to_vec(),
         (list, t) => bail!("--queue lists {} queues and --threads says {t}: give one queue and --threads, or the list alone", list.len()),
     };
-    if install.len() > 0 && !consecutive(&queues) {
+    if !install.is_empty() && !consecutive(&queues) {
         bail!("--install-rule balances over consecutive queues: give --queue N --threads T");
     }
     let rules = load_rules(&common)?;
@@ -66,13 +68,21 @@ pub fn stack(queue: Vec<u16>, install: Vec<String>, common: Common) -> anyhow::R
     };
     let opened = stack::open(&cfg)?;
     let mut changes = PathChanges::default();
-    let span = Queues { first: queues[0], count: queues.len() as u16 };
+    let span = Queues {
+        first: queues[0],
+        count: queues.len() as u16,
+    };
     for spec in &install {
         changes.add_nfqueue_rule(spec, span, common.fail_open)?;
     }
-    let run = Running::start(&common, sets, opened, |queue, filter, stop, counters, start| {
-        stack::run_thread(queue, filter, stop, counters, start)
-    });
+    let run = Running::start(
+        &common,
+        sets,
+        opened,
+        |queue, filter, stop, counters, start| {
+            stack::run_thread(queue, filter, stop, counters, start)
+        },
+    );
     finish(run, changes, &common, &rules, "stack", |totals| {
         for &q in &queues {
             if let Some(c) = sonde_io::nfqueue::queue_counters(q) {
@@ -102,11 +112,16 @@ pub fn bridge(iface_a: String, iface_b: String, common: Common) -> anyhow::Resul
     let ports = bridge::open(&cfg)?;
     let mut changes = PathChanges::default();
     changes.take_off_wire(&[&iface_a, &iface_b])?;
-    let order = Arc::new(OrderCheck::default());
+    let order = Arc::new(bridge::Directions::default());
     let batch = cfg.batch;
-    let run = Running::start(&common, sets, ports, move |ports, filter, stop, counters, start| {
-        bridge::run_thread(ports, filter, batch, stop, counters, &order, start)
-    });
+    let run = Running::start(
+        &common,
+        sets,
+        ports,
+        move |ports, filter, stop, counters, start| {
+            bridge::run_thread(ports, filter, batch, stop, counters, &order, start)
+        },
+    );
     finish(run, changes, &common, &rules, "bridge", |_| {})
 }
 
@@ -152,7 +167,16 @@ impl Running {
                 result
             }));
         }
-        Ok(Running { stop, counters, rule_counters, handles, start, cpu, stop_error: None, guard: None })
+        Ok(Running {
+            stop,
+            counters,
+            rule_counters,
+            handles,
+            start,
+            cpu,
+            stop_error: None,
+            guard: None,
+        })
     }
 }
 
@@ -169,12 +193,18 @@ fn finish(
     let mut run = run?;
     if common.fail_open {
         let exe = std::env::current_exe()?;
-        run.guard = Some(Guard::start(&exe, &["intercept", "guard"], &changes.undo_commands())?);
+        run.guard = Some(Guard::start(
+            &exe,
+            &["intercept", "guard"],
+            &changes.undo_commands(),
+        )?);
     }
     watch(&run, common);
     run.stop.store(true, Relaxed);
     for h in std::mem::take(&mut run.handles) {
-        let result = h.join().unwrap_or_else(|_| Err(anyhow!("a worker thread panicked")));
+        let result = h
+            .join()
+            .unwrap_or_else(|_| Err(anyhow!("a worker thread panicked")));
         if let Err(e) = result {
             run.stop_error.get_or_insert(e);
         }
@@ -203,10 +233,16 @@ fn finish(
 
 /// The status line, twice a second, until the duration passes, Ctrl-C, or a thread fails.
 fn watch(run: &Running, common: &Common) {
-    let target = if common.quiet { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr_with_hz(2) };
+    let target = if common.quiet {
+        ProgressDrawTarget::hidden()
+    } else {
+        ProgressDrawTarget::stderr_with_hz(2)
+    };
     let bar = ProgressBar::with_draw_target(None, target);
     bar.set_style(ProgressStyle::with_template("{elapsed_precise} {msg}").expect("valid template"));
-    let deadline = common.duration.map(|s| run.start + Duration::from_secs_f64(s.max(0.0)));
+    let deadline = common
+        .duration
+        .map(|s| run.start + Duration::from_secs_f64(s.max(0.0)));
     let mut last = (Instant::now(), Totals::default());
     while !run.stop.load(Relaxed) {
         std::thread::sleep(Duration::from_millis(100));

@@ -75,7 +75,11 @@ impl<'a> Summary<'a> {
             mean_batch: totals.mean_batch(),
             cpu_user_s: cpu.user.as_secs_f64(),
             cpu_sys_s: cpu.system.as_secs_f64(),
-            cpu_ns_per_packet: if totals.packets > 0 { cpu_ns / totals.packets as f64 } else { 0.0 },
+            cpu_ns_per_packet: if totals.packets > 0 {
+                cpu_ns / totals.packets as f64
+            } else {
+                0.0
+            },
             rules,
             per_thread: per_thread.to_vec(),
         }
@@ -92,11 +96,17 @@ impl<'a> Summary<'a> {
             t.batches, self.mean_batch, self.cpu_user_s, self.cpu_sys_s, self.cpu_ns_per_packet
         ));
         for r in &self.rules {
-            crate::say(format!("  rule \"{}\": {} packets, {} dropped", r.rule, r.packets, r.dropped));
+            crate::say(format!(
+                "  rule \"{}\": {} packets, {} dropped",
+                r.rule, r.packets, r.dropped
+            ));
         }
         if self.per_thread.len() > 1 {
             for (i, th) in self.per_thread.iter().enumerate() {
-                crate::say(format!("  thread {i}: {} packets, {} batches", th.packets, th.batches));
+                crate::say(format!(
+                    "  thread {i}: {} packets, {} batches",
+                    th.packets, th.batches
+                ));
             }
         }
     }
