@@ -53,6 +53,8 @@ fn main() -> anyhow::Result<()> {
         batch: 64,
         fail_open: false,
         gso: true,
+        // The filter reads the IP and TCP headers only.
+        copy_bytes: 128,
     };
     let queue = stack::open(&cfg)?.pop().expect("one queue");
     let mut filter = DropRstFrom {

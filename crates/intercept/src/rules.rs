@@ -171,6 +171,19 @@ impl RuleSet {
         })
     }
 
+    /// Leading bytes of a packet the rules can read (at least `floor`), or `None` if a rule
+    /// rewrites (a rewritten packet must be copied whole) or its reach has no bound.
+    pub fn bytes_needed(&self, floor: u32) -> Option<u32> {
+        let mut need = floor;
+        for rule in &self.rules {
+            if matches!(rule.action, Action::Rewrite(_)) {
+                return None;
+            }
+            need = need.max(sonde_io::filter::bytes_needed(&rule.program));
+        }
+        (need != u32::MAX).then_some(need)
+    }
+
     /// Each rule's counter, in rule order (for the status line and the summary).
     pub fn counters(&self) -> Arc<[RuleCounter]> {
         Arc::clone(&self.counters)

@@ -21,6 +21,9 @@ pub struct StackConfig {
     /// Whether the kernel may queue whole GSO packets (off when a rule rewrites ports, which
     /// needs the complete checksum the kernel fills in only for segmented packets).
     pub gso: bool,
+    /// Bytes of each packet copied up (see [`NfqConfig::copy_bytes`]); the whole packet when
+    /// a filter may rewrite it.
+    pub copy_bytes: u32,
 }
 
 /// Binds every queue up front, so a queue already bound fails before anything runs.
@@ -34,6 +37,7 @@ pub fn open(cfg: &StackConfig) -> anyhow::Result<Vec<NfQueue>> {
                 max_len: 4096,
                 fail_open: cfg.fail_open,
                 gso: cfg.gso,
+                copy_bytes: cfg.copy_bytes,
             })
         })
         .collect()

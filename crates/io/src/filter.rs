@@ -105,6 +105,42 @@ extern "C" {
     ) -> libc::c_uint;
 }
 
+/// How many leading bytes of a packet `program` can read: enough to copy for its verdict to be
+/// the same as on the whole packet. `u32::MAX` when that cannot be bounded (an index register
+/// loaded from the accumulator or scratch memory). Loads relative to the index register count
+/// its largest possible value: an IPv4 header length (at most 60) or a constant it was set to.
+pub fn bytes_needed(program: &[libc::sock_filter]) -> u32 {
+    const LD: u16 = 0x00;
+    const LDX: u16 = 0x01;
+    const MISC: u16 = 0x07;
+    const TAX: u16 = 0x00;
+    let size = |code: u16| match code & 0x18 {
+        0x00 => 4,
+        0x08 => 2,
+        _ => 1,
+    };
+    let mut max_x = 60u32;
+    for insn in program {
+        match (insn.code & 0x07, insn.code & 0xe0) {
+            (LDX, 0x00) => max_x = max_x.max(insn.k), // ldx #k
+            (LDX, 0xa0) | (LDX, 0x80) => {}           // ldx 4*([k]&0xf), ldx #len
+            (LDX, _) => return u32::MAX,              // ldx M[k]: unbounded
+            (MISC, _) if insn.code & 0xf8 == TAX => return u32::MAX, // tax
+            _ => {}
+        }
+    }
+    program
+        .iter()
+        .map(|insn| match (insn.code & 0x07, insn.code & 0xe0) {
+            (LD, 0x20) => insn.k.saturating_add(size(insn.code)),
+            (LD, 0x40) => insn.k.saturating_add(size(insn.code)).saturating_add(max_x),
+            (LDX, 0xa0) => insn.k.saturating_add(1),
+            _ => 0,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// Attaches a compiled program to a packet socket.
 pub fn attach(fd: RawFd, program: &[libc::sock_filter]) -> anyhow::Result<()> {
     let fprog = libc::sock_fprog {
@@ -118,6 +154,38 @@ pub fn attach(fd: RawFd, program: &[libc::sock_filter]) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn bytes_needed_bounds_what_a_program_reads() {
+        use super::{bytes_needed, compile_for, matches, Link};
+        let ip_udp: Vec<u8> = {
+            let mut p = vec![0u8; 28 + 100];
+            p[0] = 0x45;
+            p[9] = 17;
+            p[20..22].copy_from_slice(&53u16.to_be_bytes());
+            p[22..24].copy_from_slice(&9u16.to_be_bytes());
+            let len = p.len() as u16;
+            p[2..4].copy_from_slice(&len.to_be_bytes());
+            p
+        };
+        for expr in [
+            "udp",
+            "udp port 9",
+            "host 198.19.254.2",
+            "udp[8:4] = 0",
+            "ip6 and tcp port 80",
+            "tcp[tcpflags] & tcp-rst != 0",
+        ] {
+            let prog = compile_for(expr, Link::RawIp).unwrap();
+            let need = bytes_needed(&prog) as usize;
+            assert!(need < 200, "{expr}: {need}");
+            // The verdict on the first `need` bytes is the verdict on the whole packet.
+            let whole = matches(&prog, &ip_udp, ip_udp.len() as u32);
+            let cut = &ip_udp[..need.min(ip_udp.len())];
+            assert_eq!(matches(&prog, cut, ip_udp.len() as u32), whole, "{expr}");
+        }
+        assert_eq!(bytes_needed(&[]), 0);
+    }
+
     use super::*;
 
     #[test]

@@ -76,6 +76,10 @@ pub struct NfqConfig {
     /// fewer, larger packets, whose transport checksum may still be partial (see
     /// [`QueuedPacket::csum_partial`]).
     pub gso: bool,
+    /// Bytes of each packet copied to sonde (at most [`msg::MAX_COPY_RANGE`]): a filter that
+    /// reads only headers needs a few dozen, and the copy of the rest is the largest cost of a
+    /// big packet. A packet copied in part cannot be rewritten (the kernel would cut it).
+    pub copy_bytes: u32,
 }
 
 impl NfqConfig {
@@ -87,6 +91,7 @@ impl NfqConfig {
             max_len: 4096,
             fail_open: false,
             gso: true,
+            copy_bytes: msg::MAX_COPY_RANGE,
         }
     }
 }
@@ -288,7 +293,7 @@ impl NfQueue {
         }
         let setup = msg::QueueSetup {
             queue: cfg.queue,
-            copy_range: 0xffff,
+            copy_range: cfg.copy_bytes.max(1),
             max_len: cfg.max_len,
             flags,
         };

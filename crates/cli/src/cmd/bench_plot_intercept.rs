@@ -21,6 +21,7 @@ pub struct PlotInterceptArgs {
 /// One row of the medians CSV (the columns this chart needs).
 #[derive(Debug, serde::Deserialize)]
 struct Row {
+    wire: String,
     mode: String,
     config: String,
     batch: String,
@@ -38,26 +39,49 @@ pub fn run(args: PlotInterceptArgs) -> anyhow::Result<()> {
         .deserialize()
         .collect::<Result<_, _>>()
         .with_context(|| format!("reading {}", args.csv.display()))?;
-    let mut modes: Vec<&str> = rows.iter().map(|r| r.mode.as_str()).collect();
-    modes.dedup();
-    draw(&rows, &modes, &args.png)?;
+    let mut panels: Vec<(&str, &str)> = Vec::new();
+    for r in &rows {
+        if !panels.contains(&(r.wire.as_str(), r.mode.as_str())) {
+            panels.push((r.wire.as_str(), r.mode.as_str()));
+        }
+    }
+    draw(&rows, &panels, &args.png)?;
     crate::say(format!("wrote {}", args.png.display()));
     Ok(())
 }
 
-fn draw(rows: &[Row], modes: &[&str], path: &Path) -> anyhow::Result<()> {
+/// One panel per (wire, mode), wires in rows and modes in columns.
+fn draw(rows: &[Row], panels: &[(&str, &str)], path: &Path) -> anyhow::Result<()> {
     let err = |e: &dyn std::fmt::Display| anyhow!("plotting {}: {e}", path.display());
-    let root = BitMapBackend::new(path, (560 * modes.len().max(1) as u32, 520)).into_drawing_area();
+    let mut wires: Vec<&str> = panels.iter().map(|p| p.0).collect();
+    wires.dedup();
+    let columns = panels.len().div_ceil(wires.len().max(1)).max(1);
+    let root = BitMapBackend::new(
+        path,
+        (560 * columns as u32, 480 * wires.len().max(1) as u32),
+    )
+    .into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
-    let y_max = rows.iter().map(|r| r.mbit).fold(0.0, f64::max) * 1.15 + 1.0;
     let x_max = rows
         .iter()
         .filter_map(|r| r.batch.parse::<f64>().ok())
         .fold(1.0, f64::max)
         * 1.5;
-    for (panel, mode) in root.split_evenly((1, modes.len().max(1))).iter().zip(modes) {
-        let mut chart = ChartBuilder::on(panel)
-            .caption(format!("intercept {mode}: iperf3 A→B"), ("sans-serif", 20))
+    for (area, &(wire, mode)) in root
+        .split_evenly((wires.len().max(1), columns))
+        .iter()
+        .zip(panels)
+    {
+        let rows: Vec<&Row> = rows
+            .iter()
+            .filter(|r| r.wire == wire && r.mode == mode)
+            .collect();
+        let y_max = rows.iter().map(|r| r.mbit).fold(0.0, f64::max) * 1.15 + 1.0;
+        let mut chart = ChartBuilder::on(area)
+            .caption(
+                format!("intercept {mode}, wire {wire}: iperf3 A→B"),
+                ("sans-serif", 20),
+            )
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(60)
@@ -72,25 +96,36 @@ fn draw(rows: &[Row], modes: &[&str], path: &Path) -> anyhow::Result<()> {
         for (i, test) in TESTS.iter().enumerate() {
             let of = |config: &str| {
                 rows.iter()
-                    .find(|r| r.mode == *mode && r.test == *test && r.config == config)
+                    .find(|r| r.test == *test && r.config == config)
                     .map(|r| r.mbit)
             };
-            let curve: Vec<(f64, f64)> = rows
-                .iter()
-                .filter(|r| r.mode == *mode && r.test == *test && r.config.starts_with("sonde b"))
-                .filter_map(|r| Some((r.batch.parse().ok()?, r.mbit)))
-                .collect();
             let color = COLORS[i];
-            chart
-                .draw_series(LineSeries::new(curve.clone(), color.stroke_width(2)))
-                .map_err(|e| err(&e))?
-                .label(format!("sonde, {test}"))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
-            chart
-                .draw_series(curve.into_iter().map(|p| Circle::new(p, 3, color.filled())))
-                .map_err(|e| err(&e))?;
+            // One curve with GSO packets judged whole, one with every wire packet judged.
+            for (prefix, what, style) in [
+                ("sonde b", "", color.stroke_width(2)),
+                ("nogso b", " (no GSO)", color.mix(0.6).stroke_width(2)),
+            ] {
+                let curve: Vec<(f64, f64)> = rows
+                    .iter()
+                    .filter(|r| r.test == *test && r.config.starts_with(prefix))
+                    .filter_map(|r| Some((r.batch.parse().ok()?, r.mbit)))
+                    .collect();
+                if curve.is_empty() {
+                    continue;
+                }
+                chart
+                    .draw_series(LineSeries::new(curve.clone(), style))
+                    .map_err(|e| err(&e))?
+                    .label(format!("sonde{what}, {test}"))
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+                chart
+                    .draw_series(
+                        curve
+                            .into_iter()
+                            .map(|p| Circle::new(p, 3, style.color.filled())),
+                    )
+                    .map_err(|e| err(&e))?;
+            }
             for (config, shade) in [("none", 0.9), ("nftables", 0.45)] {
                 let Some(level) = of(config) else { continue };
                 let style = color.mix(shade).stroke_width(1);

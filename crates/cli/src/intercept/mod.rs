@@ -92,6 +92,11 @@ struct StackArgs {
     /// iptables -A OUTPUT ... -j NFQUEUE --queue-num N [--queue-bypass].
     #[arg(long, value_name = "CHAIN MATCHES")]
     install_rule: Vec<String>,
+    /// Have the kernel segment large (GSO) packets before queueing them, so every verdict is
+    /// for one wire-sized packet. By default a GSO packet (up to 64 KiB of one flow) is queued
+    /// whole and judged once, which is cheaper; rules then see its first segment's headers.
+    #[arg(long)]
+    no_gso: bool,
     #[command(flatten)]
     common: Common,
 }
@@ -118,7 +123,7 @@ enum Backend {
 
 pub fn run(args: InterceptArgs) -> anyhow::Result<()> {
     match args.mode {
-        Mode::Stack(a) => run::stack(a.queue, a.install_rule, a.common),
+        Mode::Stack(a) => run::stack(a.queue, a.install_rule, !a.no_gso, a.common),
         Mode::Bridge(a) => {
             let Backend::Ring = a.backend;
             run::bridge(a.iface_a, a.iface_b, a.common)

@@ -46,7 +46,12 @@ fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
     Ok(stop)
 }
 
-pub fn stack(queue: Vec<u16>, install: Vec<String>, common: Common) -> anyhow::Result<()> {
+pub fn stack(
+    queue: Vec<u16>,
+    install: Vec<String>,
+    gso: bool,
+    common: Common,
+) -> anyhow::Result<()> {
     let queues: Vec<u16> = match (queue.as_slice(), common.threads) {
         ([first], t) => (0..t).map(|i| first.checked_add(i).ok_or_else(|| anyhow!("--queue {first} + --threads {t} passes 65535"))).collect::<anyhow::Result<_>>()?,
         (list, 1) => list.to_vec(),
@@ -64,7 +69,11 @@ pub fn stack(queue: Vec<u16>, install: Vec<String>, common: Common) -> anyhow::R
         queues: queues.clone(),
         batch: usize::from(common.batch),
         fail_open: common.fail_open,
-        gso: !rewrites_ports,
+        gso: gso && !rewrites_ports,
+        // Only what the rules read (and the flow check's ports) crosses to user space.
+        copy_bytes: sets[0]
+            .bytes_needed(HEADERS)
+            .unwrap_or(sonde_io::nfqueue_msg::MAX_COPY_RANGE),
     };
     let opened = stack::open(&cfg)?;
     let mut changes = PathChanges::default();
@@ -75,14 +84,9 @@ pub fn stack(queue: Vec<u16>, install: Vec<String>, common: Common) -> anyhow::R
     for spec in &install {
         changes.add_nfqueue_rule(spec, span, common.fail_open)?;
     }
-    let run = Running::start(
-        &common,
-        sets,
-        opened,
-        |queue, filter, stop, counters, start| {
-            stack::run_thread(queue, filter, stop, counters, start)
-        },
-    );
+    let run = Running::start(sets, opened, |queue, filter, stop, counters, start| {
+        stack::run_thread(queue, filter, stop, counters, start)
+    });
     finish(run, changes, &common, &rules, "stack", |totals| {
         for &q in &queues {
             if let Some(c) = sonde_io::nfqueue::queue_counters(q) {
@@ -91,6 +95,10 @@ pub fn stack(queue: Vec<u16>, install: Vec<String>, common: Common) -> anyhow::R
         }
     })
 }
+
+/// Bytes always copied in stack mode: an IPv6 header and a TCP header, or an IPv4 header with
+/// options and the ports, whatever the rules read.
+const HEADERS: u32 = 128;
 
 fn consecutive(queues: &[u16]) -> bool {
     queues.windows(2).all(|w| w[1] == w[0].wrapping_add(1))
@@ -114,14 +122,9 @@ pub fn bridge(iface_a: String, iface_b: String, common: Common) -> anyhow::Resul
     changes.take_off_wire(&[&iface_a, &iface_b])?;
     let order = Arc::new(bridge::Directions::default());
     let batch = cfg.batch;
-    let run = Running::start(
-        &common,
-        sets,
-        ports,
-        move |ports, filter, stop, counters, start| {
-            bridge::run_thread(ports, filter, batch, stop, counters, &order, start)
-        },
-    );
+    let run = Running::start(sets, ports, move |ports, filter, stop, counters, start| {
+        bridge::run_thread(ports, filter, batch, stop, counters, &order, start)
+    });
     finish(run, changes, &common, &rules, "bridge", |_| {})
 }
 
@@ -139,7 +142,6 @@ struct Running {
 
 impl Running {
     fn start<S: Send + 'static>(
-        _common: &Common,
         sets: Vec<RuleSet>,
         sources: Vec<S>,
         work: impl Fn(S, &mut RuleSet, &AtomicBool, &ThreadCounters, Instant) -> anyhow::Result<()>
