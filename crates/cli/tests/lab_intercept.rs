@@ -128,6 +128,12 @@ fn sonde_rules(ns: &str) -> String {
         .join("\n")
 }
 
+/// The NFQUEUE queues bound in `ns` (one line each in the kernel's table).
+fn bound_queues(ns: &str) -> String {
+    let out = in_ns(ns, &["cat", "/proc/net/netfilter/nfnetlink_queue"]);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// iperf3 from A to B (bounded), its JSON.
 fn iperf(lab: &Lab, args: &[&str]) -> Value {
     let b = B_V4.to_string();
@@ -439,6 +445,7 @@ fn stack_mode_batches_verdicts_and_removes_its_rules() {
         .sum();
     assert_eq!(ooo, 0, "B saw datagrams out of order");
     assert_eq!(sonde_rules(&a), "", "Ctrl-C left rules behind");
+    assert_eq!(bound_queues(&a), "", "a queue is still bound");
 }
 
 /// Kills sonde (SIGKILL) a second into a stream of datagrams; returns how many arrived at B
@@ -495,6 +502,7 @@ fn a_killed_sonde_fails_open_or_closed_as_asked() {
     eprintln!("fail-closed: {after} of about {sent_after} datagrams arrived after the kill");
     assert_eq!(after, 0, "traffic went on after a fail-closed sonde died");
     assert!(!sonde_rules(&a).is_empty(), "the fail-closed rule is gone");
+    assert_eq!(bound_queues(&a), "", "a killed sonde's queue is still bound");
     let out = in_ns(&a, &[SONDE, "intercept", "cleanup"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(sonde_rules(&a), "", "cleanup left the rule");
