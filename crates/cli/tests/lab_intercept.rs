@@ -502,7 +502,11 @@ fn a_killed_sonde_fails_open_or_closed_as_asked() {
     eprintln!("fail-closed: {after} of about {sent_after} datagrams arrived after the kill");
     assert_eq!(after, 0, "traffic went on after a fail-closed sonde died");
     assert!(!sonde_rules(&a).is_empty(), "the fail-closed rule is gone");
-    assert_eq!(bound_queues(&a), "", "a killed sonde's queue is still bound");
+    assert_eq!(
+        bound_queues(&a),
+        "",
+        "a killed sonde's queue is still bound"
+    );
     let out = in_ns(&a, &[SONDE, "intercept", "cleanup"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(sonde_rules(&a), "", "cleanup left the rule");

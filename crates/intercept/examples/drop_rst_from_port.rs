@@ -9,6 +9,7 @@
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
+use sonde_intercept::flow::OrderCheck;
 use sonde_intercept::stack::{self, StackConfig};
 use sonde_intercept::{Filter, Packet, ThreadCounters, Verdict};
 
@@ -61,10 +62,12 @@ fn main() -> anyhow::Result<()> {
         port: port.parse()?,
     };
     let (stop, counters) = (AtomicBool::new(false), ThreadCounters::default());
+    let order = OrderCheck::default();
     let duration = Duration::from_secs_f64(seconds.parse()?);
     std::thread::scope(|s| {
-        let worker =
-            s.spawn(|| stack::run_thread(queue, &mut filter, &stop, &counters, Instant::now()));
+        let worker = s.spawn(|| {
+            stack::run_thread(queue, &mut filter, &stop, &counters, &order, Instant::now())
+        });
         std::thread::sleep(duration);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         worker.join().expect("worker")

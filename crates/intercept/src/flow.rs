@@ -3,8 +3,10 @@
 //!
 //! Order is kept by construction: the kernel hands every packet of a flow to the same thread
 //! (NFQUEUE `--queue-balance` hashes the addresses; a `PACKET_FANOUT_HASH` group hashes the
-//! flow), and each thread sends its packets on in arrival order. [`OrderCheck`] verifies it
-//! rather than trusting it: it counts every packet sent on before an earlier packet of its flow.
+//! flow), and each thread sends its packets on in the order its queue or ring gave them.
+//! [`OrderCheck`] verifies the part that could fail — a flow handled by two threads at once —
+//! rather than trusting it: it counts every packet sent on after a later-arrived packet of its
+//! flow went out through another thread.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -52,16 +54,18 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// For each flow (by hash bucket), the arrival stamp of the latest packet sent on. Shared by
-/// every thread, so a flow that moved between threads and overtook itself is caught too.
+/// For each flow (by hash bucket), the arrival stamp of the latest packet sent on and the
+/// thread that sent it. Shared by every thread.
 pub struct OrderCheck {
     buckets: Box<[AtomicU64]>,
 }
 
-/// Buckets in the table: collisions only hide reordering (two flows in one bucket look like
-/// one), never invent it... except between unrelated flows with interleaved stamps, which is
-/// why the table is large.
+/// Buckets in the table: two flows in one bucket can only look reordered if they are handled
+/// by different threads with interleaved stamps, which a large table makes rare.
 const BUCKETS: usize = 1 << 16;
+
+/// Low bits of a bucket that hold the thread.
+const THREAD_BITS: u32 = 8;
 
 impl Default for OrderCheck {
     fn default() -> Self {
@@ -72,11 +76,17 @@ impl Default for OrderCheck {
 }
 
 impl OrderCheck {
-    /// Notes that a packet of `flow` that arrived at `stamp` (a per-source increasing count or
-    /// time) is being sent on; true if a packet of the same flow that arrived later already was.
-    pub fn sent(&self, flow: u32, stamp: u64) -> bool {
+    /// Notes that thread `thread` sends on a packet of `flow` that arrived at `stamp` (a time
+    /// in ns, or a count, common to the threads); true if another thread already sent on a
+    /// packet of the flow that arrived later. Within one thread, sending order is arrival
+    /// order by construction (the kernel may stamp two packets delivered at once by two CPUs
+    /// out of their ring order, so stamps are not compared there).
+    pub fn sent(&self, flow: u32, stamp: u64, thread: usize) -> bool {
+        let thread = thread as u64 & ((1 << THREAD_BITS) - 1);
+        let mine = (stamp << THREAD_BITS) | thread;
         let bucket = &self.buckets[flow as usize % BUCKETS];
-        bucket.fetch_max(stamp, Relaxed) > stamp
+        let last = bucket.fetch_max(mine, Relaxed);
+        last > mine && last & ((1 << THREAD_BITS) - 1) != thread
     }
 }
 
@@ -136,11 +146,19 @@ mod tests {
     }
 
     #[test]
-    fn order_check_counts_a_packet_that_overtook_its_flow() {
+    fn order_check_counts_a_flow_that_overtook_itself_through_another_thread() {
         let check = OrderCheck::default();
-        assert!(!check.sent(7, 1));
-        assert!(!check.sent(7, 3));
-        assert!(check.sent(7, 2), "2 left after 3");
-        assert!(!check.sent(8, 2), "another flow is not reordered by flow 7");
+        assert!(!check.sent(7, 1, 0));
+        assert!(!check.sent(7, 3, 0));
+        assert!(
+            !check.sent(7, 2, 0),
+            "one thread's own order is its ring's, not its stamps'"
+        );
+        assert!(check.sent(7, 2, 1), "thread 1 sent 2 after thread 0 sent 3");
+        assert!(!check.sent(7, 4, 1));
+        assert!(
+            !check.sent(8, 2, 1),
+            "another flow is not reordered by flow 7"
+        );
     }
 }

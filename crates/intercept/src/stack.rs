@@ -26,33 +26,42 @@ pub struct StackConfig {
     pub copy_bytes: u32,
 }
 
+/// One thread's queue, and which thread it is (for the order check).
+pub struct StackPort {
+    queue: NfQueue,
+    thread: usize,
+}
+
 /// Binds every queue up front, so a queue already bound fails before anything runs.
-pub fn open(cfg: &StackConfig) -> anyhow::Result<Vec<NfQueue>> {
+pub fn open(cfg: &StackConfig) -> anyhow::Result<Vec<StackPort>> {
     cfg.queues
         .iter()
-        .map(|&queue| {
-            NfQueue::open(&NfqConfig {
+        .enumerate()
+        .map(|(thread, &queue)| {
+            let queue = NfQueue::open(&NfqConfig {
                 queue,
                 batch: cfg.batch,
                 max_len: 4096,
                 fail_open: cfg.fail_open,
                 gso: cfg.gso,
                 copy_bytes: cfg.copy_bytes,
-            })
+            })?;
+            Ok(StackPort { queue, thread })
         })
         .collect()
 }
 
-/// Gives verdicts until `stop` is set.
+/// Gives verdicts until `stop` is set. `order` is shared by the threads; packets are stamped
+/// with their batch's time, so it catches a flow whose packets two threads handled at once.
 pub fn run_thread(
-    mut queue: NfQueue,
+    port: StackPort,
     filter: &mut dyn Filter,
     stop: &AtomicBool,
     counters: &ThreadCounters,
+    order: &OrderCheck,
     start: Instant,
 ) -> anyhow::Result<()> {
-    // Packet ids grow per queue, so the order check is per queue too.
-    let order = OrderCheck::default();
+    let StackPort { mut queue, thread } = port;
     while !stop.load(Relaxed) {
         let now_ns = start.elapsed().as_nanos() as u64;
         let mut tally = BatchTally::default();
@@ -64,7 +73,7 @@ pub fn run_thread(
                 now_ns,
             });
             let reordered =
-                flow_hash(qp.payload, Link::RawIp).is_some_and(|f| order.sent(f, u64::from(qp.id)));
+                flow_hash(qp.payload, Link::RawIp).is_some_and(|f| order.sent(f, now_ns, thread));
             tally.count(qp.wire_len, verdict, reordered);
             match verdict {
                 Verdict::Pass => NfVerdict::Accept,

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sonde_intercept::flow::OrderCheck;
 use sonde_intercept::path::{Guard, PathChanges, Queues};
 use sonde_intercept::{bridge, stack, Link, Rule, RuleSet, ThreadCounters, Totals};
 use sonde_meter::CpuTimes;
@@ -84,8 +85,9 @@ pub fn stack(
     for spec in &install {
         changes.add_nfqueue_rule(spec, span, common.fail_open)?;
     }
-    let run = Running::start(sets, opened, |queue, filter, stop, counters, start| {
-        stack::run_thread(queue, filter, stop, counters, start)
+    let order = Arc::new(OrderCheck::default());
+    let run = Running::start(sets, opened, move |port, filter, stop, counters, start| {
+        stack::run_thread(port, filter, stop, counters, &order, start)
     });
     finish(run, changes, &common, &rules, "stack", |totals| {
         for &q in &queues {
