@@ -134,6 +134,22 @@ fn bound_queues(ns: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// A short stream of datagrams from A to B:`port` arrives whole (`why` says what it shows).
+fn assert_all_arrive(lab: &Lab, port: u16, why: &str) {
+    let (sent, got) = udp_stream(
+        lab,
+        port,
+        Duration::from_millis(2),
+        Duration::from_millis(300),
+    );
+    assert_eq!(got.len() as u32, sent, "{why}");
+}
+
+/// A bridge lab for one test, or `None` (the test passes vacuously) where labs cannot run.
+fn bridge_lab() -> Option<Lab> {
+    can_run_labs().then(|| Lab::up(&["--bridge"]))
+}
+
 /// iperf3 from A to B (bounded), its JSON.
 fn iperf(lab: &Lab, args: &[&str]) -> Value {
     let b = B_V4.to_string();
@@ -264,19 +280,12 @@ fn udp_stream(
 
 #[test]
 fn bridge_mode_passes_transfers_whole_and_drops_exactly_its_packets() {
-    if !can_run_labs() {
+    let Some(lab) = bridge_lab() else {
         return;
-    }
-    let lab = Lab::up(&["--bridge"]);
+    };
     let mid = ns(&lab, "mid");
     // Before sonde: the kernel's bridge forwards port 9 too (so a drop later is sonde's).
-    let (sent, got) = udp_stream(
-        &lab,
-        9,
-        Duration::from_millis(2),
-        Duration::from_millis(300),
-    );
-    assert_eq!(got.len() as u32, sent, "the kernel bridge lost datagrams");
+    assert_all_arrive(&lab, 9, "the kernel bridge lost datagrams");
 
     let run = Intercept::start(
         &lab,
@@ -330,25 +339,14 @@ fn bridge_mode_passes_transfers_whole_and_drops_exactly_its_packets() {
     assert!(summary["packets"].as_u64().unwrap() > 1000, "{summary}");
     // Ctrl-C took sonde's table away, and the kernel forwards again.
     assert_eq!(sonde_tables(&mid), "");
-    let (sent, got) = udp_stream(
-        &lab,
-        9,
-        Duration::from_millis(2),
-        Duration::from_millis(300),
-    );
-    assert_eq!(
-        got.len() as u32,
-        sent,
-        "the kernel does not forward after sonde left"
-    );
+    assert_all_arrive(&lab, 9, "the kernel does not forward after sonde left");
 }
 
 #[test]
 fn two_threads_keep_every_flow_in_order() {
-    if !can_run_labs() {
+    let Some(lab) = bridge_lab() else {
         return;
-    }
-    let lab = Lab::up(&["--bridge"]);
+    };
     let mid = ns(&lab, "mid");
     let run = Intercept::start(
         &lab,
@@ -388,10 +386,9 @@ fn two_threads_keep_every_flow_in_order() {
 
 #[test]
 fn stack_mode_batches_verdicts_and_removes_its_rules() {
-    if !can_run_labs() {
+    let Some(lab) = bridge_lab() else {
         return;
-    }
-    let lab = Lab::up(&["--bridge"]);
+    };
     let a = ns(&lab, "a");
     let (to_b, from_b) = (format!("OUTPUT -d {B_V4}"), format!("INPUT -s {B_V4}"));
     let run = Intercept::start(
@@ -480,10 +477,9 @@ fn kill_mid_stream(lab: &Lab, fail_open: bool) -> (usize, u32) {
 
 #[test]
 fn a_killed_sonde_fails_open_or_closed_as_asked() {
-    if !can_run_labs() {
+    let Some(lab) = bridge_lab() else {
         return;
-    }
-    let lab = Lab::up(&["--bridge"]);
+    };
     let a = ns(&lab, "a");
     let (after, sent_after) = kill_mid_stream(&lab, true);
     eprintln!("--fail-open: {after} of about {sent_after} datagrams arrived after the kill");
@@ -510,25 +506,14 @@ fn a_killed_sonde_fails_open_or_closed_as_asked() {
     let out = in_ns(&a, &[SONDE, "intercept", "cleanup"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(sonde_rules(&a), "", "cleanup left the rule");
-    let (sent, got) = udp_stream(
-        &lab,
-        7,
-        Duration::from_millis(5),
-        Duration::from_millis(300),
-    );
-    assert_eq!(
-        got.len() as u32,
-        sent,
-        "traffic did not come back after cleanup"
-    );
+    assert_all_arrive(&lab, 7, "traffic did not come back after cleanup");
 }
 
 #[test]
 fn bad_input_gets_one_clear_line_and_leaves_nothing() {
-    if !can_run_labs() {
+    let Some(lab) = bridge_lab() else {
         return;
-    }
-    let lab = Lab::up(&["--bridge"]);
+    };
     let (a, mid) = (ns(&lab, "a"), ns(&lab, "mid"));
     let one_line = |out: &Output, code: i32, needle: &str| {
         let err = stderr(out);

@@ -110,31 +110,11 @@ pub fn set_option<T: Copy>(fd: RawFd, level: i32, name: i32, value: &T) -> io::R
 
 /// Waits until `fd` is readable or `timeout` passes; true if readable.
 pub fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = timeout_ms(timeout);
-    // SAFETY: `pfd` is one valid pollfd and the count passed is 1.
-    let rc = stages::call(Stage::Poll, Stage::RxCall, || unsafe {
-        libc::poll(&mut pfd, 1, ms)
-    });
-    match rc {
-        n if n > 0 => Ok(true),
-        0 => Ok(false),
-        _ => {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::Interrupted {
-                Ok(false)
-            } else {
-                Err(err)
-            }
-        }
-    }
+    stages::call(Stage::Poll, Stage::RxCall, || poll_any(&[fd], timeout))
 }
 
-/// Waits until any of `fds` (at most 8) is readable or `timeout` passes; true if one is.
+/// Waits until any of `fds` (at most 8) is readable or `timeout` passes; true if one is (an
+/// interrupted wait counts as a timeout).
 pub fn poll_any(fds: &[RawFd], timeout: Duration) -> io::Result<bool> {
     let mut pfds = [libc::pollfd {
         fd: -1,

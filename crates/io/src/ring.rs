@@ -180,8 +180,16 @@ impl RingTx {
         let Some(len) = fill(data) else {
             return true;
         };
-        let len = len.min(TX_FRAME_SIZE - TX_DATA_OFFSET) as u32;
-        // SAFETY: the slot header lies at the start of the slot inside the mapping.
+        self.request_send(offset, len.min(TX_FRAME_SIZE - TX_DATA_OFFSET) as u32);
+        self.head = (index + 1) & (self.slots - 1);
+        true
+    }
+
+    /// Sets the length of the frame written into the slot at `offset` and hands the slot to
+    /// the kernel for sending.
+    fn request_send(&mut self, offset: usize, len: u32) {
+        // SAFETY: the slot header lies at the start of the slot inside the mapping, and the
+        // slot is ours until SEND_REQUEST is stored below.
         let hdr = unsafe { &mut *(self.map.base.as_ptr().add(offset) as *mut libc::tpacket3_hdr) };
         hdr.tp_len = len;
         hdr.tp_snaplen = len;
@@ -189,8 +197,6 @@ impl RingTx {
         self.map
             .status(offset + STATUS_FIELD)
             .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
-        self.head = (index + 1) & (self.slots - 1);
-        true
     }
 
     /// Sends every frame [`RingTx::fill_next`] posted, with one system call.
@@ -240,14 +246,7 @@ impl RingTx {
             )
         };
         let len = fill(i, data).min(MAX_FRAME) as u32;
-        // SAFETY: the slot header lies at the start of the slot inside the mapping.
-        let hdr = unsafe { &mut *(self.map.base.as_ptr().add(offset) as *mut libc::tpacket3_hdr) };
-        hdr.tp_len = len;
-        hdr.tp_snaplen = len;
-        hdr.tp_next_offset = 0;
-        self.map
-            .status(offset + STATUS_FIELD)
-            .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
+        self.request_send(offset, len);
     }
 }
 
