@@ -1,14 +1,20 @@
-//! Bridge mode: a bump in the wire between two interfaces. Each thread owns a receive ring on
-//! each side (a member of a flow-hash fanout group when there are several threads) and a
-//! transmit ring on each side; a frame taken from one side is copied once, into the other
-//! side's transmit slot, where the filter sees (and may rewrite) it before it is sent.
+//! Bridge mode: a bump in the wire between two interfaces, over one of two backends.
+//!
+//! `ring`: each thread owns a receive ring on each side (a member of a flow-hash fanout group
+//! when there are several threads) and a transmit ring on each side; a frame taken from one
+//! side is copied once, into the other side's transmit slot, where the filter sees (and may
+//! rewrite) it before it is sent.
+//!
+//! `xdp`: each thread owns an [`XdpBridge`] on its own queue of both interfaces (two AF_XDP
+//! sockets over one UMEM); the filter sees a frame where the kernel received it, and the same
+//! UMEM frame leaves by the other side: no copy in user space.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use sonde_io::{IoConfig, RingRx, RingTx};
+use sonde_io::{IoConfig, RingRx, RingTx, XdpBridge, XdpMode};
 
 use crate::counters::{BatchTally, ThreadCounters};
 use crate::filter::{Filter, Link, Packet, Verdict};
@@ -22,7 +28,20 @@ pub struct BridgeConfig {
     pub threads: usize,
     /// Most frames taken from one side before the other side is served.
     pub batch: usize,
+    pub backend: Backend,
 }
+
+/// How frames are taken off one side and put on the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// TPACKET_V3 packet rings, one copy per frame.
+    Ring,
+    /// AF_XDP, one UMEM shared by both sides, no copy; thread i serves queue i.
+    Xdp(XdpMode),
+}
+
+/// UMEM frames of each thread's AF_XDP bridge (8 MiB; every ring has as many entries).
+const XDP_FRAMES: u32 = 4096;
 
 /// Order is a property of each direction: a flow's packets A to B and its packets B to A are
 /// stamped by different rings, so each direction is checked on its own.
@@ -32,8 +51,14 @@ pub struct Directions {
     pub b_to_a: OrderCheck,
 }
 
-/// One thread's sockets: receive on A and B, transmit on A and B.
-pub struct BridgePorts {
+/// One thread's sockets.
+pub enum BridgePorts {
+    Ring(RingPorts),
+    Xdp(Box<XdpBridge>),
+}
+
+/// Packet rings: receive on A and B, transmit on A and B.
+pub struct RingPorts {
     rx_a: RingRx,
     rx_b: RingRx,
     tx_a: RingTx,
@@ -42,6 +67,47 @@ pub struct BridgePorts {
 
 /// Opens every thread's sockets up front, so a bad interface fails before anything runs.
 pub fn open(cfg: &BridgeConfig) -> anyhow::Result<Vec<BridgePorts>> {
+    match cfg.backend {
+        Backend::Ring => Ok(open_rings(cfg)?
+            .into_iter()
+            .map(BridgePorts::Ring)
+            .collect()),
+        Backend::Xdp(mode) => open_xdp(cfg, mode),
+    }
+}
+
+/// One AF_XDP bridge per thread, thread i on queue i of both interfaces (each queue is bound
+/// by one socket at most, so there can be no more threads than queues).
+fn open_xdp(cfg: &BridgeConfig, mode: XdpMode) -> anyhow::Result<Vec<BridgePorts>> {
+    let queues = sonde_io::queue_count(&cfg.iface_a)?.min(sonde_io::queue_count(&cfg.iface_b)?);
+    if cfg.threads > queues as usize {
+        anyhow::bail!(
+            "--threads {} with --backend xdp needs {} queues on {} and {}, which have {queues} in common (one AF_XDP socket per queue): use --threads {queues} or --backend ring",
+            cfg.threads,
+            cfg.threads,
+            cfg.iface_a,
+            cfg.iface_b
+        );
+    }
+    (0..cfg.threads as u32)
+        .map(|queue| {
+            let bridge = XdpBridge::open(&cfg.iface_a, &cfg.iface_b, queue, XDP_FRAMES, mode)?;
+            Ok(BridgePorts::Xdp(Box::new(bridge)))
+        })
+        .collect()
+}
+
+impl BridgePorts {
+    /// How the sockets were opened, for summaries.
+    pub fn describe(&self) -> String {
+        match self {
+            BridgePorts::Ring(_) => "TPACKET_V3 packet rings, one copy per frame".into(),
+            BridgePorts::Xdp(x) => x.describe(),
+        }
+    }
+}
+
+fn open_rings(cfg: &BridgeConfig) -> anyhow::Result<Vec<RingPorts>> {
     let group =
         |salt: u16| (cfg.threads > 1).then(|| (std::process::id() as u16).wrapping_add(salt));
     (0..cfg.threads)
@@ -51,7 +117,7 @@ pub fn open(cfg: &BridgeConfig) -> anyhow::Result<Vec<BridgePorts>> {
                 io.ring_frames = 4096;
                 RingTx::open(&io).with_context(|| format!("transmit ring on {iface}"))
             };
-            Ok(BridgePorts {
+            Ok(RingPorts {
                 rx_a: RingRx::open_forwarding(&cfg.iface_a, group(0))?,
                 rx_b: RingRx::open_forwarding(&cfg.iface_b, group(1))?,
                 tx_a: tx(&cfg.iface_a)?,
@@ -63,7 +129,22 @@ pub fn open(cfg: &BridgeConfig) -> anyhow::Result<Vec<BridgePorts>> {
 
 /// Forwards both ways until `stop` is set; the filter decides on every frame.
 pub fn run_thread(
-    mut ports: BridgePorts,
+    ports: BridgePorts,
+    filter: &mut dyn Filter,
+    batch: usize,
+    stop: &AtomicBool,
+    counters: &ThreadCounters,
+    order: &Arc<Directions>,
+    start: Instant,
+) -> anyhow::Result<()> {
+    match ports {
+        BridgePorts::Ring(p) => run_rings(p, filter, batch, stop, counters, order, start),
+        BridgePorts::Xdp(x) => run_xdp(*x, filter, batch, stop, counters, order, start),
+    }
+}
+
+fn run_rings(
+    mut ports: RingPorts,
     filter: &mut dyn Filter,
     batch: usize,
     stop: &AtomicBool,
@@ -147,4 +228,100 @@ fn forward(
         crate::rules::bump(&counters.lost, lost);
     }
     Ok(got)
+}
+
+/// How often an AF_XDP bridge's drop counters are read (one system call per socket).
+const DROPS_EVERY_NS: u64 = 100_000_000;
+
+fn run_xdp(
+    mut bridge: XdpBridge,
+    filter: &mut dyn Filter,
+    batch: usize,
+    stop: &AtomicBool,
+    counters: &ThreadCounters,
+    order: &Arc<Directions>,
+    start: Instant,
+) -> anyhow::Result<()> {
+    let fds = bridge.raw_fds();
+    let mut stamps = Stamps::default();
+    let mut drops_read_ns = 0;
+    while !stop.load(Relaxed) {
+        let now_ns = start.elapsed().as_nanos() as u64;
+        let mut side = |from: usize, order: &OrderCheck| {
+            let stamp = stamps.batch(from, now_ns);
+            forward_xdp(
+                &mut bridge,
+                from,
+                filter,
+                batch,
+                now_ns,
+                stamp,
+                counters,
+                order,
+            )
+        };
+        let there = side(0, &order.a_to_b)?;
+        let back = side(1, &order.b_to_a)?;
+        if now_ns - drops_read_ns >= DROPS_EVERY_NS {
+            crate::rules::bump(&counters.lost, bridge.drops());
+            drops_read_ns = now_ns;
+        }
+        if there + back == 0 {
+            sonde_io::poll_any(&fds, Duration::from_millis(20))?;
+        }
+    }
+    crate::rules::bump(&counters.lost, bridge.drops());
+    Ok(())
+}
+
+/// Arrival stamps for the order check. AF_XDP gives no arrival time, so a frame's stamp is the
+/// time its batch was taken (ns since the start, times 1024: room for a batch's places) plus
+/// its place in the batch, never below the side's last stamp: increasing on each side, and
+/// comparable between threads as the ring backend's kernel timestamps are.
+#[derive(Default)]
+struct Stamps {
+    next: [u64; 2],
+}
+
+impl Stamps {
+    /// The first stamp of a batch from `side`; the batch's frames take the following ones.
+    fn batch(&mut self, side: usize, now_ns: u64) -> &mut u64 {
+        let next = &mut self.next[side];
+        *next = (*next).max(now_ns.saturating_mul(1024));
+        next
+    }
+}
+
+/// Judges up to `batch` frames that arrived on `from` in place and sends those that pass on
+/// from the other side (one kick for all); returns how many arrived. `stamp` is the next
+/// arrival stamp of this side, advanced past the frames judged.
+#[allow(clippy::too_many_arguments)]
+fn forward_xdp(
+    bridge: &mut XdpBridge,
+    from: usize,
+    filter: &mut dyn Filter,
+    batch: usize,
+    now_ns: u64,
+    stamp: &mut u64,
+    counters: &ThreadCounters,
+    order: &OrderCheck,
+) -> anyhow::Result<usize> {
+    let mut tally = BatchTally::default();
+    let (arrived, _) = bridge.forward(from, batch, |frame| {
+        *stamp += 1;
+        // The flow as it arrived: a rewrite may change its ports.
+        let flow = flow_hash(frame, Link::Ethernet);
+        let wire_len = frame.len() as u32;
+        let verdict = filter.decide(&mut Packet {
+            data: frame,
+            link: Link::Ethernet,
+            wire_len,
+            now_ns,
+        });
+        let reordered = verdict != Verdict::Drop && flow.is_some_and(|f| order.sent(f, *stamp));
+        tally.count(wire_len, verdict, reordered);
+        verdict != Verdict::Drop
+    })?;
+    counters.add_batch(&tally);
+    Ok(arrived)
 }

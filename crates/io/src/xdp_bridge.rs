@@ -80,6 +80,7 @@ impl XdpBridge {
         for iface in [iface_a, iface_b] {
             crate::packet_socket::ifindex(iface)?;
         }
+        silence_library_logs();
         let mut bridge = open_first_accepted(&[iface_a, iface_b], queue, mode, |attempt| {
             Self::try_open([iface_a, iface_b], queue, frames, attempt)
         })?;
@@ -261,6 +262,24 @@ impl XdpBridge {
             side.lent += produced as u32;
             let _ = wake_fill(side);
         }
+    }
+}
+
+extern "C" {
+    /// libxdp's logger setter (`<xdp/libxdp.h>`); a null function prints nothing. The
+    /// function type carries a `va_list`, so it is passed here as a plain pointer.
+    fn libxdp_set_print(print: *const libc::c_void) -> *const libc::c_void;
+}
+
+/// Quiets libxdp and libbpf, which otherwise print to stderr about each program they load
+/// (e.g. that without a bpffs mounted libxdp attaches its program without a dispatcher);
+/// every failure reaches the caller as an error anyway. Process-wide, and idempotent.
+fn silence_library_logs() {
+    // SAFETY: both setters only store the pointer they are given; null means "print nothing"
+    // to both libraries.
+    unsafe {
+        libxdp_set_print(std::ptr::null());
+        libbpf_sys::libbpf_set_print(None);
     }
 }
 
