@@ -583,6 +583,23 @@ fn bad_input_gets_one_clear_line_and_leaves_nothing() {
             "ma",
             "-j",
             "mb",
+            "--backend",
+            "xdp",
+            "--threads",
+            "2",
+        ],
+    );
+    one_line(&out, 1, "which have 1 in common");
+    let out = in_ns(
+        &mid,
+        &[
+            SONDE,
+            "intercept",
+            "bridge",
+            "-i",
+            "ma",
+            "-j",
+            "mb",
             "drop tcp prot 9",
         ],
     );
