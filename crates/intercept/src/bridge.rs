@@ -1,14 +1,20 @@
-//! Bridge mode: a bump in the wire between two interfaces. Each thread owns a receive ring on
-//! each side (a member of a flow-hash fanout group when there are several threads) and a
-//! transmit ring on each side; a frame taken from one side is copied once, into the other
-//! side's transmit slot, where the filter sees (and may rewrite) it before it is sent.
+//! Bridge mode: a bump in the wire between two interfaces, over one of two backends.
+//!
+//! `ring`: each thread owns a receive ring on each side (a member of a flow-hash fanout group
+//! when there are several threads) and a transmit ring on each side; a frame taken from one
+//! side is copied once, into the other side's transmit slot, where the filter sees (and may
+//! rewrite) it before it is sent.
+//!
+//! `xdp`: each thread owns an [`XdpBridge`] on its own queue of both interfaces (two AF_XDP
+//! sockets over one UMEM); the filter sees a frame where the kernel received it, and the same
+//! UMEM frame leaves by the other side: no copy in user space.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use sonde_io::{IoConfig, RingRx, RingTx};
+use sonde_io::{IoConfig, RingRx, RingTx, XdpBridge, XdpMode};
 
 use crate::counters::{BatchTally, ThreadCounters};
 use crate::filter::{Filter, Link, Packet, Verdict};
@@ -22,7 +28,20 @@ pub struct BridgeConfig {
     pub threads: usize,
     /// Most frames taken from one side before the other side is served.
     pub batch: usize,
+    pub backend: Backend,
 }
+
+/// How frames are taken off one side and put on the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// TPACKET_V3 packet rings, one copy per frame.
+    Ring,
+    /// AF_XDP, one UMEM shared by both sides, no copy; thread i serves queue i.
+    Xdp(XdpMode),
+}
+
+/// UMEM frames of each thread's AF_XDP bridge (8 MiB; every ring has as many entries).
+const XDP_FRAMES: u32 = 4096;
 
 /// Order is a property of each direction: a flow's packets A to B and its packets B to A are
 /// stamped by different rings, so each direction is checked on its own.
@@ -32,8 +51,15 @@ pub struct Directions {
     pub b_to_a: OrderCheck,
 }
 
-/// One thread's sockets: receive on A and B, transmit on A and B.
-pub struct BridgePorts {
+/// One thread's sockets.
+pub enum BridgePorts {
+    Ring(RingPorts),
+    /// The bridge and its thread's index (its queue).
+    Xdp(Box<XdpBridge>, usize),
+}
+
+/// Packet rings: receive on A and B, transmit on A and B.
+pub struct RingPorts {
     /// Which thread these are (for the order check).
     thread: usize,
     rx_a: RingRx,
@@ -44,6 +70,47 @@ pub struct BridgePorts {
 
 /// Opens every thread's sockets up front, so a bad interface fails before anything runs.
 pub fn open(cfg: &BridgeConfig) -> anyhow::Result<Vec<BridgePorts>> {
+    match cfg.backend {
+        Backend::Ring => Ok(open_rings(cfg)?
+            .into_iter()
+            .map(BridgePorts::Ring)
+            .collect()),
+        Backend::Xdp(mode) => open_xdp(cfg, mode),
+    }
+}
+
+/// One AF_XDP bridge per thread, thread i on queue i of both interfaces (each queue is bound
+/// by one socket at most, so there can be no more threads than queues).
+fn open_xdp(cfg: &BridgeConfig, mode: XdpMode) -> anyhow::Result<Vec<BridgePorts>> {
+    let queues = sonde_io::queue_count(&cfg.iface_a)?.min(sonde_io::queue_count(&cfg.iface_b)?);
+    if cfg.threads > queues as usize {
+        anyhow::bail!(
+            "--threads {} with --backend xdp needs {} queues on {} and {}, which have {queues} in common (one AF_XDP socket per queue): use --threads {queues} or --backend ring",
+            cfg.threads,
+            cfg.threads,
+            cfg.iface_a,
+            cfg.iface_b
+        );
+    }
+    (0..cfg.threads as u32)
+        .map(|queue| {
+            let bridge = XdpBridge::open(&cfg.iface_a, &cfg.iface_b, queue, XDP_FRAMES, mode)?;
+            Ok(BridgePorts::Xdp(Box::new(bridge), queue as usize))
+        })
+        .collect()
+}
+
+impl BridgePorts {
+    /// How the sockets were opened, for summaries.
+    pub fn describe(&self) -> String {
+        match self {
+            BridgePorts::Ring(_) => "TPACKET_V3 packet rings, one copy per frame".into(),
+            BridgePorts::Xdp(x, _) => x.describe(),
+        }
+    }
+}
+
+fn open_rings(cfg: &BridgeConfig) -> anyhow::Result<Vec<RingPorts>> {
     let group =
         |salt: u16| (cfg.threads > 1).then(|| (std::process::id() as u16).wrapping_add(salt));
     (0..cfg.threads)
@@ -53,7 +120,7 @@ pub fn open(cfg: &BridgeConfig) -> anyhow::Result<Vec<BridgePorts>> {
                 io.ring_frames = 4096;
                 RingTx::open(&io).with_context(|| format!("transmit ring on {iface}"))
             };
-            Ok(BridgePorts {
+            Ok(RingPorts {
                 thread,
                 rx_a: RingRx::open_forwarding(&cfg.iface_a, group(0))?,
                 rx_b: RingRx::open_forwarding(&cfg.iface_b, group(1))?,
@@ -66,7 +133,7 @@ pub fn open(cfg: &BridgeConfig) -> anyhow::Result<Vec<BridgePorts>> {
 
 /// Forwards both ways until `stop` is set; the filter decides on every frame.
 pub fn run_thread(
-    mut ports: BridgePorts,
+    ports: BridgePorts,
     filter: &mut dyn Filter,
     batch: usize,
     stop: &AtomicBool,
@@ -74,22 +141,26 @@ pub fn run_thread(
     order: &Arc<Directions>,
     start: Instant,
 ) -> anyhow::Result<()> {
-    let fds = [ports.rx_a.raw_fd(), ports.rx_b.raw_fd()];
+    let thread = match &ports {
+        BridgePorts::Ring(p) => p.thread,
+        BridgePorts::Xdp(_, thread) => *thread,
+    };
+    // The rings stamp frames with the wall clock; the order check takes time since the start.
+    let epoch_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        .saturating_sub(start.elapsed().as_nanos() as u64);
     let mut worker = Worker {
         filter,
         batch,
         counters,
-        thread: ports.thread,
+        thread,
+        epoch_ns,
     };
-    while !stop.load(Relaxed) {
-        let now_ns = start.elapsed().as_nanos() as u64;
-        let there = worker.forward(&mut ports.rx_a, &mut ports.tx_b, &order.a_to_b, now_ns)?;
-        let back = worker.forward(&mut ports.rx_b, &mut ports.tx_a, &order.b_to_a, now_ns)?;
-        if there + back == 0 {
-            sonde_io::poll_any(&fds, Duration::from_millis(20))?;
-        }
+    match ports {
+        BridgePorts::Ring(p) => worker.run_rings(p, stop, order, start),
+        BridgePorts::Xdp(x, _) => worker.run_xdp(*x, stop, order, start),
     }
-    Ok(())
 }
 
 /// What one thread forwards with: its filter, batch size, counters and index.
@@ -98,9 +169,33 @@ struct Worker<'a> {
     batch: usize,
     counters: &'a ThreadCounters,
     thread: usize,
+    /// The wall-clock time of the run's start (ns since 1970), for the rings' stamps.
+    epoch_ns: u64,
 }
 
+/// How often an AF_XDP bridge's drop counters are read (one system call per socket).
+const DROPS_EVERY_NS: u64 = 100_000_000;
+
 impl Worker<'_> {
+    fn run_rings(
+        &mut self,
+        mut ports: RingPorts,
+        stop: &AtomicBool,
+        order: &Directions,
+        start: Instant,
+    ) -> anyhow::Result<()> {
+        let fds = [ports.rx_a.raw_fd(), ports.rx_b.raw_fd()];
+        while !stop.load(Relaxed) {
+            let now_ns = start.elapsed().as_nanos() as u64;
+            let there = self.forward(&mut ports.rx_a, &mut ports.tx_b, &order.a_to_b, now_ns)?;
+            let back = self.forward(&mut ports.rx_b, &mut ports.tx_a, &order.b_to_a, now_ns)?;
+            if there + back == 0 {
+                sonde_io::poll_any(&fds, Duration::from_millis(20))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Moves up to a batch of frames from `rx` to `tx` (one send for all); returns how many
     /// arrived.
     fn forward(
@@ -112,7 +207,7 @@ impl Worker<'_> {
     ) -> anyhow::Result<usize> {
         let mut tally = BatchTally::default();
         let (mut lost, mut posted) = (0, 0);
-        let (filter, thread) = (&mut *self.filter, self.thread);
+        let (filter, thread, epoch_ns) = (&mut *self.filter, self.thread, self.epoch_ns);
         let got = rx.rx_packets(self.batch, Duration::ZERO, |p| {
             let len = p.data.len();
             if len < p.wire_len as usize || len > RingTx::SLOT_BYTES {
@@ -137,7 +232,7 @@ impl Worker<'_> {
             }
             let reordered = verdict != Verdict::Drop
                 && flow_hash(p.data, Link::Ethernet)
-                    .is_some_and(|f| order.sent(f, p.ts_ns, thread));
+                    .is_some_and(|f| order.sent(f, p.ts_ns.saturating_sub(epoch_ns), thread));
             posted += usize::from(verdict != Verdict::Drop);
             tally.count(p.wire_len, verdict, reordered);
         })?;
@@ -149,5 +244,94 @@ impl Worker<'_> {
             crate::rules::bump(&self.counters.lost, lost);
         }
         Ok(got)
+    }
+
+    fn run_xdp(
+        &mut self,
+        mut bridge: XdpBridge,
+        stop: &AtomicBool,
+        order: &Directions,
+        start: Instant,
+    ) -> anyhow::Result<()> {
+        let fds = bridge.raw_fds();
+        let mut stamps = Stamps::default();
+        let mut drops_read_ns = 0;
+        while !stop.load(Relaxed) {
+            let now_ns = start.elapsed().as_nanos() as u64;
+            let there = self.forward_xdp(
+                &mut bridge,
+                0,
+                stamps.batch(0, now_ns),
+                &order.a_to_b,
+                now_ns,
+            )?;
+            let back = self.forward_xdp(
+                &mut bridge,
+                1,
+                stamps.batch(1, now_ns),
+                &order.b_to_a,
+                now_ns,
+            )?;
+            if now_ns - drops_read_ns >= DROPS_EVERY_NS {
+                crate::rules::bump(&self.counters.lost, bridge.drops());
+                drops_read_ns = now_ns;
+            }
+            if there + back == 0 {
+                sonde_io::poll_any(&fds, Duration::from_millis(20))?;
+            }
+        }
+        crate::rules::bump(&self.counters.lost, bridge.drops());
+        Ok(())
+    }
+
+    /// Judges up to a batch of frames that arrived on `from` in place and sends those that
+    /// pass on from the other side (one kick for all); returns how many arrived. `stamp` is
+    /// the next arrival stamp of this side, advanced past the frames judged.
+    fn forward_xdp(
+        &mut self,
+        bridge: &mut XdpBridge,
+        from: usize,
+        stamp: &mut u64,
+        order: &OrderCheck,
+        now_ns: u64,
+    ) -> anyhow::Result<usize> {
+        let mut tally = BatchTally::default();
+        let (filter, thread) = (&mut *self.filter, self.thread);
+        let (arrived, _) = bridge.forward(from, self.batch, |frame| {
+            *stamp += 1;
+            // The flow as it arrived: a rewrite may change its ports.
+            let flow = flow_hash(frame, Link::Ethernet);
+            let wire_len = frame.len() as u32;
+            let verdict = filter.decide(&mut Packet {
+                data: frame,
+                link: Link::Ethernet,
+                wire_len,
+                now_ns,
+            });
+            let reordered =
+                verdict != Verdict::Drop && flow.is_some_and(|f| order.sent(f, *stamp, thread));
+            tally.count(wire_len, verdict, reordered);
+            verdict != Verdict::Drop
+        })?;
+        self.counters.add_batch(&tally);
+        Ok(arrived)
+    }
+}
+
+/// Arrival stamps for the order check. AF_XDP gives no arrival time, so a frame's stamp is the
+/// time its batch was taken (ns since the start) plus its place in the batch, never below the
+/// side's last stamp: increasing on each side, and comparable between threads to within a
+/// batch.
+#[derive(Default)]
+struct Stamps {
+    next: [u64; 2],
+}
+
+impl Stamps {
+    /// The first stamp of a batch from `side`; the batch's frames take the following ones.
+    fn batch(&mut self, side: usize, now_ns: u64) -> &mut u64 {
+        let next = &mut self.next[side];
+        *next = (*next).max(now_ns);
+        next
     }
 }

@@ -76,19 +76,24 @@ impl Default for OrderCheck {
 }
 
 impl OrderCheck {
-    /// Notes that thread `thread` sends on a packet of `flow` that arrived at `stamp` (a time
-    /// in ns, or a count, common to the threads); true if another thread already sent on a
-    /// packet of the flow that arrived later. Within one thread, sending order is arrival
-    /// order by construction (the kernel may stamp two packets delivered at once by two CPUs
-    /// out of their ring order, so stamps are not compared there).
+    /// Notes that thread `thread` sends on a packet of `flow` that arrived at `stamp` (ns, or a
+    /// count, since the run began: below 2^56, common to the threads); true if another thread
+    /// already sent on a packet of the flow that arrived later. Within one thread, sending
+    /// order is arrival order by construction (the kernel may stamp two packets delivered at
+    /// once by two CPUs out of their ring order, so stamps are not compared there); equal
+    /// stamps are never counted.
     pub fn sent(&self, flow: u32, stamp: u64, thread: usize) -> bool {
-        let thread = thread as u64 & ((1 << THREAD_BITS) - 1);
-        let mine = (stamp << THREAD_BITS) | thread;
+        let stamp = stamp.min(MAX_STAMP);
+        let thread = thread as u64 & THREAD_MASK;
         let bucket = &self.buckets[flow as usize % BUCKETS];
-        let last = bucket.fetch_max(mine, Relaxed);
-        last > mine && last & ((1 << THREAD_BITS) - 1) != thread
+        let last = bucket.fetch_max((stamp << THREAD_BITS) | thread, Relaxed);
+        last >> THREAD_BITS > stamp && last & THREAD_MASK != thread
     }
 }
+
+/// The largest stamp kept whole (2^56 ns is over two years).
+const MAX_STAMP: u64 = (1 << (64 - THREAD_BITS)) - 1;
+const THREAD_MASK: u64 = (1 << THREAD_BITS) - 1;
 
 #[cfg(test)]
 mod tests {

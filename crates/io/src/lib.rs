@@ -46,6 +46,7 @@ mod sendto;
 #[cfg(test)]
 mod test_support;
 pub mod xdp;
+mod xdp_bridge;
 mod xdp_filter;
 
 use std::fmt;
@@ -64,6 +65,7 @@ pub use nfqueue::{
 pub use packet_socket::poll_any;
 pub use ring::{CaptureRing, RingRx, RingTx, RxPacket};
 pub use xdp::XdpMode;
+pub use xdp_bridge::XdpBridge;
 pub use xdp_filter::{FilterSpec, TcpTake};
 
 /// Largest frame any backend accepts (a full Ethernet frame without FCS).

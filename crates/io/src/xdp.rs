@@ -67,9 +67,9 @@ impl FromStr for XdpMode {
 
 /// One way of binding a socket, tried in order until the kernel accepts one.
 #[derive(Clone, Copy, Debug)]
-struct Attempt {
-    native: bool,
-    zero_copy: bool,
+pub(crate) struct Attempt {
+    pub(crate) native: bool,
+    pub(crate) zero_copy: bool,
 }
 
 impl fmt::Display for Attempt {
@@ -115,7 +115,7 @@ pub(crate) enum Steering {
     Own { native: bool },
 }
 
-fn queue_size(n: u32) -> QueueSize {
+pub(crate) fn queue_size(n: u32) -> QueueSize {
     QueueSize::new(n.next_power_of_two()).expect("a power of two is a valid queue size")
 }
 
@@ -157,44 +157,9 @@ impl XskPort {
             Steering::Own { native: false } => XdpMode::Generic,
             Steering::None | Steering::Libxdp => cfg.xdp_mode,
         };
-        let (mut last_err, mut busy, mut busy_retries) = (String::new(), false, 0);
-        for attempt in attempts(mode) {
-            loop {
-                match Self::try_open(cfg, frames, both, steering, attempt) {
-                    Ok(port) => return Ok(port),
-                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                        (last_err, busy) = (format!("{attempt}: {e}"), true);
-                        if busy_retries == BUSY_RETRIES {
-                            break;
-                        }
-                        busy_retries += 1;
-                        std::thread::sleep(BUSY_WAIT);
-                    }
-                    Err(e) if e.raw_os_error() == Some(libc::EPERM) => bail!(
-                        "AF_XDP on {}: permission denied: needs CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF (run as root); or try --backend ring",
-                        cfg.iface
-                    ),
-                    Err(e) => {
-                        (last_err, busy) = (format!("{attempt}: {e}"), false);
-                        break;
-                    }
-                }
-            }
-        }
-        if busy {
-            let waited = u64::from(busy_retries) * BUSY_WAIT.as_millis() as u64;
-            return Err(crate::iface::busy_queue_error(
-                &cfg.iface, cfg.queue, waited,
-            ));
-        }
-        if let Some(e) = crate::iface::missing_queue_error(&cfg.iface, cfg.queue) {
-            return Err(e);
-        }
-        Err(anyhow!(
-            "the kernel refused an AF_XDP socket on {} queue {} ({last_err}); try --backend ring",
-            cfg.iface,
-            cfg.queue
-        ))
+        open_first_accepted(&[&cfg.iface], cfg.queue, mode, |attempt| {
+            Self::try_open(cfg, frames, both, steering, attempt).map_err(|e| (0, e))
+        })
     }
 
     fn try_open(
@@ -205,46 +170,12 @@ impl XskPort {
         attempt: Attempt,
     ) -> io::Result<XskPort> {
         let ring = queue_size(frames);
-        let umem_cfg = UmemConfig::builder()
-            .frame_size(FrameSize::new(FRAME_SIZE).map_err(|e| io::Error::other(e.to_string()))?)
-            .fill_queue_size(ring)
-            .comp_queue_size(ring)
-            .build()
-            .map_err(|e| io::Error::other(e.to_string()))?;
         let count = ring.get() * if both { 2 } else { 1 };
-        let count = NonZeroU32::new(count).expect("queue sizes are non-zero");
-        let (umem, descs) =
-            Umem::new(umem_cfg, count, false).map_err(|e| io::Error::other(e.to_string()))?;
-        let mut bind = BindFlags::XDP_USE_NEED_WAKEUP;
-        bind |= if attempt.zero_copy {
-            BindFlags::XDP_ZEROCOPY
-        } else {
-            BindFlags::XDP_COPY
-        };
-        let xdp_flags = if attempt.native {
-            XdpFlags::XDP_FLAGS_DRV_MODE
-        } else {
-            XdpFlags::XDP_FLAGS_SKB_MODE
-        };
-        let mut libxdp = LibxdpFlags::empty();
-        if steering != Steering::Libxdp {
-            libxdp |= LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD;
-        }
-        let sock_cfg = SocketConfig::builder()
-            .rx_queue_size(ring)
-            .tx_queue_size(ring)
-            .bind_flags(bind)
-            .xdp_flags(xdp_flags)
-            .libxdp_flags(libxdp)
-            .build();
-        let name = Interface::new(CString::new(cfg.iface.as_str()).map_err(io::Error::other)?);
+        let (umem, descs) = new_umem(ring, count)?;
         // SAFETY: the UMEM is fresh and not shared, so the program-load/double-free caveat of
         // sharing does not apply.
         let (tx, rx, rings) =
-            unsafe { Socket::new(sock_cfg, &umem, &name, cfg.queue) }.map_err(socket_error)?;
-        // libxdp opens the socket without SOCK_CLOEXEC: a child process started by any thread
-        // would inherit it and keep the queue busy until it exits.
-        crate::packet_socket::set_cloexec(tx.fd().as_raw_fd())?;
+            unsafe { bind_socket(&umem, &cfg.iface, cfg.queue, ring, steering, attempt)? };
         let (fill, comp) = rings.ok_or_else(|| io::Error::other("UMEM rings missing"))?;
         let budget = set_tx_budget(&tx, ring.get());
         let how = format!("AF_XDP, {attempt}{budget}");
@@ -263,6 +194,117 @@ impl XskPort {
     }
 }
 
+/// Tries each way of binding that `mode` allows, in order (see [`attempts`]), until
+/// `try_open` succeeds; a busy queue is retried for a while first. `try_open` binds sockets on
+/// `ifaces` (all on `queue`) and says on which of them it failed, so the error names it: one
+/// line, with what to do.
+pub(crate) fn open_first_accepted<T>(
+    ifaces: &[&str],
+    queue: u32,
+    mode: XdpMode,
+    mut try_open: impl FnMut(Attempt) -> Result<T, (usize, io::Error)>,
+) -> anyhow::Result<T> {
+    let (mut last_err, mut failed_on, mut busy, mut busy_retries) = (String::new(), 0, false, 0);
+    for attempt in attempts(mode) {
+        loop {
+            match try_open(attempt) {
+                Ok(opened) => return Ok(opened),
+                Err((side, e)) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    (last_err, failed_on, busy) = (format!("{attempt}: {e}"), side, true);
+                    if busy_retries == BUSY_RETRIES {
+                        break;
+                    }
+                    busy_retries += 1;
+                    std::thread::sleep(BUSY_WAIT);
+                }
+                Err((side, e)) if e.raw_os_error() == Some(libc::EPERM) => bail!(
+                    "AF_XDP on {}: permission denied: needs CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF (run as root); or try --backend ring",
+                    ifaces[side]
+                ),
+                Err((side, e)) => {
+                    (last_err, failed_on, busy) = (format!("{attempt}: {e}"), side, false);
+                    break;
+                }
+            }
+        }
+    }
+    let iface = ifaces[failed_on];
+    if busy {
+        let waited = u64::from(busy_retries) * BUSY_WAIT.as_millis() as u64;
+        return Err(crate::iface::busy_queue_error(iface, queue, waited));
+    }
+    if let Some(e) = crate::iface::missing_queue_error(iface, queue) {
+        return Err(e);
+    }
+    Err(anyhow!(
+        "the kernel refused an AF_XDP socket on {iface} queue {queue} ({last_err}); try --backend ring"
+    ))
+}
+
+/// A UMEM of `count` frames whose fill and completion rings have `ring` entries, and the
+/// descriptors of all its frames.
+pub(crate) fn new_umem(ring: QueueSize, count: u32) -> io::Result<(Umem, Vec<FrameDesc>)> {
+    let umem_cfg = UmemConfig::builder()
+        .frame_size(FrameSize::new(FRAME_SIZE).map_err(|e| io::Error::other(e.to_string()))?)
+        .fill_queue_size(ring)
+        .comp_queue_size(ring)
+        .build()
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    let count = NonZeroU32::new(count).ok_or_else(|| io::Error::other("a UMEM of no frames"))?;
+    Umem::new(umem_cfg, count, false).map_err(|e| io::Error::other(e.to_string()))
+}
+
+/// A bound socket's TX and RX rings, and its UMEM rings when its (interface, queue) pair is new.
+pub(crate) type BoundSocket = (TxQueue, RxQueue, Option<(FillQueue, CompQueue)>);
+
+/// An AF_XDP socket on `iface` queue `queue`, over `umem`, bound as `attempt` says, with RX and
+/// TX rings of `ring` entries, close-on-exec; `steering` as for [`XskPort::open`]. The fill and
+/// completion rings come with it when this (interface, queue) pair is new to the UMEM.
+///
+/// # Safety
+///
+/// If `umem` already has a socket on this (interface, queue) pair, `steering` must not be
+/// [`Steering::Libxdp`] (xsk-rs: libxdp would free its program twice).
+pub(crate) unsafe fn bind_socket(
+    umem: &Umem,
+    iface: &str,
+    queue: u32,
+    ring: QueueSize,
+    steering: Steering,
+    attempt: Attempt,
+) -> io::Result<BoundSocket> {
+    let mut bind = BindFlags::XDP_USE_NEED_WAKEUP;
+    bind |= if attempt.zero_copy {
+        BindFlags::XDP_ZEROCOPY
+    } else {
+        BindFlags::XDP_COPY
+    };
+    let xdp_flags = if attempt.native {
+        XdpFlags::XDP_FLAGS_DRV_MODE
+    } else {
+        XdpFlags::XDP_FLAGS_SKB_MODE
+    };
+    let mut libxdp = LibxdpFlags::empty();
+    if steering != Steering::Libxdp {
+        libxdp |= LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD;
+    }
+    let sock_cfg = SocketConfig::builder()
+        .rx_queue_size(ring)
+        .tx_queue_size(ring)
+        .bind_flags(bind)
+        .xdp_flags(xdp_flags)
+        .libxdp_flags(libxdp)
+        .build();
+    let name = Interface::new(CString::new(iface).map_err(io::Error::other)?);
+    // SAFETY: the caller promises that libxdp loads no program on a pair already bound.
+    let (tx, rx, rings) =
+        unsafe { Socket::new(sock_cfg, umem, &name, queue) }.map_err(socket_error)?;
+    // libxdp opens the socket without SOCK_CLOEXEC: a child process started by any thread
+    // would inherit it and keep the queue busy until it exits.
+    crate::packet_socket::set_cloexec(tx.fd().as_raw_fd())?;
+    Ok((tx, rx, rings))
+}
+
 /// xsk-rs reports errors as text plus an optional OS error; keep the errno for retry decisions.
 fn socket_error(e: xsk_rs::socket::SocketCreateError) -> io::Error {
     let text = e.to_string();
@@ -275,7 +317,7 @@ fn socket_error(e: xsk_rs::socket::SocketCreateError) -> io::Error {
 }
 
 /// Raises how many frames one copy-mode wake-up may send; returns a note for the summary.
-fn set_tx_budget(tx: &TxQueue, frames: u32) -> &'static str {
+pub(crate) fn set_tx_budget(tx: &TxQueue, frames: u32) -> &'static str {
     let fd = tx.fd().as_raw_fd();
     match crate::packet_socket::set_option(fd, libc::SOL_XDP, XDP_MAX_TX_SKB_BUDGET, &frames) {
         Ok(()) => ", tx budget raised",

@@ -41,7 +41,8 @@ enum Mode {
     Stack(StackArgs),
     /// A bump in the wire: every frame arriving on -i goes out of -j and back, through the
     /// rules; the kernel stops forwarding between them while sonde runs (an nftables netdev
-    /// table drops at ingress, after sonde's packet rings have the frames).
+    /// table drops at ingress, after sonde's packet rings have the frames; with --backend xdp
+    /// the frames never reach it, and it keeps traffic stopped if sonde dies).
     Bridge(BridgeArgs),
     /// Remove the NFQUEUE rules and netdev tables a killed sonde intercept left behind.
     Cleanup,
@@ -109,7 +110,11 @@ struct BridgeArgs {
     /// The other side.
     #[arg(short = 'j', value_name = "IF_B")]
     iface_b: String,
-    /// How frames are taken and sent: TPACKET_V3 packet rings (one copy per frame).
+    /// How frames are taken and sent: `ring`, TPACKET_V3 packet rings (one copy per frame);
+    /// `xdp`, an AF_XDP socket on each interface over one shared UMEM, so a frame is judged
+    /// where the kernel received it and leaves by the other side with no copy in user space
+    /// (native XDP where the driver allows, else generic; thread i serves queue i of both
+    /// interfaces, so --threads can be at most their queue count).
     #[arg(long, value_enum, default_value_t = Backend::Ring)]
     backend: Backend,
     #[command(flatten)]
@@ -119,14 +124,18 @@ struct BridgeArgs {
 #[derive(Clone, Copy, ValueEnum)]
 enum Backend {
     Ring,
+    Xdp,
 }
 
 pub fn run(args: InterceptArgs) -> anyhow::Result<()> {
     match args.mode {
         Mode::Stack(a) => run::stack(a.queue, a.install_rule, !a.no_gso, a.common),
         Mode::Bridge(a) => {
-            let Backend::Ring = a.backend;
-            run::bridge(a.iface_a, a.iface_b, a.common)
+            let backend = match a.backend {
+                Backend::Ring => sonde_intercept::bridge::Backend::Ring,
+                Backend::Xdp => sonde_intercept::bridge::Backend::Xdp(sonde_io::XdpMode::Auto),
+            };
+            run::bridge(a.iface_a, a.iface_b, backend, a.common)
         }
         Mode::Cleanup => {
             let n = sonde_intercept::path::cleanup_leftovers()?;

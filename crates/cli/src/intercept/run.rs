@@ -89,7 +89,8 @@ pub fn stack(
     let run = Running::start(sets, opened, move |port, filter, stop, counters, start| {
         stack::run_thread(port, filter, stop, counters, &order, start)
     });
-    finish(run, changes, &common, &rules, "stack", |totals| {
+    let io = "NFQUEUE, one recvmmsg and one sendmsg per batch".to_string();
+    finish(run, changes, &common, &rules, ("stack", io), |totals| {
         for &q in &queues {
             if let Some(c) = sonde_io::nfqueue::queue_counters(q) {
                 totals.lost += c.queue_dropped + c.user_dropped;
@@ -106,7 +107,12 @@ fn consecutive(queues: &[u16]) -> bool {
     queues.windows(2).all(|w| w[1] == w[0].wrapping_add(1))
 }
 
-pub fn bridge(iface_a: String, iface_b: String, common: Common) -> anyhow::Result<()> {
+pub fn bridge(
+    iface_a: String,
+    iface_b: String,
+    backend: bridge::Backend,
+    common: Common,
+) -> anyhow::Result<()> {
     if iface_a == iface_b {
         bail!("-i and -j are both {iface_a}: a bridge joins two different interfaces");
     }
@@ -118,16 +124,21 @@ pub fn bridge(iface_a: String, iface_b: String, common: Common) -> anyhow::Resul
         iface_b: iface_b.clone(),
         threads,
         batch: usize::from(common.batch),
+        backend,
     };
     let ports = bridge::open(&cfg)?;
+    let io = ports[0].describe();
     let mut changes = PathChanges::default();
+    // With xdp the frames sonde takes never reach this table (XDP redirects them first), but
+    // it is what keeps the path shut if sonde dies: the sockets close with it, and libxdp's
+    // program, left attached, then passes every frame to the kernel's bridge.
     changes.take_off_wire(&[&iface_a, &iface_b])?;
     let order = Arc::new(bridge::Directions::default());
     let batch = cfg.batch;
     let run = Running::start(sets, ports, move |ports, filter, stop, counters, start| {
         bridge::run_thread(ports, filter, batch, stop, counters, &order, start)
     });
-    finish(run, changes, &common, &rules, "bridge", |_| {})
+    finish(run, changes, &common, &rules, ("bridge", io), |_| {})
 }
 
 /// The worker threads and what they share.
@@ -191,7 +202,7 @@ fn finish(
     mut changes: PathChanges,
     common: &Common,
     rules: &[Rule],
-    mode: &str,
+    (mode, io): (&str, String),
     add_lost: impl FnOnce(&mut Totals),
 ) -> anyhow::Result<()> {
     let mut run = run?;
@@ -223,7 +234,7 @@ fn finish(
     }
     let rule_lines = RuleLine::collect(rules, &run.rule_counters);
     let per_thread: Vec<Totals> = run.counters.iter().map(|c| c.totals()).collect();
-    let s = summary::Summary::new(mode, common, totals, &per_thread, rule_lines, wall, cpu);
+    let s = summary::Summary::new(mode, io, common, totals, &per_thread, rule_lines, wall, cpu);
     s.print();
     if let Some(path) = &common.summary_json {
         s.write_json(path)?;

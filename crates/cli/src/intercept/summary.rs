@@ -40,6 +40,8 @@ impl RuleLine {
 #[derive(Serialize)]
 pub struct Summary<'a> {
     pub mode: &'a str,
+    /// How packets were taken and sent (e.g. the AF_XDP attach mode the kernel accepted).
+    pub io: String,
     pub threads: u16,
     pub batch: u16,
     pub fail_open: bool,
@@ -55,8 +57,10 @@ pub struct Summary<'a> {
 }
 
 impl<'a> Summary<'a> {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         mode: &'a str,
+        io: String,
         common: &Common,
         totals: Totals,
         per_thread: &[Totals],
@@ -67,6 +71,7 @@ impl<'a> Summary<'a> {
         let cpu_ns = cpu.total().as_nanos() as f64;
         Summary {
             mode,
+            io,
             threads: common.threads,
             batch: common.batch,
             fail_open: common.fail_open,
@@ -95,6 +100,7 @@ impl<'a> Summary<'a> {
             "  {} batches, {:.1} packets each; CPU {:.2} s user + {:.2} s sys = {:.0} ns per packet",
             t.batches, self.mean_batch, self.cpu_user_s, self.cpu_sys_s, self.cpu_ns_per_packet
         ));
+        crate::say(format!("  through {}", self.io));
         for r in &self.rules {
             crate::say(format!(
                 "  rule \"{}\": {} packets, {} dropped",
