@@ -104,6 +104,7 @@ fn draw(rows: &[Row], panels: &[(&str, &str)], path: &Path) -> anyhow::Result<()
             for (prefix, what, style) in [
                 ("sonde b", "", color.stroke_width(2)),
                 ("nogso b", " (no GSO)", color.mix(0.6).stroke_width(2)),
+                ("xdp b", " (AF_XDP)", color.mix(0.6).stroke_width(2)),
             ] {
                 let curve: Vec<(f64, f64)> = rows
                     .iter()
