@@ -102,7 +102,11 @@ fn draw(rows: &[Row], panels: &[(&str, &str)], path: &Path) -> anyhow::Result<()
             let color = COLORS[i];
             // One curve with GSO packets judged whole, one with every wire packet judged.
             for (prefix, what, style) in [
-                ("sonde b", "", color.stroke_width(2)),
+                (
+                    "sonde b",
+                    if mode == "bridge" { " (ring)" } else { "" },
+                    color.stroke_width(2),
+                ),
                 ("nogso b", " (no GSO)", color.mix(0.6).stroke_width(2)),
                 ("xdp b", " (AF_XDP)", color.mix(0.6).stroke_width(2)),
             ] {
@@ -151,7 +155,7 @@ fn draw(rows: &[Row], panels: &[(&str, &str)], path: &Path) -> anyhow::Result<()
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
+            .position(SeriesLabelPosition::MiddleRight)
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
             .draw()
