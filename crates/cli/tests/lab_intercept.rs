@@ -128,6 +128,13 @@ fn sonde_rules(ns: &str) -> String {
         .join("\n")
 }
 
+/// `sonde intercept bridge -i ma -j mb EXTRA…` in mid, to its end.
+fn bridge_in(mid: &str, extra: &[&str]) -> Output {
+    let mut args = vec![SONDE, "intercept", "bridge", "-i", "ma", "-j", "mb"];
+    args.extend_from_slice(extra);
+    in_ns(mid, &args)
+}
+
 /// The NFQUEUE queues bound in `ns` (one line each in the kernel's table).
 fn bound_queues(ns: &str) -> String {
     let out = in_ns(ns, &["cat", "/proc/net/netfilter/nfnetlink_queue"]);
@@ -567,50 +574,11 @@ fn bad_input_gets_one_clear_line_and_leaves_nothing() {
         &[SONDE, "intercept", "bridge", "-i", "nosuch0", "-j", "mb"],
     );
     one_line(&out, 1, "nosuch0");
-    let out = in_ns(
-        &mid,
-        &[
-            SONDE,
-            "intercept",
-            "bridge",
-            "-i",
-            "ma",
-            "-j",
-            "mb",
-            "--backend",
-            "xdp",
-            "--threads",
-            "2",
-        ],
-    );
+    let out = bridge_in(&mid, &["--backend", "xdp", "--threads", "2"]);
     one_line(&out, 1, "which have 1 in common");
-    let out = in_ns(
-        &mid,
-        &[
-            SONDE,
-            "intercept",
-            "bridge",
-            "-i",
-            "ma",
-            "-j",
-            "mb",
-            "drop tcp prot 9",
-        ],
-    );
+    let out = bridge_in(&mid, &["drop tcp prot 9"]);
     one_line(&out, 2, "invalid filter expression");
-    let out = in_ns(
-        &mid,
-        &[
-            SONDE,
-            "intercept",
-            "bridge",
-            "-i",
-            "ma",
-            "-j",
-            "mb",
-            "reject tcp",
-        ],
-    );
+    let out = bridge_in(&mid, &["reject tcp"]);
     one_line(&out, 2, "unknown action");
     let rule = format!("OUTPUT -d {B_V4}");
     let out = in_ns(
