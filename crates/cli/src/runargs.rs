@@ -297,13 +297,17 @@ impl Resolved {
                 self.host.iface
             );
         }
-        let queues = match &place.lab {
-            Some(lab) => lab.queues,
-            None => sonde_io::queue_count(&self.host.iface).unwrap_or(1),
+        // Receivers bind every receive queue; each sender needs a queue both ways.
+        let (queues, sender_queues) = match &place.lab {
+            Some(lab) => (lab.queues, lab.queues),
+            None => match sonde_io::queue_counts(&self.host.iface) {
+                Ok(n) => (n.rx, n.rx.min(n.tx)),
+                Err(_) => (1, 1),
+            },
         };
-        if args.threads > queues {
+        if args.threads > sender_queues {
             bail!(
-                "--threads {} is more than the {queues} queues of {}: each sender needs a queue of its own (use --threads {queues} or fewer)",
+                "--threads {} is more than the {sender_queues} queues of {}: each sender needs a queue of its own (use --threads {sender_queues} or fewer)",
                 args.threads,
                 self.host.iface
             );

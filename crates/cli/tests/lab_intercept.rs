@@ -1,8 +1,10 @@
 //! `sonde intercept` in a bridge lab (A — mid — B): bridge mode in mid, stack mode on A's own
 //! traffic. Transfers pass intact, a drop rule drops exactly its packets (counted at B), two
-//! threads reorder nothing, a killed sonde fails open or closed as asked, Ctrl-C removes every
-//! rule and table, and bad input gets one clear line. Every packet stays in the lab's
-//! namespaces, between 198.19.254.1 and 198.19.254.2.
+//! threads reorder nothing, a killed sonde fails open or closed as asked, Ctrl-C, SIGHUP and
+//! SIGQUIT remove every rule and table, cleanup removes what a kill -9 left (any table, both
+//! families, libxdp's program), the AF_XDP bridge serves every queue, status lines reach a
+//! file, and bad input gets one clear line. Every packet stays in the lab's namespaces,
+//! between 198.19.254.1 and 198.19.254.2 (2001:2:0:fe::1 and ::2).
 
 mod common;
 
@@ -10,9 +12,10 @@ use std::net::{SocketAddrV4, UdpSocket};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{can_run_labs, stderr, Lab, SONDE};
+use common::{can_run_labs, sonde, stderr, Lab, SONDE};
+use nix::sys::signal::Signal;
 use serde_json::Value;
-use sonde_lab::bridge::{A_V4, B_V4};
+use sonde_lab::bridge::{A_V4, B_V4, B_V6};
 
 fn ns(lab: &Lab, which: &str) -> String {
     format!("sonde-{}-{which}", lab.name)
@@ -33,12 +36,20 @@ struct Intercept {
 }
 
 impl Intercept {
-    /// Starts `sonde intercept ARGS` in `ns` and waits until `ready` says its rules are in.
+    /// Starts `sonde intercept ARGS --quiet` in `ns` and waits until `ready` says its rules
+    /// are in.
     fn start(lab: &Lab, ns: &str, args: &[&str], ready: impl Fn() -> bool) -> Intercept {
+        let mut quiet = args.to_vec();
+        quiet.push("--quiet");
+        Intercept::start_loud(lab, ns, &quiet, ready)
+    }
+
+    /// As [`Intercept::start`], with the status going to stderr (a pipe).
+    fn start_loud(lab: &Lab, ns: &str, args: &[&str], ready: impl Fn() -> bool) -> Intercept {
         let summary = lab.file(&format!("summary-{}.json", args.join("_").len()));
         let mut all = vec!["netns", "exec", ns, SONDE, "intercept"];
         all.extend_from_slice(args);
-        all.extend_from_slice(&["--quiet", "--summary-json", &summary]);
+        all.extend_from_slice(&["--summary-json", &summary]);
         let child = Command::new("ip")
             .args(&all)
             .stdout(Stdio::piped())
@@ -61,14 +72,20 @@ impl Intercept {
         run
     }
 
-    fn signal(&self, signal: nix::sys::signal::Signal) {
+    fn signal(&self, signal: Signal) {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         nix::sys::signal::kill(pid, signal).expect("signalling sonde");
     }
 
+    /// Sends `signal` and waits for the end: the output.
+    fn end_with(mut self, signal: Signal) -> Output {
+        self.signal(signal);
+        self.wait()
+    }
+
     /// Ctrl-C, then its output and summary.
     fn stop(mut self) -> (Output, Value) {
-        self.signal(nix::sys::signal::Signal::SIGINT);
+        self.signal(Signal::SIGINT);
         let out = self.wait();
         assert!(out.status.success(), "sonde intercept: {}", stderr(&out));
         let text = std::fs::read_to_string(&self.summary).expect("the summary JSON");
@@ -118,14 +135,43 @@ fn sonde_tables(ns: &str) -> String {
         .join("\n")
 }
 
-/// sonde's NFQUEUE rules in `ns`.
+/// sonde's NFQUEUE rules in `ns`, in every table of iptables and ip6tables (each line
+/// prefixed with its program and table).
 fn sonde_rules(ns: &str) -> String {
-    let out = in_ns(ns, &["iptables", "-w", "-S"]);
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains("sonde-intercept"))
-        .collect::<Vec<_>>()
-        .join("\n")
+    let mut found = Vec::new();
+    for program in ["iptables", "ip6tables"] {
+        for table in ["filter", "mangle", "raw", "security"] {
+            let out = in_ns(ns, &[program, "-w", "-t", table, "-S"]);
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                if line.contains("--comment sonde-intercept ") {
+                    found.push(format!("{program} {table}: {line}"));
+                }
+            }
+        }
+    }
+    found.join("\n")
+}
+
+/// Whether an XDP program is attached to `dev` in `ns`.
+fn xdp_attached(ns: &str, dev: &str) -> bool {
+    let out = in_ns(ns, &["ip", "-d", "link", "show", dev]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains(dev), "{text}");
+    text.contains("prog/xdp")
+}
+
+/// Whether A can ping B over IPv6 (three echoes, any answered).
+fn ping6_ok(lab: &Lab) -> bool {
+    let b6 = B_V6.to_string();
+    let args = ["ping", "-6", "-c", "3", "-i", "0.2", "-W", "1", &b6];
+    in_ns(&ns(lab, "a"), &args).status.success()
+}
+
+/// `sonde intercept cleanup` in `ns`: it succeeds, and its line says how much it removed.
+fn cleanup_in(ns: &str) -> String {
+    let out = in_ns(ns, &[SONDE, "intercept", "cleanup"]);
+    assert!(out.status.success(), "cleanup: {}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// `sonde intercept bridge -i ma -j mb EXTRA…` in mid, to its end.
@@ -301,13 +347,7 @@ fn xdp_bridge_passes_transfers_whole_and_drops_exactly_its_packets() {
     bridge_passes_whole_and_drops_exactly(&lab, "xdp");
     let mid = ns(&lab, "mid");
     for dev in ["ma", "mb"] {
-        let out = in_ns(&mid, &["ip", "-d", "link", "show", dev]);
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success() && text.contains(dev), "{text}");
-        assert!(
-            !text.contains("prog/xdp"),
-            "an XDP program stayed on {dev}: {text}"
-        );
+        assert!(!xdp_attached(&mid, dev), "an XDP program stayed on {dev}");
     }
 }
 
@@ -487,7 +527,7 @@ fn kill_mid_stream(lab: &Lab, fail_open: bool) -> (usize, u32) {
     let run = Intercept::start(lab, &a, &args, || !sonde_rules(&a).is_empty());
     let killer = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(1000));
-        run.signal(nix::sys::signal::Signal::SIGKILL);
+        run.signal(Signal::SIGKILL);
         run
     });
     let (sent, got) = udp_stream(
@@ -533,8 +573,7 @@ fn a_killed_sonde_fails_open_or_closed_as_asked() {
         "",
         "a killed sonde's queue is still bound"
     );
-    let out = in_ns(&a, &[SONDE, "intercept", "cleanup"]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    cleanup_in(&a);
     assert_eq!(sonde_rules(&a), "", "cleanup left the rule");
     assert_all_arrive(&lab, 7, "traffic did not come back after cleanup");
 }
@@ -580,6 +619,33 @@ fn bad_input_gets_one_clear_line_and_leaves_nothing() {
     one_line(&out, 2, "invalid filter expression");
     let out = bridge_in(&mid, &["reject tcp"]);
     one_line(&out, 2, "unknown action");
+    let out = bridge_in(&mid, &["rewrite ttl=300 udp"]);
+    one_line(
+        &out,
+        2,
+        "ttl=300: the TTL (hop limit) is a whole number from 0 to 255",
+    );
+    let quoted = in_ns(
+        &mid,
+        &[SONDE, "intercept", "bridge", "-i", "ma\";", "-j", "mb"],
+    );
+    one_line(&quoted, 1, "is not an interface name");
+    let nat = format!("OUTPUT -t nat -d {B_V4}");
+    let out = in_ns(
+        &a,
+        &[
+            SONDE,
+            "intercept",
+            "stack",
+            "--queue",
+            "6",
+            "--install-rule",
+            &nat,
+            "--duration",
+            "1",
+        ],
+    );
+    one_line(&out, 1, "table nat");
     let rule = format!("OUTPUT -d {B_V4}");
     let out = in_ns(
         &a,
@@ -603,4 +669,302 @@ fn bad_input_gets_one_clear_line_and_leaves_nothing() {
     one_line(&out, 1, "CAP_NET_ADMIN");
     assert_eq!(sonde_rules(&a), "");
     assert_eq!(sonde_tables(&mid), "");
+}
+
+/// A signal to a running intercept, each mode once: SIGHUP (a dropped SSH session) and SIGQUIT
+/// end it as Ctrl-C does, every rule and table removed and traffic flowing again. The status
+/// reaches stderr as lines although it is a pipe, not a terminal.
+#[test]
+fn a_hang_up_or_quit_removes_every_rule_and_status_lines_reach_a_pipe() {
+    let Some(lab) = bridge_lab() else {
+        return;
+    };
+    let (a, mid) = (ns(&lab, "a"), ns(&lab, "mid"));
+    let (v4, v6) = (
+        format!("OUTPUT -d {B_V4}"),
+        format!("OUTPUT -t mangle -d {B_V6}"),
+    );
+    let run = Intercept::start_loud(
+        &lab,
+        &a,
+        &[
+            "stack",
+            "--queue",
+            "8",
+            "--install-rule",
+            &v4,
+            "--install-rule",
+            &v6,
+            "count",
+        ],
+        || sonde_rules(&a).lines().count() == 2,
+    );
+    assert!(ping6_ok(&lab), "IPv6 did not pass through sonde");
+    std::thread::sleep(Duration::from_millis(2500)); // two status lines at least
+    let out = run.end_with(Signal::SIGHUP);
+    let err = stderr(&out);
+    assert!(out.status.success(), "after SIGHUP: {err}");
+    assert_eq!(sonde_rules(&a), "", "SIGHUP left rules behind");
+    let status_lines = err.lines().filter(|l| l.contains(" packets  ")).count();
+    assert!(status_lines >= 2, "no status lines on a pipe: {err:?}");
+    assert_all_arrive(&lab, 7, "traffic did not come back after SIGHUP");
+    assert!(ping6_ok(&lab), "IPv6 did not come back after SIGHUP");
+
+    let run = Intercept::start(&lab, &mid, &["bridge", "-i", "ma", "-j", "mb"], || {
+        !sonde_tables(&mid).is_empty()
+    });
+    let out = run.end_with(Signal::SIGQUIT);
+    assert!(out.status.success(), "after SIGQUIT: {}", stderr(&out));
+    assert_eq!(sonde_tables(&mid), "", "SIGQUIT left the table");
+    assert_all_arrive(&lab, 7, "the kernel does not forward after SIGQUIT");
+}
+
+/// kill -9 leaves a fail-closed intercept's rules, here in the mangle table of iptables and of
+/// ip6tables: traffic stops both ways. cleanup removes exactly sonde's rules (a rule whose
+/// comment only starts with sonde's stays) and traffic flows again.
+#[test]
+fn cleanup_after_kill_9_removes_mangle_rules_of_both_families() {
+    let Some(lab) = bridge_lab() else {
+        return;
+    };
+    let a = ns(&lab, "a");
+    let decoy = [
+        "iptables",
+        "-w",
+        "-t",
+        "mangle",
+        "-A",
+        "OUTPUT",
+        "-p",
+        "udp",
+        "--dport",
+        "9999",
+        "-m",
+        "comment",
+        "--comment",
+        "sonde-intercept-mine",
+        "-j",
+        "ACCEPT",
+    ];
+    assert!(in_ns(&a, &decoy).status.success(), "adding the decoy rule");
+    let (v4, v6) = (
+        format!("OUTPUT -t mangle -d {B_V4}"),
+        format!("-6 OUTPUT -t mangle -d {B_V6}"),
+    );
+    let run = Intercept::start(
+        &lab,
+        &a,
+        &[
+            "stack",
+            "--queue",
+            "9",
+            "--install-rule",
+            &v4,
+            "--install-rule",
+            &v6,
+        ],
+        || sonde_rules(&a).lines().count() == 2,
+    );
+    let rules = sonde_rules(&a);
+    assert!(
+        rules.contains("iptables mangle") && rules.contains("ip6tables mangle"),
+        "{rules}"
+    );
+    run.end_with(Signal::SIGKILL);
+    let (sent, got) = udp_stream(
+        &lab,
+        7,
+        Duration::from_millis(5),
+        Duration::from_millis(300),
+    );
+    assert!(
+        sent > 0 && got.is_empty(),
+        "{} of {sent} passed a fail-closed rule",
+        got.len()
+    );
+    assert!(!ping6_ok(&lab), "IPv6 passed a fail-closed rule");
+
+    let said = cleanup_in(&a);
+    assert!(said.starts_with("removed 2 "), "{said}");
+    assert_eq!(sonde_rules(&a), "", "cleanup left rules");
+    let left = in_ns(&a, &["iptables", "-w", "-t", "mangle", "-S", "OUTPUT"]);
+    assert!(
+        String::from_utf8_lossy(&left.stdout).contains("sonde-intercept-mine"),
+        "cleanup removed a rule that is not sonde's"
+    );
+    assert_all_arrive(&lab, 7, "IPv4 did not come back after cleanup");
+    assert!(ping6_ok(&lab), "IPv6 did not come back after cleanup");
+}
+
+/// Datagrams from `flows` sockets of A (each its own source port, so the veth spreads them
+/// over its queues) to B:`port`, `per_flow` each; how many were sent and arrived.
+fn udp_flows(lab: &Lab, port: u16, flows: usize, per_flow: usize) -> (usize, usize) {
+    let (a, b) = (ns(lab, "a"), ns(lab, "b"));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let receiver = std::thread::spawn(move || {
+        sonde_lab::enter_ns(&b).expect("entering B");
+        let sock = UdpSocket::bind(SocketAddrV4::new(B_V4, port)).expect("binding on B");
+        sock.set_read_timeout(Some(Duration::from_millis(1000)))
+            .unwrap();
+        ready_tx.send(()).unwrap();
+        let mut got = 0;
+        let mut buf = [0u8; 64];
+        while sock.recv(&mut buf).is_ok() {
+            got += 1;
+        }
+        got
+    });
+    ready_rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("B bound");
+    let sender = std::thread::spawn(move || {
+        sonde_lab::enter_ns(&a).expect("entering A");
+        let socks: Vec<UdpSocket> = (0..flows)
+            .map(|_| UdpSocket::bind(SocketAddrV4::new(A_V4, 0)).unwrap())
+            .collect();
+        for i in 0..per_flow {
+            for sock in &socks {
+                let _ = sock.send_to(&(i as u32).to_be_bytes(), SocketAddrV4::new(B_V4, port));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        flows * per_flow
+    });
+    (
+        sender.join().expect("sender"),
+        receiver.join().expect("receiver"),
+    )
+}
+
+/// The rx queues of `dev` (in `ns`) whose XDP program saw packets (veth's per-queue counters).
+fn queues_with_xdp_packets(ns: &str, dev: &str) -> usize {
+    let out = in_ns(ns, &["ethtool", "-S", dev]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("rx_queue_") && l.contains("_xdp_packets:"))
+        .filter(|l| l.rsplit(':').next().is_some_and(|n| n.trim() != "0"))
+        .count()
+}
+
+/// On veths with 4 queues the AF_XDP bridge with its default single thread binds all four:
+/// every datagram of 16 flows arrives, though the flows spread over the queues. Killed, it
+/// leaves libxdp's program and its table (traffic stops); cleanup takes both away, as the
+/// guard does itself with --fail-open.
+#[test]
+fn the_xdp_bridge_serves_every_queue_and_cleanup_detaches_its_program() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&["--bridge", "--queues", "4"]);
+    let mid = ns(&lab, "mid");
+    let run = Intercept::start(
+        &lab,
+        &mid,
+        &[
+            "bridge",
+            "-i",
+            "ma",
+            "-j",
+            "mb",
+            "--backend",
+            "xdp",
+            "count udp dst port 9100",
+        ],
+        || !sonde_tables(&mid).is_empty(),
+    );
+    let (sent, got) = udp_flows(&lab, 9100, 16, 20);
+    let spread = queues_with_xdp_packets(&mid, "ma");
+    let (out, summary) = run.stop();
+    eprintln!("{} {summary:#}", stderr(&out));
+    assert!(
+        spread >= 2,
+        "the flows all came on one queue: the test shows nothing"
+    );
+    assert_eq!(got, sent, "datagrams vanished on queues without a socket");
+    assert_eq!(summary["rules"][0]["packets"].as_u64(), Some(sent as u64));
+    assert!(
+        summary["io"].as_str().unwrap_or("").contains("4 queues"),
+        "{summary}"
+    );
+
+    let run = Intercept::start(
+        &lab,
+        &mid,
+        &["bridge", "-i", "ma", "-j", "mb", "--backend", "xdp"],
+        || !sonde_tables(&mid).is_empty(),
+    );
+    run.end_with(Signal::SIGKILL);
+    assert!(
+        xdp_attached(&mid, "ma") && xdp_attached(&mid, "mb"),
+        "nothing was left"
+    );
+    let (sent, got) = udp_flows(&lab, 9101, 4, 5);
+    assert_eq!(
+        got, 0,
+        "{got} of {sent} crossed a killed fail-closed bridge"
+    );
+    let said = cleanup_in(&mid);
+    assert!(
+        said.starts_with("removed 3 "),
+        "the table and two programs: {said}"
+    );
+    assert_eq!(sonde_tables(&mid), "");
+    assert!(
+        !xdp_attached(&mid, "ma") && !xdp_attached(&mid, "mb"),
+        "a program stayed"
+    );
+    let (sent, got) = udp_flows(&lab, 9102, 4, 5);
+    assert_eq!(got, sent, "traffic did not come back after cleanup");
+
+    // With --fail-open the guard takes both away itself.
+    let args = [
+        "bridge",
+        "-i",
+        "ma",
+        "-j",
+        "mb",
+        "--backend",
+        "xdp",
+        "--fail-open",
+    ];
+    let run = Intercept::start(&lab, &mid, &args, || !sonde_tables(&mid).is_empty());
+    run.end_with(Signal::SIGKILL);
+    let end = Instant::now() + Duration::from_secs(5);
+    while (xdp_attached(&mid, "ma") || !sonde_tables(&mid).is_empty()) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(sonde_tables(&mid), "", "the fail-open guard left the table");
+    assert!(
+        !xdp_attached(&mid, "ma") && !xdp_attached(&mid, "mb"),
+        "the guard left a program"
+    );
+}
+
+/// The rule syntax and the fail-open behaviour are on the help screens that have the options.
+#[test]
+fn help_shows_the_rule_syntax_and_what_fail_open_does() {
+    for mode in ["stack", "bridge"] {
+        let out = sonde(&["intercept", mode, "--help"]);
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{help}");
+        for needle in [
+            "pass",
+            "drop",
+            "count",
+            "rate-limit N/s",
+            "rewrite F=V",
+            "ttl=0-255",
+            "sonde intercept cleanup",
+            "guard process removes sonde's rules",
+        ] {
+            assert!(
+                help.contains(needle),
+                "{mode} --help lacks {needle:?}: {help}"
+            );
+        }
+        assert!(
+            !help.contains("see above"),
+            "{mode} --help points at text it does not show"
+        );
+    }
 }

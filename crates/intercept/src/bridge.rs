@@ -5,16 +5,18 @@
 //! side is copied once, into the other side's transmit slot, where the filter sees (and may
 //! rewrite) it before it is sent.
 //!
-//! `xdp`: each thread owns an [`XdpBridge`] on its own queue of both interfaces (two AF_XDP
-//! sockets over one UMEM); the filter sees a frame where the kernel received it, and the same
-//! UMEM frame leaves by the other side: no copy in user space.
+//! `xdp`: an [`XdpBridge`] (two AF_XDP sockets over one UMEM) on every receive queue, queue i
+//! of one interface paired with queue i of the other; thread t serves queues t, t + T, ... (T
+//! threads), so every frame either interface receives has a socket, whatever --threads says.
+//! The filter sees a frame where the kernel received it, and the same UMEM frame leaves by the
+//! other side: no copy in user space.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-use sonde_io::{IoConfig, RingRx, RingTx, XdpBridge, XdpMode};
+use anyhow::{bail, Context};
+use sonde_io::{IoConfig, QueueCounts, RingRx, RingTx, XdpBridge, XdpMode};
 
 use crate::counters::{BatchTally, ThreadCounters};
 use crate::filter::{Filter, Link, Packet, Verdict};
@@ -36,7 +38,7 @@ pub struct BridgeConfig {
 pub enum Backend {
     /// TPACKET_V3 packet rings, one copy per frame.
     Ring,
-    /// AF_XDP, one UMEM shared by both sides, no copy; thread i serves queue i.
+    /// AF_XDP, one UMEM shared by both sides per queue, no copy; every receive queue bound.
     Xdp(XdpMode),
 }
 
@@ -54,8 +56,8 @@ pub struct Directions {
 /// One thread's sockets.
 pub enum BridgePorts {
     Ring(RingPorts),
-    /// The bridge and its thread's index (its queue).
-    Xdp(Box<XdpBridge>, usize),
+    /// The bridges of the thread's queues, and the thread's index.
+    Xdp(Vec<XdpBridge>, usize),
 }
 
 /// Packet rings: receive on A and B, transmit on A and B.
@@ -79,25 +81,57 @@ pub fn open(cfg: &BridgeConfig) -> anyhow::Result<Vec<BridgePorts>> {
     }
 }
 
-/// One AF_XDP bridge per thread, thread i on queue i of both interfaces (each queue is bound
-/// by one socket at most, so there can be no more threads than queues).
+/// An AF_XDP bridge on every receive queue, queue q served by thread q % threads. A queue
+/// without a socket would have its frames dropped unseen (libxdp's program is per interface,
+/// and the netdev table drops what it passes), so every queue is bound or nothing runs.
 fn open_xdp(cfg: &BridgeConfig, mode: XdpMode) -> anyhow::Result<Vec<BridgePorts>> {
-    let queues = sonde_io::queue_count(&cfg.iface_a)?.min(sonde_io::queue_count(&cfg.iface_b)?);
-    if cfg.threads > queues as usize {
-        anyhow::bail!(
-            "--threads {} with --backend xdp needs {} queues on {} and {}, which have {queues} in common (one AF_XDP socket per queue): use --threads {queues} or --backend ring",
-            cfg.threads,
-            cfg.threads,
-            cfg.iface_a,
-            cfg.iface_b
+    let a = (cfg.iface_a.as_str(), sonde_io::queue_counts(&cfg.iface_a)?);
+    let b = (cfg.iface_b.as_str(), sonde_io::queue_counts(&cfg.iface_b)?);
+    let queues = xdp_queues(a, b, cfg.threads)?;
+    let mut per_thread: Vec<Vec<XdpBridge>> = (0..cfg.threads).map(|_| Vec::new()).collect();
+    for queue in 0..queues {
+        let bridge = XdpBridge::open(&cfg.iface_a, &cfg.iface_b, queue, XDP_FRAMES, mode)?;
+        per_thread[queue as usize % cfg.threads].push(bridge);
+    }
+    Ok(per_thread
+        .into_iter()
+        .enumerate()
+        .map(|(thread, bridges)| BridgePorts::Xdp(bridges, thread))
+        .collect())
+}
+
+/// How many queues an AF_XDP bridge binds between interfaces `a` and `b` (name, queue
+/// counts): every receive queue of each. A frame received on queue i leaves by transmit queue
+/// i of the other side, so both need the same receive queues and a transmit queue for each;
+/// and each thread needs a queue of its own. Anything else is refused in one line.
+fn xdp_queues(
+    (a, qa): (&str, QueueCounts),
+    (b, qb): (&str, QueueCounts),
+    threads: usize,
+) -> anyhow::Result<u32> {
+    if qa.rx != qb.rx {
+        bail!(
+            "--backend xdp pairs receive queue i of {a} with queue i of {b}, but {a} has {} receive queues and {b} has {}: give both the same count (ethtool -L) or use --backend ring",
+            qa.rx,
+            qb.rx
         );
     }
-    (0..cfg.threads as u32)
-        .map(|queue| {
-            let bridge = XdpBridge::open(&cfg.iface_a, &cfg.iface_b, queue, XDP_FRAMES, mode)?;
-            Ok(BridgePorts::Xdp(Box::new(bridge), queue as usize))
-        })
-        .collect()
+    for (name, q) in [(a, qa), (b, qb)] {
+        if q.tx < q.rx {
+            bail!(
+                "--backend xdp sends what arrives on receive queue i out of transmit queue i of the other side, but {name} has {} receive and only {} transmit queues: give it as many transmit queues (ethtool -L) or use --backend ring",
+                q.rx,
+                q.tx
+            );
+        }
+    }
+    let queues = qa.rx;
+    if threads > queues as usize {
+        bail!(
+            "--threads {threads} with --backend xdp needs {threads} queues on {a} and {b}, which have {queues} in common (one AF_XDP socket per queue): use --threads {queues} or --backend ring"
+        );
+    }
+    Ok(queues)
 }
 
 impl BridgePorts {
@@ -105,7 +139,16 @@ impl BridgePorts {
     pub fn describe(&self) -> String {
         match self {
             BridgePorts::Ring(_) => "TPACKET_V3 packet rings, one copy per frame".into(),
-            BridgePorts::Xdp(x, _) => x.describe(),
+            BridgePorts::Xdp(bridges, _) => {
+                let how = bridges
+                    .first()
+                    .map_or_else(String::new, XdpBridge::describe);
+                let n = bridges.len();
+                format!(
+                    "{how}; {n} queue{} on this thread",
+                    if n == 1 { "" } else { "s" }
+                )
+            }
         }
     }
 }
@@ -159,7 +202,7 @@ pub fn run_thread(
     };
     match ports {
         BridgePorts::Ring(p) => worker.run_rings(p, stop, order, start),
-        BridgePorts::Xdp(x, _) => worker.run_xdp(*x, stop, order, start),
+        BridgePorts::Xdp(bridges, _) => worker.run_xdp(bridges, stop, order, start),
     }
 }
 
@@ -246,42 +289,41 @@ impl Worker<'_> {
         Ok(got)
     }
 
+    /// Serves every bridge (queue) of this thread in turn, both directions each, until `stop`.
     fn run_xdp(
         &mut self,
-        mut bridge: XdpBridge,
+        mut bridges: Vec<XdpBridge>,
         stop: &AtomicBool,
         order: &Directions,
         start: Instant,
     ) -> anyhow::Result<()> {
-        let fds = bridge.raw_fds();
-        let mut stamps = Stamps::default();
+        let fds: Vec<_> = bridges.iter().flat_map(XdpBridge::raw_fds).collect();
+        let mut stamps: Vec<Stamps> = bridges.iter().map(|_| Stamps::default()).collect();
         let mut drops_read_ns = 0;
         while !stop.load(Relaxed) {
             let now_ns = start.elapsed().as_nanos() as u64;
-            let there = self.forward_xdp(
-                &mut bridge,
-                0,
-                stamps.batch(0, now_ns),
-                &order.a_to_b,
-                now_ns,
-            )?;
-            let back = self.forward_xdp(
-                &mut bridge,
-                1,
-                stamps.batch(1, now_ns),
-                &order.b_to_a,
-                now_ns,
-            )?;
+            let mut moved = 0;
+            for (bridge, stamps) in bridges.iter_mut().zip(&mut stamps) {
+                let (a, b) = (&order.a_to_b, &order.b_to_a);
+                moved += self.forward_xdp(bridge, 0, stamps.batch(0, now_ns), a, now_ns)?;
+                moved += self.forward_xdp(bridge, 1, stamps.batch(1, now_ns), b, now_ns)?;
+            }
             if now_ns - drops_read_ns >= DROPS_EVERY_NS {
-                crate::rules::bump(&self.counters.lost, bridge.drops());
+                self.count_drops(&mut bridges);
                 drops_read_ns = now_ns;
             }
-            if there + back == 0 {
+            if moved == 0 {
                 sonde_io::poll_any(&fds, Duration::from_millis(20))?;
             }
         }
-        crate::rules::bump(&self.counters.lost, bridge.drops());
+        self.count_drops(&mut bridges);
         Ok(())
+    }
+
+    /// Adds what the bridges lost since the last reading to the thread's `lost` counter.
+    fn count_drops(&self, bridges: &mut [XdpBridge]) {
+        let lost = bridges.iter_mut().map(XdpBridge::drops).sum();
+        crate::rules::bump(&self.counters.lost, lost);
     }
 
     /// Judges up to a batch of frames that arrived on `from` in place and sends those that
@@ -333,5 +375,39 @@ impl Stamps {
         let next = &mut self.next[side];
         *next = (*next).max(now_ns);
         next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(rx: u32, tx: u32) -> QueueCounts {
+        QueueCounts { rx, tx }
+    }
+
+    #[test]
+    fn an_xdp_bridge_binds_every_receive_queue_or_refuses_in_one_line() {
+        let q = |a, b, threads| xdp_queues(("ma", a), ("mb", b), threads);
+        assert_eq!(
+            q(counts(4, 4), counts(4, 4), 1).unwrap(),
+            4,
+            "one thread, 4 queues"
+        );
+        assert_eq!(q(counts(4, 4), counts(4, 8), 3).unwrap(), 4);
+        assert_eq!(q(counts(1, 1), counts(1, 1), 1).unwrap(), 1);
+        let refused = |r: anyhow::Result<u32>, needle: &str| {
+            let e = format!("{:#}", r.unwrap_err());
+            assert!(e.contains(needle) && !e.contains('\n'), "{needle}: {e}");
+        };
+        refused(
+            q(counts(4, 4), counts(2, 2), 1),
+            "ma has 4 receive queues and mb has 2",
+        );
+        refused(
+            q(counts(4, 2), counts(4, 4), 1),
+            "ma has 4 receive and only 2 transmit",
+        );
+        refused(q(counts(2, 2), counts(2, 2), 3), "which have 2 in common");
     }
 }

@@ -9,9 +9,11 @@
 #![deny(unsafe_code)]
 
 pub mod bridge;
+pub mod cleanup;
 pub mod counters;
 pub mod filter;
 pub mod flow;
+pub mod guard;
 pub mod path;
 pub mod rewrite;
 pub mod rules;

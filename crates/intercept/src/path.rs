@@ -1,30 +1,41 @@
 //! Taking traffic off its path, and putting it back: the firewall rules and tables sonde adds
 //! so the kernel hands packets to it, each recorded with the command that removes it.
 //!
-//! - stack mode: `iptables -A CHAIN MATCH… -j NFQUEUE` (the xt target through nft compat; this
-//!   kernel's nft has no `queue` expression), tagged with a comment so leftovers can be found;
+//! - stack mode: `iptables -t TABLE -A CHAIN MATCH… -j NFQUEUE` (or ip6tables; the xt target
+//!   through nft compat: this kernel's nft has no `queue` expression), tagged with a comment so
+//!   leftovers can be found;
 //! - bridge mode: an nftables `netdev` table whose ingress chains drop everything arriving on
 //!   the two interfaces. Packet sockets see a frame before that hook, so sonde still gets it,
 //!   but the kernel's own bridge or router does not forward it a second time.
 //!
-//! Every change is undone on exit and on Ctrl-C. After a crash, a guard process (see
-//! [`Guard`]) undoes them when `--fail-open` was asked for; without it they stay on purpose
-//! (that is what keeps traffic stopped) until `sonde intercept cleanup`.
+//! Every change is undone on exit and on Ctrl-C (and SIGTERM, SIGHUP, SIGQUIT). With
+//! `--fail-open` a guard process (see [`Guard`]) learns each undo command before its change is
+//! made, and undoes them all if sonde dies; without it they stay on purpose (that is what keeps
+//! traffic stopped) until `sonde intercept cleanup` ([`crate::cleanup`]).
 
-use std::io::{BufRead, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
+use std::process::{Command, Stdio};
 
 use anyhow::{anyhow, bail, Context};
 
-/// The comment every NFQUEUE rule sonde adds carries.
-pub const RULE_TAG: &str = "sonde-intercept";
-/// The prefix of the nftables tables bridge mode adds.
-pub const TABLE_PREFIX: &str = "sonde_intercept_";
+pub use crate::guard::{guard_main, Guard};
 
-/// The changes made so far, newest last, each as the command line that undoes it.
-#[derive(Default, Debug)]
+/// The comment every NFQUEUE rule sonde adds carries (cleanup matches it exactly).
+pub const RULE_TAG: &str = "sonde-intercept";
+/// The prefix of the nftables tables bridge mode adds (then sonde's process id).
+pub const TABLE_PREFIX: &str = "sonde_intercept_";
+/// The iptables tables an NFQUEUE rule may go in, all of which cleanup searches. (`nat` sees
+/// only a connection's first packet, so it is refused.)
+pub const RULE_TABLES: [&str; 4] = ["filter", "mangle", "raw", "security"];
+/// The programs whose rules cleanup searches: IPv4 and IPv6.
+pub const RULE_PROGRAMS: [&str; 2] = ["iptables", "ip6tables"];
+
+/// The changes made so far, newest last, each as the command line that undoes it; and the
+/// fail-open guard, when there is one, which learns each of them first.
+#[derive(Default)]
 pub struct PathChanges {
     undo: Vec<Vec<String>>,
+    guard: Option<Guard>,
 }
 
 /// Which NFQUEUE queues a rule feeds.
@@ -34,78 +45,186 @@ pub struct Queues {
     pub count: u16,
 }
 
+/// An `--install-rule` read: which program and table it goes in, its chain and its matches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstallRule {
+    /// `iptables` or `ip6tables`.
+    pub program: &'static str,
+    pub table: String,
+    pub chain: String,
+    pub matches: Vec<String>,
+}
+
+impl InstallRule {
+    /// Reads `[-4|-6] [-t TABLE] CHAIN MATCHES` (the options may stand anywhere). The address
+    /// family is ip6tables' with `-6`, or when an address (`-s`, `-d`) is IPv6; else iptables'.
+    pub fn parse(spec: &str) -> anyhow::Result<InstallRule> {
+        let bad = |why: String| anyhow!("--install-rule \"{spec}\": {why}");
+        let mut words = spec.split_whitespace().map(str::to_string);
+        let (mut table, mut family, mut rest) = (None, None, Vec::new());
+        while let Some(word) = words.next() {
+            match word.as_str() {
+                "-t" | "--table" => {
+                    let name = words.next().ok_or_else(|| bad("-t needs a table".into()))?;
+                    table = Some(name);
+                }
+                "-4" | "--ipv4" | "-6" | "--ipv6" => {
+                    let six = word.contains('6');
+                    if family.is_some_and(|f| f != six) {
+                        return Err(bad("give -4 or -6, not both".into()));
+                    }
+                    family = Some(six);
+                }
+                "-j" | "--jump" | "-g" | "--goto" => {
+                    return Err(bad(
+                        "give only the chain and matches; sonde adds -j NFQUEUE".into(),
+                    ))
+                }
+                w if w.starts_with("--table=") => table = Some(w["--table=".len()..].to_string()),
+                _ => rest.push(word),
+            }
+        }
+        let table = table.unwrap_or_else(|| "filter".to_string());
+        if !RULE_TABLES.contains(&table.as_str()) {
+            return Err(bad(format!(
+                "table {table}: sonde installs NFQUEUE rules in {} only",
+                RULE_TABLES.join(", ")
+            )));
+        }
+        if rest.is_empty() {
+            bail!("--install-rule needs a chain and matches, e.g. \"OUTPUT -d 198.19.254.2\"");
+        }
+        let chain = rest.remove(0);
+        if chain.starts_with('-') {
+            return Err(bad(format!(
+                "the chain comes first (e.g. OUTPUT), not {chain}"
+            )));
+        }
+        let six = family.unwrap_or_else(|| has_ipv6_address(&rest));
+        Ok(InstallRule {
+            program: if six { "ip6tables" } else { "iptables" },
+            table,
+            chain,
+            matches: rest,
+        })
+    }
+
+    /// The command with `op` (`-A` to add, `-D` to delete) and everything sonde appends.
+    fn command(&self, op: &str, queues: Queues, bypass: bool) -> Vec<String> {
+        let mut cmd: Vec<String> = [
+            self.program,
+            "-w",
+            "-t",
+            self.table.as_str(),
+            op,
+            self.chain.as_str(),
+        ]
+        .map(str::to_string)
+        .into();
+        cmd.extend(self.matches.iter().cloned());
+        cmd.extend(["-m", "comment", "--comment", RULE_TAG, "-j", "NFQUEUE"].map(str::to_string));
+        if queues.count > 1 {
+            let last = queues.first + queues.count - 1;
+            cmd.extend([
+                "--queue-balance".to_string(),
+                format!("{}:{last}", queues.first),
+            ]);
+        } else {
+            cmd.extend(["--queue-num".to_string(), queues.first.to_string()]);
+        }
+        if bypass {
+            cmd.push("--queue-bypass".into());
+        }
+        cmd
+    }
+}
+
+/// Whether a source or destination address among `words` is IPv6.
+fn has_ipv6_address(words: &[String]) -> bool {
+    words.windows(2).any(|w| {
+        matches!(
+            w[0].as_str(),
+            "-s" | "--source" | "--src" | "-d" | "--destination" | "--dst"
+        ) && w[1].contains(':')
+    })
+}
+
 impl PathChanges {
-    /// Adds `iptables -A SPEC -m comment --comment sonde-intercept -j NFQUEUE …` where SPEC is
-    /// a chain and iptables match options, e.g. `OUTPUT -d 198.19.254.2 -p tcp`.
+    /// No changes yet; `guard` (with --fail-open) will learn of each before it is made.
+    pub fn new(guard: Option<Guard>) -> PathChanges {
+        PathChanges {
+            undo: Vec::new(),
+            guard,
+        }
+    }
+
+    /// Tells the guard how to undo a change, then makes it with `make`; keeps the undo command
+    /// if the change was made, and has the guard forget it if not. So at no moment does a
+    /// change exist that the guard would not undo.
+    fn change(
+        &mut self,
+        undo: Vec<String>,
+        make: impl FnOnce() -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        if let Some(guard) = &mut self.guard {
+            guard.learn(&undo)?;
+        }
+        match make() {
+            Ok(()) => {
+                self.undo.push(undo);
+                Ok(())
+            }
+            Err(e) => {
+                if let Some(guard) = &mut self.guard {
+                    let _ = guard.forget_last();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Records a change another part of sonde is about to make (libxdp's program), with the
+    /// command that undoes it.
+    pub fn about_to(&mut self, undo: Vec<String>) -> anyhow::Result<()> {
+        self.change(undo, || Ok(()))
+    }
+
+    /// Adds `iptables -t TABLE -A CHAIN MATCHES -m comment --comment sonde-intercept -j
+    /// NFQUEUE …` (or ip6tables) for `spec`, read by [`InstallRule::parse`].
     pub fn add_nfqueue_rule(
         &mut self,
         spec: &str,
         queues: Queues,
         bypass: bool,
     ) -> anyhow::Result<()> {
-        let mut words: Vec<String> = spec.split_whitespace().map(str::to_string).collect();
-        let Some(chain) = words.first().cloned() else {
-            bail!("--install-rule needs a chain and matches, e.g. \"OUTPUT -d 198.19.254.2\"");
-        };
-        if words
-            .iter()
-            .any(|w| w == "-j" || w == "--jump" || w == "-g")
-        {
-            bail!(
-                "--install-rule \"{spec}\": give only the chain and matches; sonde adds -j NFQUEUE"
-            );
-        }
-        words.drain(..1);
-        words.extend(["-m", "comment", "--comment", RULE_TAG, "-j", "NFQUEUE"].map(str::to_string));
-        if queues.count > 1 {
-            let last = queues.first + queues.count - 1;
-            words.extend([
-                "--queue-balance".to_string(),
-                format!("{}:{last}", queues.first),
-            ]);
-        } else {
-            words.extend(["--queue-num".to_string(), queues.first.to_string()]);
-        }
-        if bypass {
-            words.push("--queue-bypass".into());
-        }
-        let add = iptables_cmd("-A", &chain, &words);
-        run(&add).with_context(|| format!("--install-rule \"{spec}\""))?;
-        self.undo.push(iptables_cmd("-D", &chain, &words));
-        Ok(())
+        let rule = InstallRule::parse(spec)?;
+        let add = rule.command("-A", queues, bypass);
+        let undo = rule.command("-D", queues, bypass);
+        self.change(undo, || {
+            run(&add).with_context(|| format!("--install-rule \"{spec}\""))
+        })
     }
 
     /// Adds a netdev table that drops at ingress every frame arriving on `ifaces` (after packet
     /// sockets have seen it).
     pub fn take_off_wire(&mut self, ifaces: &[&str]) -> anyhow::Result<()> {
         let table = format!("{TABLE_PREFIX}{}", std::process::id());
-        let mut script = format!("add table netdev {table}\n");
-        for (i, iface) in ifaces.iter().enumerate() {
-            script += &format!(
-                "add chain netdev {table} in{i} {{ type filter hook ingress device \"{iface}\" priority 0; policy drop; }}\n"
-            );
-        }
-        nft(&script)
-            .with_context(|| format!("taking {} off the kernel's path", ifaces.join(" and ")))?;
-        self.undo.push(vec![
-            "nft".into(),
-            "delete".into(),
-            "table".into(),
-            "netdev".into(),
-            table,
-        ]);
-        Ok(())
+        let script = ingress_drop_script(&table, ifaces)?;
+        let undo = ["nft", "delete", "table", "netdev", &table].map(str::to_string);
+        self.change(undo.into(), || {
+            nft(&script)
+                .with_context(|| format!("taking {} off the kernel's path", ifaces.join(" and ")))
+        })
     }
 
-    /// The undo commands, newest first.
-    pub fn undo_commands(&self) -> Vec<Vec<String>> {
-        self.undo.iter().rev().cloned().collect()
-    }
-
-    /// Undoes every change, newest first; reports the first failure after trying them all.
+    /// Undoes every change, newest first, and sends the guard away; reports the first failure
+    /// after trying them all.
     pub fn undo_all(&mut self) -> anyhow::Result<()> {
-        let result = undo(&self.undo_commands());
-        self.undo.clear();
+        let commands: Vec<_> = self.undo.drain(..).rev().collect();
+        let result = undo(&commands);
+        if let Some(guard) = self.guard.take() {
+            guard.stand_down();
+        }
         result
     }
 }
@@ -118,10 +237,30 @@ impl Drop for PathChanges {
     }
 }
 
-fn iptables_cmd(op: &str, chain: &str, rest: &[String]) -> Vec<String> {
-    let mut cmd = vec!["iptables".to_string(), "-w".into(), op.into(), chain.into()];
-    cmd.extend(rest.iter().cloned());
-    cmd
+/// The nft script of a netdev table `table` whose ingress chains drop every frame arriving on
+/// `ifaces`. Each name must be one the kernel could have given an interface and hold nothing
+/// that could end nft's quoted string: it goes into the script as text.
+fn ingress_drop_script(table: &str, ifaces: &[&str]) -> anyhow::Result<String> {
+    let mut script = format!("add table netdev {table}\n");
+    for (i, iface) in ifaces.iter().enumerate() {
+        check_iface_name(iface)?;
+        script += &format!(
+            "add chain netdev {table} in{i} {{ type filter hook ingress device \"{iface}\" priority 0; policy drop; }}\n"
+        );
+    }
+    Ok(script)
+}
+
+/// Refuses, in one line, a name no interface can have (the kernel's rules: 1 to 15 bytes, no
+/// `/`, `:` or white space, not `.` or `..`) or one with a quote or backslash.
+pub fn check_iface_name(name: &str) -> anyhow::Result<()> {
+    let bad = |c: char| c == '/' || c == ':' || c == '"' || c == '\\' || !c.is_ascii_graphic();
+    if name.is_empty() || name.len() > 15 || name == "." || name == ".." || name.contains(bad) {
+        bail!(
+            "{name:?} is not an interface name: 1 to 15 printable characters without / : \" \\ or spaces"
+        );
+    }
+    Ok(())
 }
 
 /// Runs each command; all are tried, the first failure is returned.
@@ -137,7 +276,7 @@ pub fn undo(commands: &[Vec<String>]) -> anyhow::Result<()> {
     first
 }
 
-fn run(cmd: &[String]) -> anyhow::Result<()> {
+pub(crate) fn run(cmd: &[String]) -> anyhow::Result<()> {
     let (program, args) = cmd
         .split_first()
         .ok_or_else(|| anyhow!("an empty command"))?;
@@ -189,126 +328,12 @@ fn nft(script: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Removes what an earlier, killed sonde intercept left: NFQUEUE rules with sonde's comment,
-/// and sonde's netdev tables. Returns how many it removed.
-pub fn cleanup_leftovers() -> anyhow::Result<usize> {
-    let mut removed = 0;
-    let out = Command::new("iptables").args(["-w", "-S"]).output();
-    if let Ok(out) = out {
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let Some(rule) = line.strip_prefix("-A ") else {
-                continue;
-            };
-            if !line.contains(RULE_TAG) {
-                continue;
-            }
-            let mut cmd = vec!["iptables".to_string(), "-w".into(), "-D".into()];
-            cmd.extend(
-                rule.split_whitespace()
-                    .map(|w| w.trim_matches('"').to_string()),
-            );
-            run(&cmd)?;
-            removed += 1;
-        }
-    }
-    let out = Command::new("nft")
-        .args(["list", "tables", "netdev"])
-        .output();
-    if let Ok(out) = out {
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let Some(table) = line.strip_prefix("table netdev ") else {
-                continue;
-            };
-            if table.starts_with(TABLE_PREFIX) {
-                run(&["nft", "delete", "table", "netdev", table].map(str::to_string))?;
-                removed += 1;
-            }
-        }
-    }
-    Ok(removed)
-}
-
-/// A child process that undoes the path changes if sonde dies without doing so: it reads the
-/// undo commands on its stdin, then waits; end of input without the word `done` (sonde was
-/// killed, the kernel closed the pipe) makes it undo them. It runs in its own process group,
-/// so a Ctrl-C meant for sonde does not stop it.
-pub struct Guard {
-    child: Child,
-}
-
-impl Guard {
-    /// Starts `program args…` (sonde's own `intercept guard`) and hands it `commands`.
-    pub fn start(
-        program: &std::path::Path,
-        args: &[&str],
-        commands: &[Vec<String>],
-    ) -> anyhow::Result<Guard> {
-        use std::os::unix::process::CommandExt;
-        let mut child = Command::new(program)
-            .args(args)
-            .stdin(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .map_err(|e| anyhow!("starting the fail-open guard: {e}"))?;
-        let stdin = child.stdin.as_mut().expect("piped");
-        for cmd in commands {
-            writeln!(stdin, "{}", command_line(cmd))?;
-        }
-        writeln!(stdin, "armed")?;
-        stdin.flush()?;
-        Ok(Guard { child })
-    }
-
-    /// sonde undid everything itself: the guard can go.
-    pub fn stand_down(mut self) {
-        if let Some(mut stdin) = self.child.stdin.take() {
-            let _ = writeln!(stdin, "done");
-        }
-        let _ = self.child.wait();
-    }
-}
-
-/// One command as a line: words separated by the unit separator (no word contains it).
-fn command_line(cmd: &[String]) -> String {
-    cmd.join("\u{1f}")
-}
-
-/// The guard's side: reads commands until `armed`, then waits for `done` or end of input.
-pub fn guard_main(input: impl BufRead) -> anyhow::Result<()> {
-    let mut commands = Vec::new();
-    let mut lines = input.lines();
-    for line in lines.by_ref() {
-        let line = line?;
-        if line == "armed" {
-            break;
-        }
-        commands.push(line.split('\u{1f}').map(str::to_string).collect::<Vec<_>>());
-    }
-    for line in lines {
-        if line.map(|l| l == "done").unwrap_or(false) {
-            return Ok(());
-        }
-    }
-    undo(&commands)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_guard_undoes_only_when_sonde_did_not_say_done() {
-        let dir = std::env::temp_dir().join(format!("sonde-guard-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let marker = dir.join("undone");
-        let cmd = ["touch".to_string(), marker.display().to_string()];
-        let input = format!("{}\narmed\ndone\n", command_line(&cmd));
-        guard_main(input.as_bytes()).unwrap();
-        assert!(!marker.exists(), "undone although sonde said done");
-        let input = format!("{}\narmed\n", command_line(&cmd));
-        guard_main(input.as_bytes()).unwrap();
-        assert!(marker.exists(), "not undone after sonde vanished");
-        std::fs::remove_dir_all(&dir).unwrap();
+    fn words(cmd: &[String]) -> String {
+        cmd.join(" ")
     }
 
     #[test]
@@ -321,6 +346,63 @@ mod tests {
         assert!(e.to_string().contains("sonde adds -j NFQUEUE"), "{e}");
         let e = changes.add_nfqueue_rule("  ", q, false).unwrap_err();
         assert!(e.to_string().contains("needs a chain"), "{e}");
-        assert!(changes.undo_commands().is_empty());
+        assert!(changes.undo.is_empty());
+    }
+
+    #[test]
+    fn the_table_and_family_of_an_install_rule_are_recorded() {
+        let q = Queues { first: 3, count: 1 };
+        let rule = InstallRule::parse("OUTPUT -t mangle -d 198.19.254.2").unwrap();
+        assert_eq!(
+            words(&rule.command("-D", q, false)),
+            "iptables -w -t mangle -D OUTPUT -d 198.19.254.2 -m comment --comment sonde-intercept -j NFQUEUE --queue-num 3"
+        );
+        let rule = InstallRule::parse("-t raw OUTPUT -d 2001:2:0:fe::2 -p udp").unwrap();
+        assert_eq!((rule.program, rule.table.as_str()), ("ip6tables", "raw"));
+        assert_eq!(rule.matches, ["-d", "2001:2:0:fe::2", "-p", "udp"]);
+        let rule = InstallRule::parse("-6 INPUT --table=security -p tcp").unwrap();
+        assert_eq!(
+            (rule.program, rule.table.as_str()),
+            ("ip6tables", "security")
+        );
+        let rule = InstallRule::parse("OUTPUT -p udp").unwrap();
+        assert_eq!((rule.program, rule.table.as_str()), ("iptables", "filter"));
+        let q2 = Queues { first: 0, count: 2 };
+        assert!(
+            words(&rule.command("-A", q2, true)).ends_with("--queue-balance 0:1 --queue-bypass")
+        );
+        for (spec, needle) in [
+            ("OUTPUT -t nat -p udp", "table nat"),
+            ("OUTPUT -t", "-t needs a table"),
+            ("-d 198.19.254.2", "the chain comes first"),
+            ("-4 -6 OUTPUT", "not both"),
+        ] {
+            let e = format!("{:#}", InstallRule::parse(spec).unwrap_err());
+            assert!(e.contains(needle) && !e.contains('\n'), "{spec}: {e}");
+        }
+    }
+
+    #[test]
+    fn interface_names_are_checked_before_they_enter_an_nft_script() {
+        let script = ingress_drop_script("t", &["ma", "eth0.100", "br-lan@x"]).unwrap();
+        assert!(script.contains("device \"eth0.100\""), "{script}");
+        for bad in [
+            "ma\"; flush ruleset; \"",
+            "a b",
+            "",
+            "..",
+            "sixteen-chars-xx",
+            "a/b",
+            "a\\b",
+            "tab\there",
+        ] {
+            let e = ingress_drop_script("t", &["ma", bad])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("not an interface name") && !e.contains('\n'),
+                "{bad:?}: {e}"
+            );
+        }
     }
 }

@@ -24,23 +24,27 @@ const TCP_CHECKSUM: usize = 16;
 const UDP_CHECKSUM: usize = 6;
 
 impl Rewrite {
-    /// Parses `ttl=64,dscp=46,sport=1234,dport=80` (any subset, at least one).
+    /// Parses `ttl=64,dscp=46,sport=1234,dport=80` (any subset, at least one). A value out of
+    /// its field's range is refused in one line that names the field and the range.
     pub fn parse(text: &str) -> anyhow::Result<Rewrite> {
         let mut rw = Rewrite::default();
         for part in text.split(',') {
             let (key, value) = part.split_once('=').ok_or_else(|| {
                 anyhow::anyhow!("rewrite \"{part}\": expected key=value (ttl, dscp, sport, dport)")
             })?;
-            let bad = |e: std::num::ParseIntError| anyhow::anyhow!("rewrite {key}={value}: {e}");
-            match key {
-                "ttl" | "hlim" => rw.ttl = Some(value.parse().map_err(bad)?),
-                "dscp" => {
-                    let v: u8 = value.parse().map_err(bad)?;
-                    anyhow::ensure!(v < 64, "rewrite dscp={v}: DSCP is 0 to 63");
-                    rw.dscp = Some(v);
+            let in_range = |what: &str, max: u16| -> anyhow::Result<u16> {
+                match value.parse::<u16>() {
+                    Ok(v) if v <= max => Ok(v),
+                    _ => anyhow::bail!(
+                        "rewrite {key}={value}: {what} is a whole number from 0 to {max}"
+                    ),
                 }
-                "sport" => rw.sport = Some(value.parse().map_err(bad)?),
-                "dport" => rw.dport = Some(value.parse().map_err(bad)?),
+            };
+            match key {
+                "ttl" | "hlim" => rw.ttl = Some(in_range("the TTL (hop limit)", 255)? as u8),
+                "dscp" => rw.dscp = Some(in_range("DSCP", 63)? as u8),
+                "sport" => rw.sport = Some(in_range("a port", u16::MAX)?),
+                "dport" => rw.dport = Some(in_range("a port", u16::MAX)?),
                 _ => anyhow::bail!("rewrite: unknown field \"{key}\" (ttl, dscp, sport, dport)"),
             }
         }
@@ -314,12 +318,31 @@ mod tests {
     fn bad_rewrites_are_named() {
         for (text, needle) in [
             ("ttl", "key=value"),
-            ("ttl=300", "ttl=300"),
-            ("dscp=64", "0 to 63"),
+            (
+                "ttl=300",
+                "rewrite ttl=300: the TTL (hop limit) is a whole number from 0 to 255",
+            ),
+            (
+                "hlim=-1",
+                "hlim=-1: the TTL (hop limit) is a whole number from 0 to 255",
+            ),
+            ("dscp=64", "dscp=64: DSCP is a whole number from 0 to 63"),
+            ("dscp=x", "from 0 to 63"),
+            (
+                "sport=65536",
+                "sport=65536: a port is a whole number from 0 to 65535",
+            ),
+            ("dport=", "dport=: a port"),
             ("mss=1", "unknown field"),
         ] {
             let e = Rewrite::parse(text).unwrap_err().to_string();
             assert!(e.contains(needle), "{text}: {e}");
+            assert!(!e.contains("target type"), "{text}: {e}");
         }
+        let rw = Rewrite::parse("ttl=255,dscp=63,sport=0,dport=65535").unwrap();
+        assert_eq!(
+            (rw.ttl, rw.dscp, rw.sport, rw.dport),
+            (Some(255), Some(63), Some(0), Some(65535))
+        );
     }
 }

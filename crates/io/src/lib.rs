@@ -56,7 +56,7 @@ use std::os::fd::RawFd;
 use std::str::FromStr;
 use std::time::Duration;
 
-pub use iface::queue_count;
+pub use iface::{queue_count, queue_counts, QueueCounts};
 pub use many::rx_many;
 pub use nfqueue::{
     queue_counters, BatchStats, NfQueue, NfVerdict, NfqConfig, QueueCounters, QueuedPacket,
@@ -65,7 +65,7 @@ pub use nfqueue::{
 pub use packet_socket::poll_any;
 pub use ring::{CaptureRing, RingRx, RingTx, RxPacket};
 pub use xdp::XdpMode;
-pub use xdp_bridge::XdpBridge;
+pub use xdp_bridge::{detach_bridge_program, XdpBridge, BRIDGE_PROGRAM};
 pub use xdp_filter::{FilterSpec, TcpTake};
 
 /// Largest frame any backend accepts (a full Ethernet frame without FCS).

@@ -376,7 +376,9 @@ fn give_verdict(
 ) -> io::Result<()> {
     // The range came from the parser, checked against this datagram.
     let payload = datagram.get(packet.payload.clone()).unwrap_or_default();
-    let truncated = packet.wire_len() as usize > payload.len();
+    // A payload longer than a verdict can carry cannot be given back whole either.
+    let truncated =
+        packet.wire_len() as usize > payload.len() || payload.len() > msg::MAX_COPY_RANGE as usize;
     match verdict {
         NfVerdict::Accept => out.add(fd, packet.id, msg::NF_ACCEPT, None),
         NfVerdict::Drop => out.add(fd, packet.id, msg::NF_DROP, None),
@@ -650,7 +652,17 @@ impl VerdictOut {
             self.send(fd)?;
             self.sent_early = true;
         }
-        let (head, head_len) = msg::verdict(self.queue, id, verdict, payload.map(<[u8]>::len));
+        let (head, head_len) = msg::verdict(self.queue, id, verdict, payload.map(<[u8]>::len))
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "NFQUEUE {}: a verdict cannot carry a packet longer than {} bytes",
+                        self.queue,
+                        msg::MAX_COPY_RANGE
+                    ),
+                )
+            })?;
         self.bytes[self.len..self.len + head_len].copy_from_slice(&head[..head_len]);
         self.len += head_len;
         self.message_len += head_len;

@@ -297,20 +297,21 @@ fn put_attr_header(out: &mut [u8], kind: u16, data_len: usize) {
 /// With `payload_len`, the message goes on with that many payload bytes (sent from the
 /// caller's buffer), and the bytes returned end with the payload attribute's header; the
 /// caller pads the payload to 4 bytes. The sequence number is the packet id, so an error the
-/// kernel answers names the packet. `payload_len` must be at most [`MAX_COPY_RANGE`].
+/// kernel answers names the packet. `None` for a payload longer than [`MAX_COPY_RANGE`]: its
+/// length does not fit the attribute, and a message that said less than it carries would be
+/// misread by the kernel.
 pub fn verdict(
     queue: u16,
     id: u32,
     verdict: u32,
     payload_len: Option<usize>,
-) -> ([u8; VERDICT_WITH_PAYLOAD_HEAD], usize) {
+) -> Option<([u8; VERDICT_WITH_PAYLOAD_HEAD], usize)> {
     let mut out = [0u8; VERDICT_WITH_PAYLOAD_HEAD];
-    let head = if payload_len.is_some() {
-        VERDICT_WITH_PAYLOAD_HEAD
-    } else {
-        VERDICT_LEN
+    let (head, payload_len) = match payload_len {
+        Some(len) if len > MAX_COPY_RANGE as usize => return None,
+        Some(len) => (VERDICT_WITH_PAYLOAD_HEAD, len),
+        None => (VERDICT_LEN, 0),
     };
-    let payload_len = payload_len.unwrap_or(0).min(MAX_COPY_RANGE as usize);
     put_verdict(
         &mut out,
         head + payload_len,
@@ -322,7 +323,7 @@ pub fn verdict(
     if head == VERDICT_WITH_PAYLOAD_HEAD {
         put_attr_header(&mut out[VERDICT_LEN..], NFQA_PAYLOAD, payload_len);
     }
-    (out, head)
+    Some((out, head))
 }
 
 /// One verdict for every packet of the queue whose id is at most `id` (`NFQNL_MSG_VERDICT_BATCH`).
@@ -567,13 +568,13 @@ mod tests {
 
     #[test]
     fn verdict_messages() {
-        let (v, n) = verdict(7, 0x0102_0304, NF_DROP, None);
+        let (v, n) = verdict(7, 0x0102_0304, NF_DROP, None).unwrap();
         assert_eq!(n, VERDICT_LEN);
         assert_eq!(ne_u32(&v, 0), 32);
         assert_eq!(ne_u16(&v, 4), NFQNL_MSG_VERDICT);
         assert_eq!(ne_u32(&v, 8), 0x0102_0304, "sequence number is the id");
         assert_eq!(&v[24..32], &[0, 0, 0, 0, 1, 2, 3, 4]);
-        let (v, n) = verdict(7, 9, NF_ACCEPT, Some(29));
+        let (v, n) = verdict(7, 9, NF_ACCEPT, Some(29)).unwrap();
         assert_eq!(n, 36);
         assert_eq!(
             ne_u32(&v, 0),
@@ -581,6 +582,17 @@ mod tests {
             "the message length covers the payload"
         );
         assert_eq!((ne_u16(&v, 32), ne_u16(&v, 34)), (33, NFQA_PAYLOAD));
+        let (v, _) = verdict(7, 9, NF_ACCEPT, Some(MAX_COPY_RANGE as usize)).unwrap();
+        assert_eq!(
+            ne_u16(&v, 32),
+            0xffff,
+            "the longest payload an attribute can say"
+        );
+        assert_eq!(
+            verdict(7, 9, NF_ACCEPT, Some(MAX_COPY_RANGE as usize + 1)),
+            None,
+            "a payload too long for its attribute is refused, not cut"
+        );
         let b = batch_verdict(7, 99, NF_ACCEPT);
         assert_eq!(ne_u16(&b, 4), NFQNL_MSG_VERDICT_BATCH);
         assert_eq!(&b[24..32], &[0, 0, 0, 1, 0, 0, 0, 99]);

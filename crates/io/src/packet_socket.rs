@@ -113,14 +113,15 @@ pub fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
     stages::call(Stage::Poll, Stage::RxCall, || poll_any(&[fd], timeout))
 }
 
-/// Waits until any of `fds` (at most 8) is readable or `timeout` passes; true if one is (an
-/// interrupted wait counts as a timeout).
+/// Waits until any of `fds` (the first 256: an AF_XDP bridge thread serving every queue of two
+/// 128-queue NICs) is readable or `timeout` passes; true if one is (an interrupted wait counts
+/// as a timeout).
 pub fn poll_any(fds: &[RawFd], timeout: Duration) -> io::Result<bool> {
     let mut pfds = [libc::pollfd {
         fd: -1,
         events: libc::POLLIN,
         revents: 0,
-    }; 8];
+    }; 256];
     let n = fds.len().min(pfds.len());
     for (pfd, &fd) in pfds.iter_mut().zip(&fds[..n]) {
         pfd.fd = fd;

@@ -11,7 +11,8 @@
 //! UMEM, so no ring can ever refuse a frame this code owns.
 //!
 //! libxdp's default program steers every frame of the queue on both interfaces to the sockets,
-//! so the kernel stack sees none of them; it is detached when the bridge is dropped.
+//! so the kernel stack sees none of them; it is detached when the bridge is dropped, and
+//! [`detach_bridge_program`] takes it off after a crash.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -265,10 +266,122 @@ impl XdpBridge {
     }
 }
 
+/// libxdp's opaque handles (`<xdp/libxdp.h>`).
+#[repr(C)]
+struct XdpMultiprog {
+    _private: [u8; 0],
+}
+#[repr(C)]
+struct XdpProgram {
+    _private: [u8; 0],
+}
+
 extern "C" {
     /// libxdp's logger setter (`<xdp/libxdp.h>`); a null function prints nothing. The
     /// function type carries a `va_list`, so it is passed here as a plain pointer.
     fn libxdp_set_print(print: *const libc::c_void) -> *const libc::c_void;
+    // What libxdp says is attached to an interface, and how to take it off (`<xdp/libxdp.h>`).
+    fn libxdp_get_error(ptr: *const libc::c_void) -> libc::c_long;
+    fn xdp_multiprog__get_from_ifindex(ifindex: libc::c_int) -> *mut XdpMultiprog;
+    fn xdp_multiprog__is_legacy(mp: *const XdpMultiprog) -> bool;
+    fn xdp_multiprog__main_prog(mp: *const XdpMultiprog) -> *mut XdpProgram;
+    fn xdp_multiprog__next_prog(
+        prog: *const XdpProgram,
+        mp: *const XdpMultiprog,
+    ) -> *mut XdpProgram;
+    fn xdp_multiprog__attach_mode(mp: *const XdpMultiprog) -> libc::c_uint;
+    fn xdp_multiprog__detach(mp: *mut XdpMultiprog) -> libc::c_int;
+    fn xdp_multiprog__close(mp: *mut XdpMultiprog);
+    fn xdp_program__name(prog: *const XdpProgram) -> *const libc::c_char;
+    fn xdp_program__detach(
+        prog: *mut XdpProgram,
+        ifindex: libc::c_int,
+        mode: libc::c_uint,
+        flags: libc::c_uint,
+    ) -> libc::c_int;
+}
+
+/// The name of the program libxdp attaches for AF_XDP sockets (its default redirect program),
+/// which the bridge's sockets use: what a killed bridge leaves on both interfaces.
+pub const BRIDGE_PROGRAM: &str = "xsk_def_prog";
+
+/// Takes [`BRIDGE_PROGRAM`] off `iface` (in the calling thread's network namespace), attached
+/// on its own or through libxdp's dispatcher; any other XDP program stays. True if it was
+/// there. For interfaces a killed `sonde intercept bridge --backend xdp` used: while no socket
+/// is bound the program passes every frame on, but it stays attached until detached.
+pub fn detach_bridge_program(iface: &str) -> anyhow::Result<bool> {
+    let ifindex = crate::packet_socket::ifindex(iface)? as libc::c_int;
+    silence_library_logs();
+    // SAFETY: takes an interface index; the result is checked before any other use.
+    let mp = unsafe { xdp_multiprog__get_from_ifindex(ifindex) };
+    // SAFETY: libxdp_get_error only inspects the pointer's value.
+    let err = unsafe { libxdp_get_error(mp.cast()) };
+    if err == -libc::c_long::from(libc::ENOENT) {
+        return Ok(false); // no XDP program at all
+    }
+    if err != 0 {
+        anyhow::bail!(
+            "cannot read the XDP programs of {iface}: {}",
+            io::Error::from_raw_os_error(-err as i32)
+        );
+    }
+    // SAFETY: `mp` is a valid handle (checked above), closed once, right after.
+    let detached = unsafe { detach_named(mp, ifindex) };
+    // SAFETY: as above; nothing uses `mp` or its programs after this.
+    unsafe { xdp_multiprog__close(mp) };
+    match detached {
+        Ok(found) => Ok(found),
+        Err(e) => Err(anyhow::anyhow!(
+            "cannot detach {BRIDGE_PROGRAM} from {iface}: {e}"
+        )),
+    }
+}
+
+/// Detaches [`BRIDGE_PROGRAM`] from the programs of `mp`, if it is one of them.
+///
+/// # Safety
+///
+/// `mp` must be a valid, open handle from `xdp_multiprog__get_from_ifindex(ifindex)`.
+unsafe fn detach_named(mp: *mut XdpMultiprog, ifindex: libc::c_int) -> io::Result<bool> {
+    let errno = |rc: libc::c_int| match rc {
+        0 => Ok(true),
+        rc => Err(io::Error::from_raw_os_error(rc.abs())),
+    };
+    // SAFETY (all calls below): `mp` is valid (the caller's promise); each program pointer
+    // comes from `mp` and is null-checked before use.
+    unsafe {
+        if xdp_multiprog__is_legacy(mp) {
+            // One program attached directly (libxdp does so without a bpffs).
+            let main = xdp_multiprog__main_prog(mp);
+            return match !main.is_null() && is_bridge_program(main) {
+                true => errno(xdp_multiprog__detach(mp)),
+                false => Ok(false),
+            };
+        }
+        let mode = xdp_multiprog__attach_mode(mp);
+        let mut prog = xdp_multiprog__next_prog(std::ptr::null(), mp);
+        while !prog.is_null() && libxdp_get_error(prog.cast()) == 0 {
+            if is_bridge_program(prog) {
+                return errno(xdp_program__detach(prog, ifindex, mode, 0));
+            }
+            prog = xdp_multiprog__next_prog(prog, mp);
+        }
+    }
+    Ok(false)
+}
+
+/// Whether `prog` (a valid libxdp program handle) is [`BRIDGE_PROGRAM`].
+///
+/// # Safety
+///
+/// `prog` must be a valid program handle.
+unsafe fn is_bridge_program(prog: *const XdpProgram) -> bool {
+    // SAFETY: `prog` is valid (the caller's promise); the name, when there is one, is a
+    // NUL-terminated string owned by it.
+    let name = unsafe { xdp_program__name(prog) };
+    // SAFETY: checked non-null; NUL-terminated as above.
+    !name.is_null()
+        && unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes() == BRIDGE_PROGRAM.as_bytes()
 }
 
 /// Quiets libxdp and libbpf, which otherwise print to stderr about each program they load
@@ -454,6 +567,49 @@ mod tests {
                 !xdp_attached("xa") && !xdp_attached("xb"),
                 "an XDP program stayed attached"
             );
+        });
+    }
+
+    #[test]
+    fn a_killed_bridges_program_is_detached_by_name_and_no_other() {
+        in_private_netns(|| {
+            two_wires();
+            // A crash: the sockets are never closed, so libxdp never takes its program off.
+            std::mem::forget(XdpBridge::open("xa", "xb", 0, 64, XdpMode::Auto).unwrap());
+            assert!(xdp_attached("xa") && xdp_attached("xb"));
+            assert!(
+                detach_bridge_program("xa").unwrap(),
+                "xa's program not found"
+            );
+            assert!(!xdp_attached("xa"), "still attached to xa");
+            assert!(detach_bridge_program("xb").unwrap());
+            assert!(!xdp_attached("xb"));
+            assert!(
+                !detach_bridge_program("xb").unwrap(),
+                "nothing left to detach"
+            );
+            // Another XDP program (sonde's reply filter) is not the bridge's: it stays.
+            let mut cfg = IoConfig::new("pa");
+            cfg.xdp_mode = XdpMode::Generic;
+            let spec = crate::FilterSpec {
+                ipv4: Some(crate::test_support::SCAN4),
+                ipv6: None,
+                tcp: crate::TcpTake::None,
+                udp: true,
+                icmp: false,
+                icmp6: false,
+                ports: (40000, 40010),
+            };
+            let rx = AnyRx::open_filtered(BackendKind::Xdp, &cfg, &spec, "").unwrap();
+            assert!(xdp_attached("pa"));
+            assert!(
+                !detach_bridge_program("pa").unwrap(),
+                "detached another program"
+            );
+            assert!(xdp_attached("pa"), "another program was taken off");
+            drop(rx);
+            let e = detach_bridge_program("nosuch0").unwrap_err().to_string();
+            assert!(e.contains("nosuch0"), "{e}");
         });
     }
 

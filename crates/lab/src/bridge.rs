@@ -54,6 +54,13 @@ pub const MID_BRIDGE: &str = "mbr";
 /// concurrent clients).
 pub const IPERF_PORTS: [u16; 4] = [5201, 5202, 5203, 5204];
 
+/// Most queues a bridge lab's veth ends get.
+const MAX_BRIDGE_QUEUES: u32 = 64;
+
+fn one_queue() -> u32 {
+    1
+}
+
 /// The namespace of host A in bridge lab `name`.
 pub fn a_ns(name: &str) -> String {
     format!("sonde-{name}-a")
@@ -80,6 +87,8 @@ pub struct BridgeConfig {
     pub name: String,
     /// CPUs the iperf3 servers on B run on (under `taskset`); None: anywhere.
     pub target_cpus: Option<Vec<usize>>,
+    /// Receive and transmit queues of every veth end, 1 to 64.
+    pub queues: u32,
 }
 
 /// A bridge lab that is up, as recorded in `/run/sonde/lab/<name>/bridge.json`.
@@ -106,6 +115,9 @@ pub struct BridgeStatus {
     /// The iperf3 servers' pids, in the order of `iperf_ports` (empty while `up` is under way).
     pub iperf_pids: Vec<u32>,
     pub target_cpus: Option<Vec<usize>>,
+    /// Receive and transmit queues of every veth end.
+    #[serde(default = "one_queue")]
+    pub queues: u32,
     /// The processes `up` started, so `down` can stop each even if B's namespace lost its name.
     #[serde(default)]
     pub(crate) started: Vec<Started>,
@@ -133,6 +145,7 @@ impl BridgeStatus {
             iperf_ports: IPERF_PORTS.to_vec(),
             iperf_pids: Vec::new(),
             target_cpus: cfg.target_cpus.clone(),
+            queues: cfg.queues,
             started: Vec::new(),
         }
     }
@@ -179,6 +192,12 @@ pub fn up(cfg: &BridgeConfig) -> Result<BridgeStatus> {
     }
     if let Some(cpus) = &cfg.target_cpus {
         check_target_cpus(cpus, &online_cpus()?)?;
+    }
+    if !(1..=MAX_BRIDGE_QUEUES).contains(&cfg.queues) {
+        bail!(
+            "--queues {} for a bridge lab: choose 1 to {MAX_BRIDGE_QUEUES}",
+            cfg.queues
+        );
     }
     if !nix::unistd::geteuid().is_root() {
         bail!("bringing up a lab needs root (network namespaces); run as root");
@@ -250,11 +269,13 @@ fn build(cfg: &BridgeConfig) -> Result<BridgeStatus> {
     }
     // Each veth pair is created with its ends directly in their namespaces: nothing of the
     // lab ever exists in the root namespace.
+    let q = st.queues;
+    let queues = format!("numtxqueues {q} numrxqueues {q}");
     ip_line(&format!(
-        "link add {A_IF} netns {a} address {A_MAC} type veth peer name {MID_A_IF} netns {mid}"
+        "link add {A_IF} netns {a} address {A_MAC} {queues} type veth peer name {MID_A_IF} netns {mid} {queues}"
     ))?;
     ip_line(&format!(
-        "link add {B_IF} netns {b} address {B_MAC} type veth peer name {MID_B_IF} netns {mid}"
+        "link add {B_IF} netns {b} address {B_MAC} {queues} type veth peer name {MID_B_IF} netns {mid} {queues}"
     ))?;
     make_bridge(&mid)?;
     address_host(&a, A_IF, A_V4, A_V6)?;

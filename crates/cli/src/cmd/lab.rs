@@ -111,9 +111,10 @@ struct UpArgs {
     /// Seed of the keyed hash that picks the responsive addresses.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// TX/RX queues on each side of the veth pair.
-    #[arg(long, default_value_t = 2)]
-    queues: u32,
+    /// TX/RX queues on each side of the veth pair (default 2; 1 for a bridge lab, whose
+    /// every veth end gets this many).
+    #[arg(long)]
+    queues: Option<u32>,
     /// What receives on the lab side: the kernel (real answers) or an XDP drop program
     /// (pure-transmit measurements).
     #[arg(long, default_value = "kernel")]
@@ -159,7 +160,7 @@ struct UpArgs {
     /// complete checksums. B runs iperf3 servers on ports 5201-5204 (on --target-cpus if given).
     /// The population options do not apply and are refused with it.
     #[arg(long, conflicts_with_all = [
-        "population", "population6", "responsive", "tcp_open", "seed", "queues", "sink",
+        "population", "population6", "responsive", "tcp_open", "seed", "sink",
         "loss", "dns", "http", "silent_share", "responder",
     ])]
     bridge: bool,
@@ -235,7 +236,7 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
         None => None,
     };
     if up.bridge {
-        return bridge_up(up.name.name, target_cpus);
+        return bridge_up(up.name.name, target_cpus, up.queues.unwrap_or(1));
     }
     let cfg = LabConfig {
         name: up.name.name,
@@ -245,7 +246,7 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
         responsive: up.responsive,
         tcp_open: up.tcp_open,
         seed: up.seed,
-        queues: up.queues,
+        queues: up.queues.unwrap_or(2),
         sink: up.sink,
         loss: up.loss,
         http: up.http,
@@ -282,8 +283,12 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn bridge_up(name: String, target_cpus: Option<Vec<usize>>) -> anyhow::Result<()> {
-    let cfg = sonde_lab::bridge::BridgeConfig { name, target_cpus };
+fn bridge_up(name: String, target_cpus: Option<Vec<usize>>, queues: u32) -> anyhow::Result<()> {
+    let cfg = sonde_lab::bridge::BridgeConfig {
+        name,
+        target_cpus,
+        queues,
+    };
     let st = sonde_lab::bridge::up(&cfg)?;
     let ports = &st.iperf_ports;
     let mut pinned = String::new();

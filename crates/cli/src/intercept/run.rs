@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sonde_engine::status::human_seconds;
 use sonde_intercept::flow::OrderCheck;
-use sonde_intercept::path::{Guard, PathChanges, Queues};
+use sonde_intercept::path::{Guard, InstallRule, PathChanges, Queues};
 use sonde_intercept::{bridge, stack, Link, Rule, RuleSet, ThreadCounters, Totals};
 use sonde_meter::CpuTimes;
 
@@ -38,13 +39,29 @@ fn rule_sets(rules: &[Rule], link: Link, threads: usize) -> anyhow::Result<Vec<R
         .collect()
 }
 
-/// Ctrl-C and SIGTERM set `stop`; the threads see it within one wait (20 ms).
+/// Ctrl-C, SIGTERM, SIGHUP (a dropped terminal) and SIGQUIT set `stop`; the threads see it
+/// within one wait (20 ms), and everything sonde changed is undone. Installed before the first
+/// change, so no signal can end sonde between a change and its undo.
 fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
     let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+    for signal in [SIGINT, SIGTERM, SIGHUP, SIGQUIT] {
         signal_hook::flag::register(signal, stop.clone())?;
     }
     Ok(stop)
+}
+
+/// The path changes to come, with the fail-open guard (started now, before the first of
+/// them) when --fail-open asks for it.
+fn path_changes(common: &Common) -> anyhow::Result<PathChanges> {
+    let guard = match common.fail_open {
+        true => Some(Guard::start(
+            &std::env::current_exe()?,
+            &["intercept", "guard"],
+        )?),
+        false => None,
+    };
+    Ok(PathChanges::new(guard))
 }
 
 pub fn stack(
@@ -61,6 +78,10 @@ pub fn stack(
     if !install.is_empty() && !consecutive(&queues) {
         bail!("--install-rule balances over consecutive queues: give --queue N --threads T");
     }
+    for spec in &install {
+        InstallRule::parse(spec)?; // refused before any queue is bound
+    }
+    let stop = stop_flag()?;
     let rules = load_rules(&common)?;
     let sets = rule_sets(&rules, Link::RawIp, queues.len())?;
     let rewrites_ports = rules.iter().any(|r| {
@@ -77,7 +98,7 @@ pub fn stack(
             .unwrap_or(sonde_io::nfqueue_msg::MAX_COPY_RANGE),
     };
     let opened = stack::open(&cfg)?;
-    let mut changes = PathChanges::default();
+    let mut changes = path_changes(&common)?;
     let span = Queues {
         first: queues[0],
         count: queues.len() as u16,
@@ -86,9 +107,14 @@ pub fn stack(
         changes.add_nfqueue_rule(spec, span, common.fail_open)?;
     }
     let order = Arc::new(OrderCheck::default());
-    let run = Running::start(sets, opened, move |port, filter, stop, counters, start| {
-        stack::run_thread(port, filter, stop, counters, &order, start)
-    });
+    let run = Running::start(
+        stop,
+        sets,
+        opened,
+        move |port, filter, stop, counters, start| {
+            stack::run_thread(port, filter, stop, counters, &order, start)
+        },
+    );
     let io = "NFQUEUE, one recvmmsg and one sendmsg per batch".to_string();
     finish(run, changes, &common, &rules, ("stack", io), |totals| {
         for &q in &queues {
@@ -116,6 +142,7 @@ pub fn bridge(
     if iface_a == iface_b {
         bail!("-i and -j are both {iface_a}: a bridge joins two different interfaces");
     }
+    let stop = stop_flag()?;
     let rules = load_rules(&common)?;
     let threads = usize::from(common.threads);
     let sets = rule_sets(&rules, Link::Ethernet, threads)?;
@@ -126,18 +153,33 @@ pub fn bridge(
         batch: usize::from(common.batch),
         backend,
     };
+    for iface in [&iface_a, &iface_b] {
+        sonde_intercept::path::check_iface_name(iface)?;
+    }
+    let mut changes = path_changes(&common)?;
+    if matches!(backend, bridge::Backend::Xdp(_)) {
+        // Opening the sockets attaches libxdp's program to both interfaces; closing them
+        // takes it off, but after a crash it stays, so the guard learns how to remove it.
+        let exe = std::env::current_exe()?.display().to_string();
+        let detach = [&exe, "intercept", "detach-xdp", &iface_a, &iface_b];
+        changes.about_to(detach.map(str::to_string).into())?;
+    }
     let ports = bridge::open(&cfg)?;
     let io = ports[0].describe();
-    let mut changes = PathChanges::default();
     // With xdp the frames sonde takes never reach this table (XDP redirects them first), but
     // it is what keeps the path shut if sonde dies: the sockets close with it, and libxdp's
     // program, left attached, then passes every frame to the kernel's bridge.
     changes.take_off_wire(&[&iface_a, &iface_b])?;
     let order = Arc::new(bridge::Directions::default());
     let batch = cfg.batch;
-    let run = Running::start(sets, ports, move |ports, filter, stop, counters, start| {
-        bridge::run_thread(ports, filter, batch, stop, counters, &order, start)
-    });
+    let run = Running::start(
+        stop,
+        sets,
+        ports,
+        move |ports, filter, stop, counters, start| {
+            bridge::run_thread(ports, filter, batch, stop, counters, &order, start)
+        },
+    );
     finish(run, changes, &common, &rules, ("bridge", io), |_| {})
 }
 
@@ -150,11 +192,11 @@ struct Running {
     start: Instant,
     cpu: CpuTimes,
     stop_error: Option<anyhow::Error>,
-    guard: Option<Guard>,
 }
 
 impl Running {
     fn start<S: Send + 'static>(
+        stop: Arc<AtomicBool>,
         sets: Vec<RuleSet>,
         sources: Vec<S>,
         work: impl Fn(S, &mut RuleSet, &AtomicBool, &ThreadCounters, Instant) -> anyhow::Result<()>
@@ -162,8 +204,7 @@ impl Running {
             + Sync
             + Clone
             + 'static,
-    ) -> Result<Running, anyhow::Error> {
-        let stop = stop_flag()?;
+    ) -> Running {
         let start = Instant::now();
         let cpu = CpuTimes::now();
         let mut counters = Vec::new();
@@ -182,7 +223,7 @@ impl Running {
                 result
             }));
         }
-        Ok(Running {
+        Running {
             stop,
             counters,
             rule_counters,
@@ -190,30 +231,20 @@ impl Running {
             start,
             cpu,
             stop_error: None,
-            guard: None,
-        })
+        }
     }
 }
 
-/// Arms the guard (with --fail-open), watches until the end, stops the threads, undoes the
-/// path changes and writes the summary.
+/// Watches until the end, stops the threads, undoes the path changes (sending the fail-open
+/// guard away) and writes the summary.
 fn finish(
-    run: anyhow::Result<Running>,
+    mut run: Running,
     mut changes: PathChanges,
     common: &Common,
     rules: &[Rule],
     (mode, io): (&str, String),
     add_lost: impl FnOnce(&mut Totals),
 ) -> anyhow::Result<()> {
-    let mut run = run?;
-    if common.fail_open {
-        let exe = std::env::current_exe()?;
-        run.guard = Some(Guard::start(
-            &exe,
-            &["intercept", "guard"],
-            &changes.undo_commands(),
-        )?);
-    }
     watch(&run, common);
     run.stop.store(true, Relaxed);
     for h in std::mem::take(&mut run.handles) {
@@ -229,9 +260,6 @@ fn finish(
     let mut totals = Totals::sum(run.counters.iter().map(|c| c.as_ref()));
     add_lost(&mut totals);
     let undone = changes.undo_all();
-    if let Some(guard) = run.guard.take() {
-        guard.stand_down();
-    }
     let rule_lines = RuleLine::collect(rules, &run.rule_counters);
     let per_thread: Vec<Totals> = run.counters.iter().map(|c| c.totals()).collect();
     let s = summary::Summary::new(mode, io, common, totals, &per_thread, rule_lines, wall, cpu);
@@ -246,15 +274,61 @@ fn finish(
     }
 }
 
-/// The status line, twice a second, until the duration passes, Ctrl-C, or a thread fails.
+/// How the status goes out: redrawn in place on a terminal (twice a second), or, when stderr
+/// is a file or pipe, as a line of its own every second (as scan's does); nothing with --quiet.
+enum StatusOut {
+    Hidden,
+    Bar(ProgressBar),
+    Lines,
+}
+
+impl StatusOut {
+    fn new(quiet: bool) -> StatusOut {
+        use std::io::IsTerminal;
+        if quiet {
+            StatusOut::Hidden
+        } else if std::io::stderr().is_terminal() {
+            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(2));
+            bar.set_style(
+                ProgressStyle::with_template("{elapsed_precise} {msg}").expect("valid template"),
+            );
+            StatusOut::Bar(bar)
+        } else {
+            StatusOut::Lines
+        }
+    }
+
+    /// Seconds between two samples.
+    fn every(&self) -> f64 {
+        match self {
+            StatusOut::Lines => 1.0,
+            _ => 0.5,
+        }
+    }
+
+    fn show(&self, elapsed: Duration, text: String) {
+        match self {
+            StatusOut::Hidden => {}
+            StatusOut::Bar(bar) => bar.set_message(text),
+            StatusOut::Lines => {
+                use std::io::Write;
+                // A closed stderr (a dropped session) must not end the run.
+                let s = elapsed.as_secs_f64();
+                let _ = writeln!(std::io::stderr(), "{:>5} {text}", human_seconds(s));
+            }
+        }
+    }
+
+    fn finish(self) {
+        if let StatusOut::Bar(bar) = self {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// The status, until the duration passes, a signal, or a thread fails.
 fn watch(run: &Running, common: &Common) {
-    let target = if common.quiet {
-        ProgressDrawTarget::hidden()
-    } else {
-        ProgressDrawTarget::stderr_with_hz(2)
-    };
-    let bar = ProgressBar::with_draw_target(None, target);
-    bar.set_style(ProgressStyle::with_template("{elapsed_precise} {msg}").expect("valid template"));
+    let out = StatusOut::new(common.quiet);
     let deadline = common
         .duration
         .map(|s| run.start + Duration::from_secs_f64(s.max(0.0)));
@@ -265,23 +339,26 @@ fn watch(run: &Running, common: &Common) {
             break;
         }
         let dt = last.0.elapsed().as_secs_f64();
-        if dt < 0.5 {
+        if dt < out.every() {
             continue;
         }
         let now = Totals::sum(run.counters.iter().map(|c| c.as_ref()));
         let packets = now.packets - last.1.packets;
         let batches = (now.batches - last.1.batches).max(1);
-        bar.set_message(format!(
-            "{} packets  {}pps  {:.0} Mbit/s  batch fill {:.1}  dropped {}  lost {}  reordered {}",
-            now.packets,
-            sonde_meter::human_rate(packets as f64 / dt),
-            (now.bytes - last.1.bytes) as f64 * 8.0 / dt / 1e6,
-            packets as f64 / batches as f64,
-            now.dropped,
-            now.lost,
-            now.reordered
-        ));
+        out.show(
+            run.start.elapsed(),
+            format!(
+                "{} packets  {}pps  {:.0} Mbit/s  batch fill {:.1}  dropped {}  lost {}  reordered {}",
+                now.packets,
+                sonde_meter::human_rate(packets as f64 / dt),
+                (now.bytes - last.1.bytes) as f64 * 8.0 / dt / 1e6,
+                packets as f64 / batches as f64,
+                now.dropped,
+                now.lost,
+                now.reordered
+            ),
+        );
         last = (Instant::now(), now);
     }
-    bar.finish_and_clear();
+    out.finish();
 }

@@ -345,7 +345,7 @@ fn a_rejected_verdict_is_reported_once_and_not_taken_for_a_packet() {
         let tx = socket("198.18.0.1:0");
         let mut q = NfQueue::open(&NfqConfig::new(QUEUE)).unwrap();
         // A verdict for a packet that was never queued: the kernel answers ENOENT.
-        let (bogus, n) = msg::verdict(QUEUE, 0xdead_beef, msg::NF_ACCEPT, None);
+        let (bogus, n) = msg::verdict(QUEUE, 0xdead_beef, msg::NF_ACCEPT, None).unwrap();
         q.send_raw(&bogus[..n]).unwrap();
         for seq in 1..=3 {
             tx.send_to(&datagram(seq), TARGET).unwrap();
