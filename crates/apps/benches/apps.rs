@@ -1,12 +1,14 @@
 //! Per-call cost of what the grab engine and run loop ask of the apps: `write_request` once per
-//! connection, `is_complete` after every data segment (on all the reply bytes so far), and
-//! `describe` once per finished connection. Replies are the captured fixtures.
+//! connection, `is_complete_after` after every data segment (reading on from its cursor; the
+//! `fed_by_segments` cases feed a whole reply in 100-byte segments, the `is_complete` cases
+//! check half or all of it from scratch), and `describe` once per finished connection. Replies
+//! are the captured fixtures.
 
 use std::hint::black_box;
 use std::net::IpAddr;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use sonde_apps::{AnyApp, App, AppKind, AppOptions};
+use sonde_apps::{AnyApp, App, AppKind, AppOptions, ReplyCursor};
 
 const TLS12: &[u8] = include_bytes!("../testdata/tls12_rsa_chain.bin");
 const HTTP_LENGTH: &[u8] = include_bytes!("../testdata/http_nginx_content_length.bin");
@@ -40,6 +42,20 @@ fn apps(c: &mut Criterion) {
         });
         group.bench_function(format!("{name}_is_complete_whole"), |b| {
             b.iter(|| app.is_complete(black_box(reply)))
+        });
+        group.bench_function(format!("{name}_fed_by_segments"), |b| {
+            b.iter(|| {
+                let mut cursor = ReplyCursor::default();
+                (100..reply.len() + 100)
+                    .step_by(100)
+                    .map(|len| {
+                        app.is_complete_after(
+                            black_box(&reply[..len.min(reply.len())]),
+                            &mut cursor,
+                        )
+                    })
+                    .last()
+            })
         });
         group.bench_function(format!("{name}_describe"), |b| {
             b.iter(|| app.describe(black_box(reply)))

@@ -3,8 +3,9 @@
 use std::net::IpAddr;
 
 use sonde_scan::reply::{Field, FieldType, Value};
-use sonde_tcp::App;
+use sonde_tcp::{App, ReplyCursor};
 
+use crate::progress::{find, Mark};
 use crate::text::{int, lossy};
 
 /// Fields of the `banner` app.
@@ -44,16 +45,30 @@ impl App for BannerApp {
         0
     }
 
-    /// A banner is a line: complete once a `\n` has arrived. (A memchr over what has arrived,
-    /// so a hostile endless line costs a few linear scans per segment, no more.)
+    /// A banner is a line: complete once a `\n` has arrived.
     fn is_complete(&self, received: &[u8]) -> bool {
-        received.contains(&b'\n')
+        self.is_complete_after(received, &mut ReplyCursor::default())
+    }
+
+    /// The cursor holds how far no `\n` was found (phase 0), or that one was (phase 1), so
+    /// each byte of an endless line is read once.
+    fn is_complete_after(&self, received: &[u8], cursor: &mut ReplyCursor) -> bool {
+        let mark = Mark::load(*cursor);
+        let complete = mark.phase == 1 || find(received, mark.pos, b'\n').is_some();
+        *cursor = Mark {
+            phase: u8::from(complete),
+            aux: 0,
+            pos: received.len(),
+        }
+        .store();
+        complete
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::progress::testing;
 
     const SSH: &[u8] = include_bytes!("../testdata/banner_ssh.txt");
     const SMTP: &[u8] = include_bytes!("../testdata/banner_smtp.txt");
@@ -80,6 +95,33 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The engine asks after every segment: a line of n bytes costs O(n) reads in all, not
+    /// one read of everything so far per segment (O(n²): 327 M bytes here).
+    #[test]
+    fn a_long_line_fed_by_segments_is_read_once() {
+        let mut line = vec![b'x'; 256 * 1024];
+        line.extend_from_slice(b"\r\n");
+        let fed = testing::feed(&BannerApp, &line, 100);
+        assert_eq!(fed.complete_at, Some(line.len()));
+        assert!(
+            fed.looked_at <= line.len() as u64,
+            "{} bytes read for a {}-byte line",
+            fed.looked_at,
+            line.len()
+        );
+    }
+
+    #[test]
+    fn fed_by_segments_it_answers_as_on_the_whole() {
+        for fixture in [SSH, SMTP, b"no line end at all"] {
+            testing::assert_any_segmenting_agrees(&BannerApp, fixture);
+        }
+        // Once complete it stays so, whatever follows.
+        let mut cursor = ReplyCursor::default();
+        assert!(BannerApp.is_complete_after(b"a\n", &mut cursor));
+        assert!(BannerApp.is_complete_after(b"a\nbc", &mut cursor));
     }
 
     #[test]

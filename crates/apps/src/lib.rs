@@ -9,15 +9,18 @@
 //!   and a summary of the server's first flight: version, cipher, alert, certificate chain.
 //!
 //! An app holds no per-connection state (see [`sonde_tcp::App`]): the engine keeps the reply's
-//! bytes, asks [`App::is_complete`] after each segment, and at the end the run loop turns the
-//! bytes into a row with [`AnyApp::describe`], one value per field of [`AnyApp::fields`].
-//! Every parser here reads hostile bytes: none panics, and each does work bounded by the
-//! length of the reply.
+//! bytes, asks [`App::is_complete_after`] after each segment (with one [`ReplyCursor`] word per
+//! reply, in which the app notes how far it has read, so that the checks over a whole reply
+//! read each byte a bounded number of times), and at the end the run loop turns the bytes into
+//! a row with [`AnyApp::describe`], one value per field of [`AnyApp::fields`]. Every parser
+//! here reads hostile bytes: none panics, and each does work bounded by the length of the
+//! reply.
 #![forbid(unsafe_code)]
 
 mod banner;
 mod http;
 mod payload;
+mod progress;
 mod text;
 mod tls;
 
@@ -26,7 +29,7 @@ use std::net::IpAddr;
 use std::str::FromStr;
 
 use sonde_scan::reply::{Field, Value};
-pub use sonde_tcp::App;
+pub use sonde_tcp::{App, ReplyCursor};
 
 pub use banner::{BannerApp, BANNER_FIELDS};
 pub use http::{HttpApp, HTTP_FIELDS};
@@ -272,6 +275,15 @@ impl App for AnyApp {
             AnyApp::Banner(app) => app.is_complete(received),
             AnyApp::Payload(app) => app.is_complete(received),
             AnyApp::Tls(app) => app.is_complete(received),
+        }
+    }
+
+    fn is_complete_after(&self, received: &[u8], cursor: &mut ReplyCursor) -> bool {
+        match self {
+            AnyApp::Http(app) => app.is_complete_after(received, cursor),
+            AnyApp::Banner(app) => app.is_complete_after(received, cursor),
+            AnyApp::Payload(app) => app.is_complete_after(received, cursor),
+            AnyApp::Tls(app) => app.is_complete_after(received, cursor),
         }
     }
 }

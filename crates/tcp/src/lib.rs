@@ -56,7 +56,7 @@ mod tests;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-pub use app::App;
+pub use app::{App, ReplyCursor};
 pub use engine::{Engine, MAX_REQUEST_LEN};
 pub use retry::SynRetries;
 use sonde_craft::cookie::{PortRange, Validator};

@@ -2,6 +2,7 @@
 //! headers, and the body decoded from its framing (Content-Length, chunked, or until close).
 
 mod chunked;
+mod complete;
 mod response;
 
 use std::io::Write;
@@ -9,7 +10,7 @@ use std::net::IpAddr;
 
 use sha2::{Digest, Sha256};
 use sonde_scan::reply::{Field, FieldType, Value};
-use sonde_tcp::App;
+use sonde_tcp::{App, ReplyCursor};
 
 use crate::text::{hex, int, lossy, sha256_hex};
 use crate::AppOptions;
@@ -260,24 +261,12 @@ impl App for HttpApp {
     /// bytes are not HTTP at all (nothing would make them so). A body that runs until close
     /// is complete only when the server closes.
     fn is_complete(&self, received: &[u8]) -> bool {
-        let (offset, head) = final_head(received, self.head_request);
-        let head = match head {
-            HeadParse::Invalid => return true,
-            HeadParse::Partial { .. } => return false,
-            HeadParse::Complete(head) => head,
-        };
-        let body = &received[offset + head.len..];
-        match head.framing {
-            Framing::NoBody => true,
-            Framing::Length(len) => body.len() as u64 >= len,
-            // A chunked body ends with an empty line; checking that first keeps the per-segment
-            // cost constant while the body streams in.
-            Framing::Chunked => {
-                body.ends_with(b"\r\n\r\n")
-                    && chunked::decode(body, |_| {}) == ChunkedEnd::Terminated
-            }
-            Framing::UntilClose => false,
-        }
+        self.is_complete_after(received, &mut ReplyCursor::default())
+    }
+
+    /// As `is_complete`, reading only what came since the last call (see `complete.rs`).
+    fn is_complete_after(&self, received: &[u8], cursor: &mut ReplyCursor) -> bool {
+        complete::is_complete_after(received, self.head_request, cursor)
     }
 }
 

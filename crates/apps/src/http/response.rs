@@ -3,9 +3,11 @@
 
 use httparse::{Header, ParserConfig, Status};
 
+use crate::progress::looked_at;
+
 /// Interim (1xx) responses skipped before the final one at most; after that many the reply is
 /// taken as it is (no server sends more than one or two: 100 Continue, 103 Early Hints).
-const MAX_INTERIM: usize = 8;
+pub(crate) const MAX_INTERIM: usize = 8;
 
 /// Header slots on the stack (4 KiB); a head with more is parsed again with
 /// [`MAX_HEADERS`] slots on the heap.
@@ -64,11 +66,20 @@ pub(crate) fn parser_config() -> ParserConfig {
 /// Parses the head at the start of `bytes`; `head_request` says the request was HEAD.
 pub(crate) fn parse_head(bytes: &[u8], head_request: bool) -> HeadParse {
     let mut stack = [httparse::EMPTY_HEADER; STACK_HEADERS];
-    if let Some(parsed) = parse_head_with(&mut stack, bytes, head_request) {
-        return parsed;
-    }
-    let mut heap = vec![httparse::EMPTY_HEADER; MAX_HEADERS];
-    parse_head_with(&mut heap, bytes, head_request).unwrap_or(HeadParse::Invalid)
+    let parsed = match parse_head_with(&mut stack, bytes, head_request) {
+        Some(parsed) => parsed,
+        None => {
+            looked_at(bytes.len());
+            let mut heap = vec![httparse::EMPTY_HEADER; MAX_HEADERS];
+            parse_head_with(&mut heap, bytes, head_request).unwrap_or(HeadParse::Invalid)
+        }
+    };
+    // What httparse read, at most (for the tests that count it).
+    looked_at(match parsed {
+        HeadParse::Complete(head) => head.len,
+        HeadParse::Partial { .. } | HeadParse::Invalid => bytes.len(),
+    });
+    parsed
 }
 
 /// `None` when `headers` has too few slots.

@@ -1,4 +1,5 @@
 use super::*;
+use crate::progress::testing;
 
 const NGINX_LENGTH: &[u8] = include_bytes!("../../testdata/http_nginx_content_length.bin");
 const NGINX_CHUNKED: &[u8] = include_bytes!("../../testdata/http_nginx_chunked.bin");
@@ -382,4 +383,148 @@ fn pseudo_random_bytes_never_panic() {
             assert_eq!(values(&app, bytes).len(), HTTP_FIELDS.len());
         }
     }
+}
+
+fn head_app() -> HttpApp {
+    app_with(AppOptions {
+        http_method: "HEAD".to_string(),
+        ..AppOptions::default()
+    })
+}
+
+/// A chunked body with bare LF line ends (RFC 9112 §2.2), mixed with CRLF, with extensions
+/// and trailers: decoded byte for byte, complete exactly at its end.
+#[test]
+fn a_chunked_body_with_bare_lf_line_ends_is_decoded() {
+    let body: &[u8] = b"1a;name=value\nabcdefghijklmnopqrstuvwxyz\n5\r\n\x00\r\n\n\xff\r\n\
+        10 ; q=\"a b\"\r\n0123456789abcdef\n0;end\nX-Checksum: 42\r\nX-More: yes\n\n";
+    let expected: &[u8] = b"abcdefghijklmnopqrstuvwxyz\x00\r\n\n\xff0123456789abcdef";
+    for head in [
+        &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"[..],
+        b"HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n",
+    ] {
+        let reply = [head, body].concat();
+        let app = app();
+        complete_only_at_the_end(&app, &reply);
+        let v = values(&app, &reply);
+        assert_eq!(
+            field(&v, "http_body_len"),
+            &Value::Int(expected.len() as u64)
+        );
+        assert_eq!(
+            field(&v, "http_body_sha256"),
+            &Value::Str(sha256_hex(expected))
+        );
+        assert_eq!(field(&v, "http_truncated"), &Value::Bool(false));
+        assert_eq!(headers(&v)["transfer-encoding"], "chunked");
+    }
+}
+
+/// Whatever the segments, the check that reads on from its cursor answers as the check of
+/// the whole prefix, for every fixture, GET and HEAD.
+#[test]
+fn fed_by_segments_it_answers_as_on_the_whole() {
+    let bare_lf: &[u8] = b"HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n3;x\nabc\n0\nA: b\n\n";
+    let early_interims: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n\r\nHTTP/1.1 103 Early Hints\n\
+        Link: </a>\n\nHTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabcHTTP";
+    let folded: &[u8] = b"HTTP/1.1 200 OK\r\nX: a\r\n b\r\n \r\nContent-Length: 1\r\n\r\nz";
+    for reply in [
+        NGINX_LENGTH,
+        NGINX_CHUNKED,
+        NGINX_301,
+        CHUNKED,
+        CLOSE,
+        NO_CONTENT,
+        EARLY_HINTS,
+        BINARY,
+        GARBAGE,
+        bare_lf,
+        early_interims,
+        folded,
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX\r\n0\r\n\r\n",
+        b"\r\n\nHTTP/1.1 204 No Content\r\n\r\n",
+    ] {
+        for app in [app(), head_app()] {
+            testing::assert_any_segmenting_agrees(&app, reply);
+        }
+    }
+}
+
+/// Reads what `feed` reports for `reply` in segments of `segment` bytes, checking it is
+/// complete exactly at its end.
+fn fed_whole(reply: &[u8], segment: usize) -> u64 {
+    let fed = testing::feed(&app(), reply, segment);
+    assert_eq!(fed.complete_at, Some(reply.len()));
+    fed.looked_at
+}
+
+/// The engine asks after every segment. A head with a 256 KiB header line (or reason phrase,
+/// or 20,000 short lines) fed in 100-byte segments is read a few times in all, not once per
+/// segment as a parse of everything so far would (some 335 M bytes).
+#[test]
+fn a_long_head_fed_by_segments_is_read_in_linear_work() {
+    let long = "x".repeat(256 * 1024);
+    let many_lines = "X-A: b\r\n".repeat(20_000);
+    let heads = [
+        format!("HTTP/1.1 200 OK\r\nX-Long: {long}\r\nContent-Length: 2\r\n\r\n"),
+        format!("HTTP/1.1 200 {long}\r\nContent-Length: 2\r\n\r\n"),
+        format!("HTTP/1.1 200 OK\n{many_lines}Content-Length: 2\n\n"),
+        format!("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nX: {long}\r\nContent-Length: 2\r\n\r\n"),
+    ];
+    for head in heads {
+        let reply = [head.as_bytes(), b"ok"].concat();
+        let work = fed_whole(&reply, 100);
+        // Each byte searched for LF once, the heads parsed once or twice at their ends, and
+        // the first KiB parsed after each of the first segments.
+        let bound = 3 * reply.len() as u64 + 20 * complete::EAGER_HEAD as u64;
+        assert!(work <= bound, "{work} bytes read for {}", reply.len());
+    }
+}
+
+/// After a long head, a long body framed by Content-Length costs nothing per segment.
+#[test]
+fn a_body_after_a_long_head_does_not_parse_the_head_again() {
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nX-Long: {}\r\nContent-Length: 1048576\r\n\r\n",
+        "y".repeat(64 * 1024)
+    );
+    let reply = [head.as_bytes(), &vec![b'z'; 1 << 20]].concat();
+    let work = fed_whole(&reply, 1460);
+    let bound = 3 * head.len() as u64 + 20 * complete::EAGER_HEAD as u64;
+    assert!(
+        work <= bound,
+        "{work} bytes read for a {}-byte head",
+        head.len()
+    );
+}
+
+/// A chunked body with a long extension, a long trailer and many small chunks, fed in small
+/// segments: each line is read a few times in all.
+#[test]
+fn a_chunked_body_fed_by_segments_is_read_in_linear_work() {
+    let mut reply = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    reply.extend_from_slice(format!("3;{}\r\nabc\n", "e".repeat(128 * 1024)).as_bytes());
+    reply.extend_from_slice(&b"1\r\nz\r\n2\nzz\n".repeat(10_000));
+    reply.extend_from_slice(
+        format!("0\r\nX-Trailer: {}\r\n\r\n", "t".repeat(128 * 1024)).as_bytes(),
+    );
+    let work = fed_whole(&reply, 100);
+    let bound = 4 * reply.len() as u64 + 20 * complete::EAGER_HEAD as u64;
+    assert!(work <= bound, "{work} bytes read for {}", reply.len());
+    let v = values(&app(), &reply);
+    assert_eq!(field(&v, "http_body_len"), &Value::Int(3 + 30_000));
+    assert_eq!(field(&v, "http_truncated"), &Value::Bool(false));
+}
+
+/// Bytes that are not HTTP show in the first line: complete at once, even when they come in
+/// small pieces.
+#[test]
+fn what_is_not_http_is_complete_at_its_first_bad_byte() {
+    let ssh = b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\nProtocol mismatch.\n";
+    let fed = testing::feed(&app(), ssh, 1);
+    assert_eq!(fed.complete_at, Some(1));
+    let bad_header = b"HTTP/1.1 200 OK\r\nX: a\rb\r\n";
+    let fed = testing::feed(&app(), bad_header, 1);
+    // httparse sees the CR is no line end at the byte after it.
+    assert_eq!(fed.complete_at, Some(bad_header.len() - 2));
 }

@@ -3,9 +3,16 @@
 //! messages, a message may span several records), and the messages we need (ServerHello,
 //! Certificate) are parsed by `tls-parser`. Work is linear in the bytes, and memory is
 //! borrowed except for a needed message that spans records.
+//!
+//! A reading can start again at a record boundary where no handshake message is open, so the
+//! completeness check after each segment reads on from the last such boundary: record and
+//! message headers once each, except those of a message still open, which (at most
+//! [`MAX_RECORDS`] records, a ServerHello at most [`MAX_SERVER_HELLO_LEN`] bytes) are read
+//! again until it closes.
 
 use std::borrow::Cow;
 
+use crate::progress::looked_at;
 use tls_parser::{
     parse_tls_handshake_server_hello, parse_tls_raw_record, parse_tls_server_hello_extension,
     TlsExtension, TlsHandshakeType, TlsMessage, TlsRecordType,
@@ -15,6 +22,15 @@ use tls_parser::{
 /// CertificateStatus, ServerKeyExchange, CertificateRequest, ServerHelloDone, some split);
 /// a server that sends more without finishing is not going to.
 const MAX_RECORDS: usize = 256;
+
+/// The longest ServerHello body: version, random, a 32-byte session id, cipher, compression,
+/// and 2^16 - 1 bytes of extensions with their length.
+const MAX_SERVER_HELLO_LEN: usize = 2 + 32 + 1 + 32 + 2 + 1 + 2 + 0xffff;
+
+/// Bytes of a record's header: type, version, length.
+const RECORD_HEADER_LEN: usize = 5;
+/// Bytes of a handshake message's header: type, 24-bit length.
+const MESSAGE_HEADER_LEN: usize = 4;
 
 /// Why reading stopped. Everything but `Incomplete` means the reply is complete: nothing more
 /// the server sends would be readable or change the outcome.
@@ -57,8 +73,28 @@ pub(crate) struct Flight<'a> {
     pub end: FlightEnd,
 }
 
+/// A record boundary where reading can start over: no handshake message is open there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Boundary {
+    /// The offset of the next record in the bytes received.
+    pub offset: usize,
+    /// Records before it.
+    pub records: usize,
+}
+
 /// Reads the flight in `received`; the Certificate message is kept only if `keep_certificate`.
 pub(crate) fn read_flight(received: &[u8], keep_certificate: bool) -> Flight<'_> {
+    read_flight_from(received, Boundary::default(), keep_certificate).0
+}
+
+/// Reads the flight in `received` from `start`, and says where a later call with more bytes
+/// can start (the last boundary reached). What comes before `start` can only be the end of
+/// the flight's records, so `end` is as read from the start; the other fields are not.
+pub(crate) fn read_flight_from(
+    received: &[u8],
+    start: Boundary,
+    keep_certificate: bool,
+) -> (Flight<'_>, Boundary) {
     let mut flight = Flight {
         server_hello: None,
         alert: None,
@@ -66,25 +102,27 @@ pub(crate) fn read_flight(received: &[u8], keep_certificate: bool) -> Flight<'_>
         end: FlightEnd::Incomplete,
     };
     let mut messages = Reassembler::keeping_certificate(keep_certificate);
-    let mut rest = received;
-    for index in 0..MAX_RECORDS {
+    let mut boundary = start;
+    let mut rest = received.get(start.offset..).unwrap_or_default();
+    for index in start.records..MAX_RECORDS {
         if !plausible_record_start(rest) {
             flight.end = if index == 0 {
                 FlightEnd::NotTls
             } else {
                 FlightEnd::Garbled
             };
-            return flight;
+            return (flight, boundary);
         }
+        looked_at(RECORD_HEADER_LEN);
         let record = match parse_tls_raw_record(rest) {
             Ok((after, record)) => {
                 rest = after;
                 record
             }
-            Err(tls_parser::Err::Incomplete(_)) => return flight,
+            Err(tls_parser::Err::Incomplete(_)) => return (flight, boundary),
             Err(_) => {
                 flight.end = FlightEnd::Garbled;
-                return flight;
+                return (flight, boundary);
             }
         };
         let end = match record.hdr.record_type {
@@ -106,11 +144,17 @@ pub(crate) fn read_flight(received: &[u8], keep_certificate: bool) -> Flight<'_>
         };
         if let Some(end) = end {
             flight.end = end;
-            return flight;
+            return (flight, boundary);
+        }
+        if messages.is_idle() {
+            boundary = Boundary {
+                offset: received.len() - rest.len(),
+                records: index + 1,
+            };
         }
     }
     flight.end = FlightEnd::TooManyRecords;
-    flight
+    (flight, boundary)
 }
 
 /// Whether `bytes` can start a TLS record, as far as they go: a content type we know and
@@ -178,8 +222,8 @@ fn alert_description(data: &[u8]) -> Option<u8> {
 
 /// Handshake messages out of a stream of handshake record fragments.
 struct Reassembler {
-    /// The 4-byte message header (type, 24-bit length) while it arrives.
-    header: [u8; 4],
+    /// The message header (type, 24-bit length) while it arrives.
+    header: [u8; MESSAGE_HEADER_LEN],
     header_len: usize,
     /// Body bytes of the current message still to come.
     remaining: usize,
@@ -191,12 +235,17 @@ struct Reassembler {
 impl Reassembler {
     fn keeping_certificate(keep_certificate: bool) -> Reassembler {
         Reassembler {
-            header: [0; 4],
+            header: [0; MESSAGE_HEADER_LEN],
             header_len: 0,
             remaining: 0,
             spanning: Vec::new(),
             keep_certificate,
         }
+    }
+
+    /// Whether no message is open: the next fragment starts a message.
+    fn is_idle(&self) -> bool {
+        self.header_len == 0
     }
 
     /// Messages whose body is handed over; others are skipped without copying (an empty body).
@@ -213,18 +262,25 @@ impl Reassembler {
         mut on_message: impl FnMut(TlsHandshakeType, Cow<'a, [u8]>) -> Option<FlightEnd>,
     ) -> Option<FlightEnd> {
         while !fragment.is_empty() {
-            if self.header_len < 4 {
-                let take = (4 - self.header_len).min(fragment.len());
+            if self.header_len < MESSAGE_HEADER_LEN {
+                let take = (MESSAGE_HEADER_LEN - self.header_len).min(fragment.len());
+                looked_at(take);
                 self.header[self.header_len..self.header_len + take]
                     .copy_from_slice(&fragment[..take]);
                 self.header_len += take;
                 fragment = &fragment[take..];
-                if self.header_len < 4 {
+                if self.header_len < MESSAGE_HEADER_LEN {
                     break;
                 }
                 let [_, a, b, c] = self.header;
                 self.remaining = usize::from(a) << 16 | usize::from(b) << 8 | usize::from(c);
                 self.spanning.clear();
+                if self.header[0] == TlsHandshakeType::ServerHello.0
+                    && self.remaining > MAX_SERVER_HELLO_LEN
+                {
+                    // Not a ServerHello: collecting it would copy megabytes per segment.
+                    return Some(FlightEnd::Garbled);
+                }
             }
             let kind = TlsHandshakeType(self.header[0]);
             let take = self.remaining.min(fragment.len());
@@ -234,6 +290,7 @@ impl Reassembler {
             let done = self.remaining == 0;
             if !done {
                 if self.wants(kind) {
+                    looked_at(part.len());
                     self.spanning.extend_from_slice(part);
                 }
                 continue;
@@ -243,6 +300,7 @@ impl Reassembler {
             } else if self.spanning.is_empty() {
                 Cow::Borrowed(part)
             } else {
+                looked_at(part.len());
                 self.spanning.extend_from_slice(part);
                 Cow::Owned(std::mem::take(&mut self.spanning))
             };

@@ -13,11 +13,12 @@ mod hello;
 use std::net::IpAddr;
 
 use sonde_scan::reply::{Field, FieldType, Value};
-use sonde_tcp::App;
+use sonde_tcp::{App, ReplyCursor};
 use tls_parser::{TlsAlertDescription, TlsCipherSuite};
 
+use crate::progress::Mark;
 use crate::AppOptions;
-use flight::{read_flight, FlightEnd};
+use flight::{read_flight, read_flight_from, Boundary, FlightEnd};
 use hello::ClientHello;
 
 /// Fields of the `tls` app.
@@ -198,7 +199,30 @@ impl App for TlsApp {
     }
 
     fn is_complete(&self, received: &[u8]) -> bool {
-        read_flight(received, false).end != FlightEnd::Incomplete
+        self.is_complete_after(received, &mut ReplyCursor::default())
+    }
+
+    /// The cursor holds the last record boundary reached with no handshake message open
+    /// (phase 0), or that the flight ended (phase 1): each call reads on from that boundary.
+    fn is_complete_after(&self, received: &[u8], cursor: &mut ReplyCursor) -> bool {
+        let mark = Mark::load(*cursor);
+        if mark.phase == 1 {
+            return true;
+        }
+        let start = Boundary {
+            offset: mark.pos,
+            records: usize::from(mark.aux),
+        };
+        let (flight, boundary) = read_flight_from(received, start, false);
+        let complete = flight.end != FlightEnd::Incomplete;
+        *cursor = Mark {
+            phase: u8::from(complete),
+            // At most MAX_RECORDS (256).
+            aux: u16::try_from(boundary.records).unwrap_or(u16::MAX),
+            pos: boundary.offset,
+        }
+        .store();
+        complete
     }
 }
 

@@ -4,6 +4,7 @@ use tls_parser::{
 };
 
 use super::*;
+use crate::progress::testing;
 use crate::TlsVersion;
 
 const RSA_CHAIN: &[u8] = include_bytes!("../../testdata/tls12_rsa_chain.bin");
@@ -436,4 +437,72 @@ fn alerts_have_their_rfc_names() {
     assert_eq!(cipher_name(0xfefe), "0xfefe");
     assert_eq!(version_name(0x0301), "TLSv1.0");
     assert_eq!(version_name(0x7f12), "0x7f12");
+}
+
+/// Whatever the segments and records, the check that reads on from its cursor answers as the
+/// check of the whole prefix.
+#[test]
+fn fed_by_segments_it_answers_as_on_the_whole() {
+    let app = default_app();
+    let mut garbled_later = reframed(RSA_CHAIN, Some(100));
+    garbled_later[2 * 105] = 0x99; // the third record's content type
+    for flight in [
+        RSA_CHAIN.to_vec(),
+        reframed(RSA_CHAIN, Some(10)),
+        reframed(RSA_CHAIN, Some(1000)),
+        reframed(RSA_CHAIN, Some(1)),
+        garbled_later,
+        ECDSA_SELF_SIGNED.to_vec(),
+        ALERT.to_vec(),
+        TLS13.to_vec(),
+        HELLO_RETRY.to_vec(),
+        b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec(),
+    ] {
+        testing::assert_any_segmenting_agrees(&app, &flight);
+    }
+}
+
+/// A handshake record holding `message` whole.
+fn record(message: &[u8]) -> Vec<u8> {
+    let mut out = vec![22, 3, 3];
+    out.extend_from_slice(&(message.len() as u16).to_be_bytes());
+    out.extend_from_slice(message);
+    out
+}
+
+/// A flight of 250 records fed in 20-byte segments: each record's header is read about once,
+/// not once per segment from the first record on.
+#[test]
+fn a_flight_of_many_records_fed_by_segments_is_read_in_linear_work() {
+    let hello_len = 4 + usize::from(u16::from_be_bytes([RSA_CHAIN[7], RSA_CHAIN[8]]));
+    let handshake = reframed(RSA_CHAIN, None);
+    assert_eq!(handshake[5], 2, "the flight starts with its ServerHello");
+    let mut flight = record(&handshake[5..5 + hello_len]);
+    // CertificateStatus messages, which the check skips without reading their bodies.
+    let mut status = vec![22, 0, 0, 40];
+    status.extend_from_slice(&[0xab; 40]);
+    for _ in 0..250 {
+        flight.extend_from_slice(&record(&status));
+    }
+    flight.extend_from_slice(&record(&[14, 0, 0, 0]));
+    let fed = testing::feed(&default_app(), &flight, 20);
+    assert_eq!(fed.complete_at, Some(flight.len()));
+    // A record header and a message header per record, the ServerHello's body, and per
+    // call the header of the record still cut.
+    let headers = 252 * (5 + 4) + hello_len as u64;
+    let bound = headers + 5 * fed.calls;
+    assert!(
+        fed.looked_at <= bound,
+        "{} bytes read for {headers} bytes of headers in {} calls",
+        fed.looked_at,
+        fed.calls
+    );
+}
+
+#[test]
+fn a_server_hello_longer_than_any_is_garbled() {
+    let mut flight = vec![22, 3, 3, 0, 4, 2, 0x01, 0x01, 0x00];
+    assert_eq!(read_flight(&flight, false).end, FlightEnd::Garbled);
+    flight[6..9].copy_from_slice(&[0x01, 0x00, 0x47]);
+    assert_eq!(read_flight(&flight, false).end, FlightEnd::Incomplete);
 }
