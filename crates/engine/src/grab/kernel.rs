@@ -56,7 +56,7 @@ pub fn run<A: GrabApp>(
     mut writer: Box<dyn RowWriter + Send>,
     stop: &Stop,
 ) -> anyhow::Result<GrabSummary> {
-    raise_open_file_limit();
+    let sockets = socket_budget(plan.tcp.max_outstanding, plan.run.quiet)?;
     let mut feed = Feed::open(&plan.run.feed_spec(), 0, plan.run.resumed_thread(0))?;
     let counts = Arc::new(GrabCounts::default());
     let mut status = StatusLine::new(
@@ -70,6 +70,10 @@ pub fn run<A: GrabApp>(
     let watch = Stopwatch::start();
     let mut events = vec![EpollEvent::empty(); EVENTS];
     let mut stopping = false;
+    // A target whose socket could not be opened (the process ran out of descriptors): it is
+    // tried again once a connection has ended, and the budget shrinks to what was open.
+    let mut waiting: Option<u64> = None;
+    let (mut sockets, mut told) = (sockets, false);
     loop {
         if stop.is_set() {
             if stopping {
@@ -79,16 +83,23 @@ pub fn run<A: GrabApp>(
             stopping = true;
             stop.rearm();
         }
-        while !stopping && pool.open < plan.tcp.max_outstanding && pacer.is_due() {
-            let Some(index) = feed.next_target() else {
+        while !stopping && pool.open < sockets && pacer.is_due() {
+            let Some(index) = waiting.take().or_else(|| feed.next_target()) else {
                 break;
             };
             let (addr, port) = plan.run.space.target_at(index);
-            pool.connect(addr, port, &mut writer, &counts)?;
+            match pool.connect(addr, port, &mut writer, &counts)? {
+                Connect::Started => {}
+                Connect::NoDescriptor => {
+                    sockets = out_of_descriptors(pool.open, &mut told)?;
+                    waiting = Some(index);
+                    break;
+                }
+            }
             pacer.charge(1);
             counts.syn_sent.add(1);
         }
-        if pool.open == 0 && (stopping || feed.is_done()) {
+        if pool.open == 0 && waiting.is_none() && (stopping || feed.is_done()) {
             break;
         }
         let n = epoll
@@ -175,24 +186,28 @@ impl<'p, A: GrabApp> Pool<'p, A> {
     }
 
     /// Starts a non-blocking connect to (`addr`, `port`); a target refused at once gets its row.
+    /// With no descriptor left (EMFILE, ENFILE) nothing is started and the caller keeps the target.
     fn connect(
         &mut self,
         addr: IpAddr,
         port: u16,
         writer: &mut Box<dyn RowWriter + Send>,
         counts: &GrabCounts,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Connect> {
         let family = match addr {
             IpAddr::V4(_) => AddressFamily::Inet,
             IpAddr::V6(_) => AddressFamily::Inet6,
         };
-        let fd = socket::socket(
+        let fd = match socket::socket(
             family,
             SockType::Stream,
             SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
             None,
-        )
-        .context("opening a socket (is the open-file limit too low for --max-outstanding?)")?;
+        ) {
+            Ok(fd) => fd,
+            Err(nix::Error::EMFILE | nix::Error::ENFILE) => return Ok(Connect::NoDescriptor),
+            Err(e) => return Err(e).context("opening a socket"),
+        };
         let started = Instant::now();
         let target = SockaddrStorage::from(SocketAddr::new(addr, port));
         let mut request = vec![0u8; self.plan.app.max_request_len()];
@@ -215,7 +230,8 @@ impl<'p, A: GrabApp> Pool<'p, A> {
             Ok(()) | Err(nix::Error::EINPROGRESS) => {}
             Err(e) => {
                 let status = connect_status(e);
-                return self.finish_conn(conn, status, writer, counts);
+                self.finish_conn(conn, status, writer, counts)?;
+                return Ok(Connect::Started);
             }
         }
         let slot = self.free.pop().unwrap_or_else(|| {
@@ -238,7 +254,7 @@ impl<'p, A: GrabApp> Pool<'p, A> {
         });
         self.open += 1;
         self.peak = self.peak.max(self.open);
-        Ok(())
+        Ok(Connect::Started)
     }
 
     /// Progress on one socket: the connect finishing, the request leaving, reply bytes.
@@ -474,11 +490,85 @@ fn connect_status(e: nix::Error) -> Status {
     }
 }
 
-/// Lets the process open as many sockets as the hard limit allows (the soft limit is often
-/// 1,024, far below any useful number of connections).
-fn raise_open_file_limit() {
+/// What `Pool::connect` did with a target.
+enum Connect {
+    /// Its connect started, or it already ended with its row.
+    Started,
+    /// No socket could be opened: the process has no descriptor left.
+    NoDescriptor,
+}
+
+/// Descriptors kept free for everything but the connections: the output and status files,
+/// epoll, standard streams, the libraries' own.
+const DESCRIPTOR_RESERVE: u64 = 64;
+
+/// How many sockets the run may hold at once: `--max-outstanding`, capped by what the
+/// open-file limit leaves (raised to its hard limit first: the soft limit is often 1,024, far
+/// below any useful number of connections). Says so once when the cap binds.
+fn socket_budget(max_outstanding: usize, quiet: bool) -> anyhow::Result<usize> {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).context("reading the open-file limit")?;
+    let limit = match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+        Ok(()) => hard,
+        Err(_) => soft,
+    };
+    let open = open_descriptors();
+    let budget = sockets_allowed(max_outstanding, limit, open);
+    if budget == 0 {
+        anyhow::bail!(
+            "--backend kernel needs a socket per connection, but the open-file limit ({limit}) leaves none: raise it (ulimit -n)"
+        );
+    }
+    if budget < max_outstanding && !quiet {
+        eprintln!(
+            "grab: --backend kernel holds at most {budget} connections at once, not --max-outstanding {max_outstanding}: the open-file limit is {limit} (raise it with ulimit -n)"
+        );
+    }
+    Ok(budget)
+}
+
+/// `max_outstanding`, or fewer where `limit` descriptors, `open` of them in use already and
+/// a reserve kept, leave fewer.
+fn sockets_allowed(max_outstanding: usize, limit: u64, open: u64) -> usize {
+    let left = limit.saturating_sub(open.saturating_add(DESCRIPTOR_RESERVE));
+    max_outstanding.min(usize::try_from(left).unwrap_or(usize::MAX))
+}
+
+/// Descriptors this process has open now (0 when /proc cannot say).
+fn open_descriptors() -> u64 {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64)
+}
+
+/// The process ran out of descriptors with `open` connections held (something else holds
+/// more than the reserve): from now on hold at most that many (said once), or give up with none.
+fn out_of_descriptors(open: usize, told: &mut bool) -> anyhow::Result<usize> {
+    if open == 0 {
+        anyhow::bail!(
+            "--backend kernel cannot open a socket: the process has no file descriptor left (raise the open-file limit: ulimit -n)"
+        );
+    }
+    if !std::mem::replace(told, true) {
+        eprintln!(
+            "grab: out of file descriptors with {open} connections open: --backend kernel holds at most that many from now on (raise the open-file limit: ulimit -n)"
+        );
+    }
+    Ok(open)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sockets_stay_under_the_open_file_limit() {
+        // A hard limit of 20,000 and the default --max-outstanding of 100,000 (the 16-core
+        // machine's EMFILE): the budget leaves the reserve and what is open already.
+        assert_eq!(
+            sockets_allowed(100_000, 20_000, 10),
+            20_000 - 10 - DESCRIPTOR_RESERVE as usize
+        );
+        assert_eq!(sockets_allowed(500, 20_000, 10), 500);
+        assert_eq!(sockets_allowed(500, 50, 10), 0);
+        assert_eq!(sockets_allowed(500, u64::MAX, u64::MAX), 0);
     }
 }
