@@ -20,7 +20,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, SockaddrStorage};
 use sonde_meter::{peak_rss_bytes, Stopwatch};
 use sonde_scan::output::RowWriter;
-use sonde_tcp::{CloseMode, Outcome, Status};
+use sonde_tcp::{CloseMode, Outcome, ReplyCursor, Status};
 
 use super::{GrabApp, GrabCounts, GrabPlan, GrabRow, GrabStatus, GrabSummary};
 use crate::feed::Feed;
@@ -45,6 +45,8 @@ struct Conn {
     /// Request bytes still to write.
     request: Vec<u8>,
     data: Vec<u8>,
+    /// Where the app's completeness check stopped in `data` (it reads each byte once).
+    cursor: ReplyCursor,
     bytes: u64,
     /// Bumped when the slot is reused, so stale timers are ignored.
     generation: u32,
@@ -223,6 +225,7 @@ impl<'p, A: GrabApp> Pool<'p, A> {
             last_byte: None,
             request,
             data: Vec::new(),
+            cursor: ReplyCursor::default(),
             bytes: 0,
             generation: 0,
         };
@@ -328,18 +331,20 @@ impl<'p, A: GrabApp> Pool<'p, A> {
                     conn.bytes += n as u64;
                     let keep = n.min(max.saturating_sub(conn.data.len()));
                     conn.data.extend_from_slice(&self.chunk[..keep]);
-                    if conn.data.len() >= max || app.is_complete(&conn.data) {
+                    if conn.data.len() >= max || app.is_complete_after(&conn.data, &mut conn.cursor)
+                    {
                         return Some(Status::Success);
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(_) => {
-                    return Some(if conn.data.is_empty() || !app.is_complete(&conn.data) {
+                    let complete = app.is_complete_after(&conn.data, &mut conn.cursor);
+                    return Some(if conn.data.is_empty() || !complete {
                         Status::Reset
                     } else {
                         Status::Success
-                    })
+                    });
                 }
             }
         }

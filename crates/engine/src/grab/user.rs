@@ -18,7 +18,7 @@ use sonde_meter::{peak_rss_bytes, Stopwatch};
 use sonde_scan::dedup::Dedup;
 use sonde_scan::output::RowWriter;
 use sonde_scan::reply::Value;
-use sonde_tcp::{App, Engine, Outcome, Rx, Status, SynRetries};
+use sonde_tcp::{App, Engine, Outcome, ReplyCursor, Rx, Status, SynRetries};
 use sonde_wire::{arp, ethernet, EtherType, MacAddr};
 
 use super::{GrabApp, GrabCounts, GrabPlan, GrabRow, GrabStatus, GrabSummary};
@@ -156,6 +156,9 @@ impl<A: App> App for AppRef<'_, A> {
     }
     fn is_complete(&self, received: &[u8]) -> bool {
         self.0.is_complete(received)
+    }
+    fn is_complete_after(&self, received: &[u8], cursor: &mut ReplyCursor) -> bool {
+        self.0.is_complete_after(received, cursor)
     }
 }
 
