@@ -46,11 +46,6 @@ fn is_in(mask: u64, signal: i32) -> bool {
     (1..=64).contains(&signal) && mask & (1 << (signal - 1)) != 0
 }
 
-/// True when this process ignores SIGHUP (it runs under `nohup`, or its parent ignores it).
-pub fn hangup_ignored() -> bool {
-    ignored_signals().is_some_and(|mask| is_in(mask, SIGHUP))
-}
-
 /// Why a run stopped early.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {
@@ -173,7 +168,7 @@ mod tests {
     fn a_hangup_and_a_quit_set_the_flag() {
         let stop = Stop::on_signals().unwrap();
         for signal in [SIGQUIT, SIGHUP, SIGTERM, SIGINT] {
-            if signal == SIGHUP && hangup_ignored() {
+            if signal == SIGHUP && ignored_signals().is_some_and(|m| is_in(m, SIGHUP)) {
                 eprintln!("SIGHUP is ignored here (nohup): it stays ignored, as it should");
                 continue;
             }
