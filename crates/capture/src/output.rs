@@ -5,6 +5,9 @@
 //! pieces of [`COMMIT_BYTES`]. The file therefore ends at a block boundary after every write
 //! that succeeded; when one fails (the disk is full, the pipe closed), the file is cut back to
 //! the last such boundary, so what it holds is valid and complete up to there.
+//!
+//! Files are opened by [`sonde_meter::output_file`]: an existing one only as [`IfExists`]
+//! allows (`--force`), never through a symbolic link, a device or FIFO as it is.
 
 use std::borrow::Cow;
 use std::fs::File;
@@ -21,6 +24,7 @@ use pcap_file::pcapng::blocks::interface_statistics::{
 };
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::{DataLink, Endianness, TsResolution};
+use sonde_meter::output_file::{self, IfExists, Output};
 use sonde_meter::stages::{self, Stage};
 
 /// Bytes collected in memory before each write to the file.
@@ -72,6 +76,8 @@ pub struct CaptureWriter {
     /// `None`: stdout.
     path: Option<PathBuf>,
     rotate_bytes: Option<u64>,
+    /// What to do with a file that exists (the first, and each rotated one).
+    if_exists: IfExists,
     files_opened: u32,
     file: FileOut,
     /// Packets written to every file so far (some perhaps still buffered: see `commit`).
@@ -94,15 +100,22 @@ enum FileOut {
 impl CaptureWriter {
     /// Creates `path` (`-` for stdout) and writes the file header. With `rotate_mb`, a new
     /// file is started once one holds that many MiB: `NAME.1.EXT`, `NAME.2.EXT`, ….
-    pub fn create(path: &str, info: FileInfo, rotate_mb: Option<u64>) -> anyhow::Result<Self> {
+    /// `if_exists` says what to do with a regular file already there (refuse, or --force).
+    pub fn create(
+        path: &str,
+        info: FileInfo,
+        rotate_mb: Option<u64>,
+        if_exists: IfExists,
+    ) -> anyhow::Result<Self> {
         let path = (path != "-").then(|| PathBuf::from(path));
-        let sink = Sink::open(path.as_deref())?;
+        let sink = Sink::open(path.as_deref(), if_exists)?;
         let file = FileOut::start(sink, &info)
             .with_context(|| format!("writing the file header of {}", shown(path.as_deref())))?;
         Ok(CaptureWriter {
             info,
             path,
             rotate_bytes: rotate_mb.map(|mb| mb << 20),
+            if_exists,
             files_opened: 1,
             file,
             packets: 0,
@@ -225,7 +238,7 @@ impl CaptureWriter {
         }
         self.close_file(dropped)?;
         let next = self.nth_path(self.files_opened);
-        let opened = Sink::open(next.as_deref())
+        let opened = Sink::open(next.as_deref(), self.if_exists)
             .map_err(io::Error::other)
             .and_then(|sink| FileOut::start(sink, &self.info));
         self.file = opened.map_err(|error| WriteFailed { error, lost: 0 })?;
@@ -450,11 +463,12 @@ enum Target {
 }
 
 impl Sink {
-    fn open(path: Option<&Path>) -> anyhow::Result<Sink> {
+    fn open(path: Option<&Path>, if_exists: IfExists) -> anyhow::Result<Sink> {
         let target = match path {
-            Some(p) => Target::File(
-                File::create(p).with_context(|| format!("cannot write {}", p.display()))?,
-            ),
+            Some(p) => match output_file::open(p, if_exists)? {
+                Output::File(file) => Target::File(file),
+                Output::Stdout(out) => Target::Stdout(out),
+            },
             None => Target::Stdout(io::stdout()),
         };
         // Touched now, so writing into it never takes a page fault.
@@ -609,5 +623,49 @@ mod tests {
         assert_eq!(out.len(), 16 + 60);
         assert_eq!(&out[8..16], &[60, 0, 0, 0, 104 - 4, 0, 0, 0]);
         assert_eq!(&out[16 + 12..16 + 16], &[9, 9, 9, 9]);
+    }
+
+    /// `-w` never overwrites a capture silently (it used to), never writes through a planted
+    /// link, and writes a device as it is.
+    #[test]
+    fn an_existing_capture_is_kept_without_force_and_a_link_is_never_followed() {
+        let dir = std::env::temp_dir().join(format!("sonde-capture-out-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let info = || FileInfo {
+            format: Format::PcapNg,
+            iface: "test0".into(),
+            snaplen: 262_144,
+        };
+        let kept = dir.join("kept.pcapng");
+        std::fs::write(&kept, "an earlier capture").unwrap();
+        let path = kept.to_str().unwrap();
+        let err = CaptureWriter::create(path, info(), None, IfExists::Refuse)
+            .err()
+            .expect("an existing capture was overwritten")
+            .to_string();
+        assert!(err.contains("--force"), "{err}");
+        assert_eq!(std::fs::read(&kept).unwrap(), b"an earlier capture");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let link = dir.join("link.pcap");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        for how in [IfExists::Refuse, IfExists::Overwrite] {
+            let err = CaptureWriter::create(link.to_str().unwrap(), info(), None, how)
+                .err()
+                .expect("a link was followed")
+                .to_string();
+            assert!(err.contains("symbolic link"), "{err}");
+        }
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        let mut forced = CaptureWriter::create(path, info(), None, IfExists::Overwrite).unwrap();
+        forced.write(1, 60, &[0u8; 60], 0).unwrap();
+        forced.finish(0).unwrap();
+        let bytes = std::fs::read(&kept).unwrap();
+        assert_eq!(&bytes[..4], &[0x0a, 0x0d, 0x0d, 0x0a], "not a fresh pcapng");
+        let mut null = CaptureWriter::create("/dev/null", info(), None, IfExists::Refuse).unwrap();
+        null.write(1, 60, &[0u8; 60], 0).unwrap();
+        null.finish(0).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

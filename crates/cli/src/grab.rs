@@ -9,9 +9,10 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use sonde_apps::{AnyApp, AppKind, AppOptions, TlsVersion};
 use sonde_engine::grab::{all_fields, GrabPlan, GrabSummary};
-use sonde_engine::status::{human_seconds, per_second};
+use sonde_engine::status::{human_seconds, per_second, to_stderr};
 use sonde_engine::stop::Stop;
 use sonde_io::BackendKind;
+use sonde_meter::output_file::IfExists;
 use sonde_scan::output::{open_writer_with, OutputFormat};
 use sonde_scan::Field;
 use sonde_tcp::CloseMode;
@@ -174,7 +175,11 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
         arp_for,
         fields: fields.clone(),
     };
-    let mode = runargs::output_mode(&args.run, args.output_format == OutputFormat::Parquet)?;
+    let mode = runargs::output_mode(
+        &args.run,
+        &plan.run,
+        args.output_format == OutputFormat::Parquet,
+    )?;
     let writer = open_writer_with(args.output_format, args.run.output.as_deref(), fields, mode)?;
     if !args.run.quiet {
         announce(&args, &plan, &notes);
@@ -275,7 +280,7 @@ fn announce(args: &GrabArgs, plan: &GrabPlan<AnyApp>, notes: &[String]) {
 
 fn report(args: &GrabArgs, s: &GrabSummary) -> anyhow::Result<()> {
     if !args.run.quiet {
-        eprintln!(
+        to_stderr(format_args!(
             "grab: {} targets in {}: {} success ({}), {} refused, {} no answer, {} data timeouts, {} resets, {} closed; cpu {:.2} s user, {:.2} s system = {:.1} µs per success; peak {} open",
             s.completed + s.syn_timeouts,
             human_seconds(s.wall_s),
@@ -290,15 +295,15 @@ fn report(args: &GrabArgs, s: &GrabSummary) -> anyhow::Result<()> {
             s.cpu_sys_s,
             s.cpu_us_per_conn,
             s.peak_outstanding
-        );
+        ));
     }
     if let Some(path) = &s.checkpoint {
-        eprintln!(
+        to_stderr(format_args!(
             "grab interrupted: checkpoint written to {path}; finish with the same command plus --resume {path} (and another -o, or --append)"
-        );
+        ));
     }
     if let Some(path) = &args.run.summary_json {
-        crate::cmd::blast::write_json(path, s)?;
+        crate::cmd::blast::write_json(path, s, IfExists::force(args.run.force))?;
     }
     Ok(())
 }

@@ -75,7 +75,8 @@ fn main() {
     };
     if let Err(err) = result {
         // One line: the context chain joined, no backtrace.
-        eprintln!("sonde: error: {err:#}");
+        // Not eprintln!: after a hangup the terminal is gone, and a panic would abort.
+        sonde_engine::status::to_stderr(format_args!("sonde: error: {err:#}"));
         // tcpdump's status for an expression that does not compile.
         let bad_expression = err.downcast_ref::<capture::BadExpression>().is_some();
         std::process::exit(if bad_expression { 2 } else { 1 });

@@ -2,18 +2,19 @@
 //! host, backends, checkpoint, output file), and their resolution into the engine's
 //! [`RunPlan`]: the lab or the real network, the guardrails, the seed and key.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use sonde_craft::cookie::{PortRange, Validator};
-use sonde_engine::checkpoint::{Checkpoint, RunIdentity};
+use sonde_engine::checkpoint::{self, Checkpoint, RunIdentity};
 use sonde_engine::host::{check_source_ports, Host, HostRequest};
 use sonde_engine::plan::RunPlan;
 use sonde_engine::targets::{plan_targets, LabScope, TargetRequest, SYSTEM_BLOCKLIST};
 use sonde_io::{BackendKind, XdpMode};
 use sonde_lab::LabStatus;
+use sonde_meter::output_file::{self, IfExists};
 use sonde_scan::targets::{parse_ports, shard_from_env, TargetSpace};
 use sonde_wire::MacAddr;
 
@@ -72,10 +73,11 @@ pub struct RunArgs {
     /// Seconds to keep receiving after the last probe.
     #[arg(short = 'c', long, default_value_t = 8.0)]
     pub cooldown: f64,
-    /// Output file (default: stdout; parquet needs a file).
+    /// Output file (default: stdout, or `-`; parquet needs a file; a device such as /dev/null
+    /// is written as it is).
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
-    /// Overwrite the output file if it exists.
+    /// Overwrite output files that exist (rows, --summary-json, --status-file, checkpoint).
     #[arg(long, conflicts_with = "append")]
     pub force: bool,
     /// Append to the output file if it exists (csv, ndjson): e.g. to finish a --resume'd scan
@@ -114,8 +116,9 @@ pub struct RunArgs {
     /// checkpoint fixes may be left out) and another -o, or --append.
     #[arg(long)]
     pub resume: Option<PathBuf>,
-    /// Where an interrupted run writes its checkpoint (default: sonde-scan.checkpoint.json or
-    /// sonde-grab.checkpoint.json).
+    /// Where an interrupted run writes its checkpoint (default: the one --resume names; else
+    /// next to -o FILE, as FILE.checkpoint.json; with rows on stdout,
+    /// sonde-scan.checkpoint.json or sonde-grab.checkpoint.json in the working folder).
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,
     /// Append the status line, once a second, to this CSV file.
@@ -336,11 +339,14 @@ impl Resolved {
             xdp_mode: args.xdp_mode,
             ports: args.source_ports,
             resume: self.resume,
+            // A resumed run updates the checkpoint it resumes, unless told otherwise.
             checkpoint: args
                 .checkpoint
                 .clone()
-                .unwrap_or_else(|| PathBuf::from(format!("sonde-{tool}.checkpoint.json"))),
+                .or_else(|| args.resume.clone())
+                .unwrap_or_else(|| checkpoint::default_path(tool, args.output.as_deref())),
             status_file: args.status_file.clone(),
+            overwrite: args.force,
             quiet: args.quiet,
         })
     }
@@ -367,26 +373,48 @@ pub fn check_resume(
     })
 }
 
-/// How an output file may be opened: refuses to overwrite an existing file unless --force, and
-/// appends with --append.
-pub fn output_mode(args: &RunArgs, parquet: bool) -> anyhow::Result<sonde_scan::output::OpenMode> {
+/// How the output file may be opened: an existing file is refused unless --force (overwrite)
+/// or --append; a device such as /dev/null is written as it is; a symbolic link never. The
+/// run's other files (summary, status file, checkpoint) are checked here too, so a run that
+/// could not write one of them is refused before it starts.
+pub fn output_mode(
+    args: &RunArgs,
+    run: &RunPlan,
+    parquet: bool,
+) -> anyhow::Result<sonde_scan::output::OpenMode> {
     use sonde_scan::output::OpenMode;
-    let Some(path) = args.output.as_deref().filter(|p| *p != Path::new("-")) else {
+    let if_exists = IfExists::force(args.force);
+    let sides = [
+        ("--summary-json", &args.summary_json),
+        ("--status-file", &run.status_file),
+    ];
+    for (option, path) in sides {
+        if let Some(path) = path {
+            output_file::check(path, if_exists).with_context(|| option.to_string())?;
+        }
+    }
+    checkpoint::check_writable(&run.checkpoint, args.force, args.resume.as_deref())?;
+    let Some(path) = args
+        .output
+        .as_deref()
+        .filter(|p| !output_file::is_stdout(p))
+    else {
         return Ok(OpenMode::Create);
     };
-    let exists = path.exists();
-    match (exists, args.force, args.append) {
+    let regular = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file());
+    match (regular, args.force, args.append) {
         (true, _, true) if parquet => Err(anyhow!(
             "cannot append to {}: parquet files cannot grow; write the rest to another file",
             path.display()
         )),
-        (true, _, true) => Ok(OpenMode::Append),
-        (true, true, _) => Ok(OpenMode::Create),
         (true, false, false) => Err(anyhow!(
             "output file {} exists: give another -o, or --append to add to it, or --force to overwrite it",
             path.display()
         )),
-        (false, _, _) => Ok(OpenMode::Create),
+        // Whatever else is there (a link, a folder) is refused by the opening, in one line.
+        (_, _, true) if !parquet => Ok(OpenMode::Append),
+        (_, true, _) => Ok(OpenMode::Create),
+        _ => Ok(OpenMode::CreateNew),
     }
 }
 

@@ -448,7 +448,7 @@ fn profile_prints_every_stage_and_draws_them() {
         "--backend",
         "pcap",
         "--profile",
-        &png,
+        &lab.file("pcap-profile.png"),
     ]);
     assert!(
         stderr(&refused).contains("--profile instruments"),

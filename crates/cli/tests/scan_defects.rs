@@ -120,6 +120,9 @@ fn a_failing_receiver_stops_the_senders_and_says_why() {
         "--force",
         "--summary-json",
         &summary,
+        // With rows on a device the checkpoint would go to the working folder: the source tree.
+        "--checkpoint",
+        &lab.file("full.checkpoint.json"),
     ]);
     assert!(!out.status.success(), "a scan whose output fails must fail");
     let err = stderr(&out);
@@ -187,6 +190,13 @@ fn ctrl_c_at_one_probe_per_second_stops_at_once_and_sends_nothing_more() {
     assert!(
         (1..=3).contains(&sent),
         "sent {sent} probes in 1.5 s at 1 pps"
+    );
+    // The checkpoint goes next to the output, not into the working folder (the test ran in
+    // crates/cli, and its checkpoint ended up tracked by git there).
+    let checkpoint = format!("{out_file}.checkpoint.json");
+    assert!(
+        Path::new(&checkpoint).exists(),
+        "no checkpoint at {checkpoint}"
     );
 }
 

@@ -4,12 +4,53 @@
 //!
 //! It is written as soon as sending stops (a job scheduler's SIGKILL may follow SIGTERM within
 //! seconds), and written again when the run ends, with the final counts.
+//!
+//! By default it goes next to the run's output file (`results.csv.checkpoint.json`), so runs
+//! in one folder (the shards of one scan, say) never write the same one; when the rows go to
+//! stdout or a device, to `sonde-scan.checkpoint.json` (or `sonde-grab…`) in the working folder.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
+use sonde_meter::output_file::{self, IfExists, OpenError};
 use sonde_scan::targets::CursorState;
+
+/// Where the checkpoint of a `tool` run writing to `output` goes unless `--checkpoint` says.
+pub fn default_path(tool: &str, output: Option<&Path>) -> PathBuf {
+    match output {
+        Some(out) if !output_file::is_written_in_place(out) => {
+            let mut name = out.as_os_str().to_owned();
+            name.push(".checkpoint.json");
+            PathBuf::from(name)
+        }
+        _ => PathBuf::from(format!("sonde-{tool}.checkpoint.json")),
+    }
+}
+
+/// Checks, before a run starts, that its checkpoint may be written at `path` when it is
+/// interrupted: not over another run's checkpoint (or any file) unless `force`, never through
+/// a symbolic link. The checkpoint being resumed may be updated.
+pub fn check_writable(path: &Path, force: bool, resuming: Option<&Path>) -> anyhow::Result<()> {
+    if resuming.is_some_and(|r| same_file(r, path)) {
+        return Ok(());
+    }
+    match output_file::check(path, IfExists::force(force)) {
+        Err(OpenError::Exists(_)) => bail!(
+            "checkpoint {p} exists (an interrupted run's): resume it with --resume {p}, give another --checkpoint, or --force to overwrite it",
+            p = path.display()
+        ),
+        other => Ok(other?),
+    }
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Checkpoint {
@@ -69,10 +110,24 @@ impl Checkpoint {
     }
 
     /// Writes atomically: a crash while writing leaves the old file or none, never half of one.
+    /// The new file is made beside it (never through a link) and renamed over it, which
+    /// replaces a link rather than follow it; a device or FIFO (`--checkpoint /dev/null`) is
+    /// written in place, never replaced.
     pub fn save(&self, path: &Path) -> anyhow::Result<()> {
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, serde_json::to_string_pretty(self)? + "\n")
-            .with_context(|| format!("writing {}", tmp.display()))?;
+        let text = serde_json::to_string_pretty(self)? + "\n";
+        if output_file::is_written_in_place(path) {
+            return Ok(output_file::write_whole(
+                path,
+                text.as_bytes(),
+                IfExists::Overwrite,
+            )?);
+        }
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".{}.tmp", std::process::id()));
+        let tmp = PathBuf::from(tmp);
+        // A leftover of a crashed run that had this pid (unlinking never follows a link).
+        let _ = std::fs::remove_file(&tmp);
+        output_file::write_whole(&tmp, text.as_bytes(), IfExists::Refuse)?;
         std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
     }
 
@@ -178,6 +233,93 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("5") && err.contains("module tcp_syn"), "{err}");
+    }
+
+    /// A scratch folder, removed on drop.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Scratch {
+            let dir = std::env::temp_dir().join(format!("sonde-ck-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Scratch(dir)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn the_default_goes_next_to_the_output_file() {
+        assert_eq!(
+            default_path("scan", Some(Path::new("out/results.csv"))),
+            Path::new("out/results.csv.checkpoint.json")
+        );
+        for rows_elsewhere in [None, Some(Path::new("-")), Some(Path::new("/dev/null"))] {
+            assert_eq!(
+                default_path("grab", rows_elsewhere),
+                Path::new("sonde-grab.checkpoint.json")
+            );
+        }
+    }
+
+    #[test]
+    fn saving_replaces_a_planted_link_and_never_writes_through_it() {
+        let dir = Scratch::new("link");
+        let victim = dir.0.join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let path = dir.0.join("ck.json");
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        let err = check_writable(&path, true, None).unwrap_err().to_string();
+        assert!(err.contains("symbolic link"), "{err}");
+        checkpoint().save(&path).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        assert!(std::fs::symlink_metadata(&path).unwrap().is_file());
+        assert_eq!(Checkpoint::load(&path).unwrap(), checkpoint());
+        let left: Vec<_> = std::fs::read_dir(&dir.0).unwrap().collect();
+        assert_eq!(left.len(), 2, "a temporary file was left behind");
+    }
+
+    #[test]
+    fn another_runs_checkpoint_needs_force_but_the_resumed_one_may_be_updated() {
+        let dir = Scratch::new("exists");
+        let path = dir.0.join("ck.json");
+        check_writable(&path, false, None).unwrap();
+        checkpoint().save(&path).unwrap();
+        let err = check_writable(&path, false, None).unwrap_err().to_string();
+        assert!(err.contains("--resume") && err.contains("--force"), "{err}");
+        assert_eq!(err.lines().count(), 1);
+        check_writable(&path, true, None).unwrap();
+        check_writable(&path, false, Some(&path)).unwrap();
+        check_writable(&path, false, Some(&dir.0.join(".").join("ck.json"))).unwrap();
+    }
+
+    #[test]
+    fn a_fifo_is_written_in_place_not_replaced() {
+        use std::os::unix::fs::FileTypeExt;
+        let dir = Scratch::new("fifo");
+        let fifo = dir.0.join("pipe");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if !made.is_ok_and(|s| s.success()) {
+            eprintln!("skipping: mkfifo failed");
+            return;
+        }
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+        };
+        checkpoint().save(&fifo).unwrap();
+        let text = reader.join().unwrap();
+        assert_eq!(
+            serde_json::from_str::<Checkpoint>(&text).unwrap(),
+            checkpoint()
+        );
+        let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+        assert!(kind.is_fifo(), "the FIFO was replaced by a file");
     }
 
     #[test]

@@ -49,6 +49,9 @@ pub struct RunPlan {
     pub resume: Option<Checkpoint>,
     pub checkpoint: PathBuf,
     pub status_file: Option<PathBuf>,
+    /// `--force`: an output file that exists may be overwritten (the status file is opened by
+    /// the run; the command checks the others before it starts).
+    pub overwrite: bool,
     pub quiet: bool,
 }
 

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use serde::Serialize;
 use sonde_io::{AnyRx, AnyTx, BackendKind, FrameTx};
+use sonde_meter::output_file::IfExists;
 use sonde_meter::stages::{self, Role, Stage};
 use sonde_meter::{peak_rss_bytes, Counter, CpuTimes, Stopwatch};
 use sonde_scan::dedup::Dedup;
@@ -24,7 +25,7 @@ use crate::feed::Feed;
 use crate::pace::Pacer;
 use crate::plan::{pin_to_cpu, RunPlan};
 use crate::queues::{open_queues, ReplyFilter};
-use crate::status::{per_second, Phase, StatusLine, StatusSource, Tick};
+use crate::status::{per_second, to_stderr, Phase, StatusLine, StatusSource, Tick};
 use crate::stop::{Stop, StopReason};
 
 /// A scan, ready to run.
@@ -122,7 +123,12 @@ pub fn run(
         std::thread::spawn(move || receiver.run(&receiving, &stop))
     };
     let source = ScanStatus::new(counts.clone(), total);
-    let mut status = StatusLine::new(source, plan.run.quiet, plan.run.status_file.as_deref())?;
+    let mut status = StatusLine::new(
+        source,
+        plan.run.quiet,
+        plan.run.status_file.as_deref(),
+        IfExists::force(plan.run.overwrite),
+    )?;
     let send_start = Instant::now();
     let send_result = send(
         &plan,
@@ -315,10 +321,10 @@ fn cooldown(
     stop.rearm();
     let until = Instant::now() + Duration::from_secs_f64(plan.run.cooldown);
     if interrupted && !plan.run.quiet {
-        eprintln!(
+        to_stderr(format_args!(
             "scan: sending stopped; receiving for {:.0} s more (Ctrl-C again to stop now)",
             plan.run.cooldown
-        );
+        ));
     }
     while Instant::now() < until && !stop.is_set() {
         std::thread::sleep(Duration::from_millis(50));

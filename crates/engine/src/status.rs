@@ -2,11 +2,12 @@
 //! same frame for every tool — elapsed time, progress, time left or the cooldown's countdown —
 //! around what the tool itself reports (a [`StatusSource`]).
 
+use std::fmt::Display;
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use sonde_meter::output_file::{self, IfExists, Output};
 
 /// Where a run is.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -44,18 +45,22 @@ pub struct StatusLine<S: StatusSource> {
     start: Instant,
     last: Instant,
     quiet: bool,
-    file: Option<std::io::BufWriter<std::fs::File>>,
+    file: Option<std::io::BufWriter<Output>>,
     last_text: String,
 }
 
 impl<S: StatusSource> StatusLine<S> {
-    pub fn new(source: S, quiet: bool, file: Option<&Path>) -> anyhow::Result<Self> {
+    /// A status line on stderr (unless `quiet`), and in `file` as CSV, opened as every output
+    /// is (`if_exists`: refused if it exists, unless --force).
+    pub fn new(
+        source: S,
+        quiet: bool,
+        file: Option<&Path>,
+        if_exists: IfExists,
+    ) -> anyhow::Result<Self> {
         let file = match file {
             Some(path) => {
-                let mut f = std::io::BufWriter::new(
-                    std::fs::File::create(path)
-                        .with_context(|| format!("creating {}", path.display()))?,
-                );
+                let mut f = std::io::BufWriter::new(output_file::open(path, if_exists)?);
                 writeln!(f, "elapsed_s,phase,percent_done,{}", source.csv_header())?;
                 Some(f)
             }
@@ -118,7 +123,7 @@ impl<S: StatusSource> StatusLine<S> {
         );
         let repeat = force && text == self.last_text;
         if !self.quiet && !repeat {
-            eprintln!("{line}");
+            to_stderr(line);
         }
         self.last_text = text;
         if let Some(f) = &mut self.file {
@@ -128,6 +133,13 @@ impl<S: StatusSource> StatusLine<S> {
         self.last = now;
         Ok(())
     }
+}
+
+/// Writes one line to stderr, and goes on if it cannot: after a hangup (a dropped SSH session)
+/// the terminal is gone, and `eprintln!` would abort sonde (its release build aborts on a
+/// panic) before the run's output is finished.
+pub fn to_stderr(line: impl Display) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 /// `0.4 s`, `12 s`, `3 min 20 s`, `2 h 05 min`.
@@ -187,7 +199,8 @@ mod tests {
     #[test]
     fn the_file_gets_every_tick_with_its_phase() {
         let path = std::env::temp_dir().join(format!("sonde-status-{}.csv", std::process::id()));
-        let mut s = StatusLine::new(Fixed(5), true, Some(&path)).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let mut s = StatusLine::new(Fixed(5), true, Some(&path), IfExists::Refuse).unwrap();
         s.tick(Phase::Sending { done: 0.5 }, true).unwrap();
         let until = Instant::now() + Duration::from_secs(4);
         s.tick(Phase::Cooldown { until }, true).unwrap();
@@ -197,6 +210,18 @@ mod tests {
         assert_eq!(lines[0], "elapsed_s,phase,percent_done,n");
         assert!(lines[1].ends_with(",sending,50.00,5"), "{text}");
         assert!(lines[2].ends_with(",cooldown,100.00,5"), "{text}");
+        // An existing status file is kept unless --force.
+        let err = StatusLine::new(Fixed(6), true, Some(&path), IfExists::Refuse)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("--force"), "{err}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+        StatusLine::new(Fixed(6), true, Some(&path), IfExists::Overwrite).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "elapsed_s,phase,percent_done,n\n"
+        );
         std::fs::remove_file(&path).unwrap();
     }
 }

@@ -3,7 +3,9 @@
 //!
 //! Outside a lab the blocklists are the default one (the IANA special-purpose registries, unless
 //! `--no-default-blocklist`), the system opt-out file (`/etc/sonde/blocklist.conf`, always, when
-//! it exists) and every `-b` file. Inside a lab only the lab's population may be probed (the lab
+//! it exists) and every `-b` file. A list that is there but cannot be read (a dangling link, a
+//! file or folder sonde may not read) stops the run: only "nothing at that path" skips the
+//! opt-out file. Inside a lab only the lab's population may be probed (the lab
 //! answers nothing else), and that population is lifted from the default blocklist, which lists
 //! the benchmarking ranges the lab lives in.
 
@@ -103,19 +105,59 @@ pub fn plan_targets(req: &TargetRequest) -> anyhow::Result<TargetPlan> {
         .as_deref()
         .map(PrefixSet::from_file)
         .transpose()?;
-    let (block, notes) = blocklist(req)?;
+    let system = system_blocklist(req)?;
+    let (block, notes) = blocklist(req, system)?;
     let space = match TargetSpace::new(&spec, allow.as_ref(), &block, &ports) {
         Ok(space) => space,
         Err(e) if e.to_string().contains("no targets left") => {
-            bail!("{}", explain_empty(&tokens, req, allow.as_ref()))
+            bail!("{}", explain_empty(&tokens, req, system, allow.as_ref()))
         }
         Err(e) => return Err(e),
     };
     Ok(TargetPlan { space, notes })
 }
 
+/// The system opt-out list, if there is one. Only "nothing at that path" means none: a dangling
+/// link, or a path sonde may not look at, stops the run (`Path::exists` would say "none" and
+/// skip the opt-outs silently).
+fn system_blocklist(req: &TargetRequest) -> anyhow::Result<Option<&Path>> {
+    let Some(path) = req.system_blocklist.as_deref() else {
+        return Ok(None);
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => Ok(Some(path)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => bail!(
+            "cannot look at the opt-out list {}: {e}; sonde does not scan without the opt-outs it may hold: make it readable",
+            path.display()
+        ),
+    }
+}
+
+/// Reads a blocklist (`what`: which one, for the message); one that cannot be read stops the
+/// run with a line naming it, and the link's target when it is a dangling link.
+fn read_blocklist(path: &Path, what: &str) -> anyhow::Result<PrefixSet> {
+    if let Err(e) = std::fs::File::open(path) {
+        let why = match std::fs::read_link(path) {
+            Ok(target) => format!(
+                "it is a link to {}, which cannot be opened ({e})",
+                target.display()
+            ),
+            Err(_) => e.to_string(),
+        };
+        bail!(
+            "cannot read {what} {}: {why}; sonde does not scan without it: fix it",
+            path.display()
+        );
+    }
+    PrefixSet::from_file(path).with_context(|| format!("cannot read {what} {}", path.display()))
+}
+
 /// The union of every blocklist in force, and a line naming them.
-fn blocklist(req: &TargetRequest) -> anyhow::Result<(PrefixSet, Vec<String>)> {
+fn blocklist(
+    req: &TargetRequest,
+    system: Option<&Path>,
+) -> anyhow::Result<(PrefixSet, Vec<String>)> {
     let mut block = PrefixSet::new();
     let mut names = Vec::new();
     let mut notes = Vec::new();
@@ -134,14 +176,12 @@ fn blocklist(req: &TargetRequest) -> anyhow::Result<(PrefixSet, Vec<String>)> {
         block = block.union(&default);
         names.push("default (IANA special-purpose)".to_string());
     }
-    let system = req.system_blocklist.as_deref().filter(|p| p.exists());
-    for path in system
-        .into_iter()
-        .chain(req.blocklists.iter().map(PathBuf::as_path))
-    {
-        let list = PrefixSet::from_file(path)
-            .with_context(|| format!("reading blocklist {}", path.display()))?;
-        block = block.union(&list);
+    if let Some(path) = system {
+        block = block.union(&read_blocklist(path, "the opt-out list")?);
+        names.push(path.display().to_string());
+    }
+    for path in &req.blocklists {
+        block = block.union(&read_blocklist(path, "blocklist (-b)")?);
         names.push(path.display().to_string());
     }
     let listed = if names.is_empty() {
@@ -190,7 +230,12 @@ fn check_inside_lab(spec: &TargetSpec, lab: &LabScope) -> anyhow::Result<()> {
 
 /// Why nothing is left: the blocklist entries that cover the targets, and the flag that lifts
 /// each.
-fn explain_empty(tokens: &[String], req: &TargetRequest, allow: Option<&PrefixSet>) -> String {
+fn explain_empty(
+    tokens: &[String],
+    req: &TargetRequest,
+    system: Option<&Path>,
+    allow: Option<&PrefixSet>,
+) -> String {
     let Ok(targets) = PrefixSet::parse(tokens) else {
         return "no targets left after the blocklist/allowlist".into();
     };
@@ -214,7 +259,6 @@ fn explain_empty(tokens: &[String], req: &TargetRequest, allow: Option<&PrefixSe
             );
         }
     }
-    let system = req.system_blocklist.as_deref().filter(|p| p.exists());
     for path in system
         .into_iter()
         .chain(req.blocklists.iter().map(PathBuf::as_path))
@@ -325,6 +369,47 @@ mod tests {
         );
         req.system_blocklist = Some(dir.join("missing.conf"));
         assert_eq!(plan_targets(&req).unwrap().space.addresses(), 128);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Only "nothing there" skips the opt-out list: a dangling link, or a path that cannot be
+    /// looked at, stops the scan with one line (it used to plan in full, "blocklists: none").
+    #[test]
+    fn an_opt_out_list_that_cannot_be_read_stops_the_scan() {
+        let dir = std::env::temp_dir().join(format!("sonde-optout-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let dangling = dir.join("blocklist.conf");
+        std::os::unix::fs::symlink(dir.join("gone.conf"), &dangling).unwrap();
+        let a_file = dir.join("plain");
+        std::fs::write(&a_file, "").unwrap();
+        let mut req = request(&["198.18.0.0/24"]);
+        req.default_blocklist = false;
+        let unstattable = a_file.join("blocklist.conf");
+        for (system, want) in [
+            (&dangling, "it is a link to"),
+            (&unstattable, "cannot look at the opt-out list"),
+            (&dir, "cannot read the opt-out list"),
+        ] {
+            req.system_blocklist = Some(system.clone());
+            let err = format!(
+                "{:#}",
+                plan_targets(&req).err().expect("planned without it")
+            );
+            assert!(err.contains(want), "{}: {err}", system.display());
+            assert!(err.contains(&*system.to_string_lossy()), "{err}");
+            assert_eq!(err.lines().count(), 1, "{err}");
+        }
+        req.system_blocklist = None;
+        for bad in [&dangling, &dir.join("missing.txt")] {
+            req.blocklists = vec![bad.clone()];
+            let err = format!(
+                "{:#}",
+                plan_targets(&req).err().expect("planned without -b")
+            );
+            assert!(err.contains("cannot read blocklist (-b)"), "{err}");
+            assert_eq!(err.lines().count(), 1, "{err}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

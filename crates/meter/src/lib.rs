@@ -3,6 +3,7 @@
 //! summary that prints as text or one JSON object.
 
 pub mod fit;
+pub mod output_file;
 pub mod stages;
 
 use std::sync::atomic::{AtomicU64, Ordering};

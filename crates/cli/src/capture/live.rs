@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sonde_capture::live::{Counters, Plan};
 use sonde_capture::output::{CaptureWriter, FileInfo, Format};
@@ -35,12 +35,9 @@ pub fn run(args: &CaptureArgs, iface: &str, expr: &str, out: &str) -> anyhow::Re
         iface: iface.to_string(),
         snaplen: args.snaplen,
     };
-    let writer = CaptureWriter::create(out, info, args.rotate_mb)?;
+    let writer = CaptureWriter::create(out, info, args.rotate_mb, super::if_exists(args))?;
     let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, stop.clone())
-            .context("installing the Ctrl-C handler")?;
-    }
+    sonde_engine::stop::set_on_stop_signals(&stop)?;
     let counters = Arc::new(Counters::default());
     let iface_drops_start = iface_rx_dropped(iface);
     let plan = Plan::new(sources, args.count, CHUNKS_PER_THREAD);

@@ -8,7 +8,11 @@ mod profile;
 mod summary;
 mod xdp;
 
+use std::path::Path;
+
+use anyhow::Context;
 use clap::{Args, ValueEnum};
+use sonde_meter::output_file::{self, IfExists};
 
 /// The bad input that makes `sonde capture` exit with status 2 (tcpdump's convention for an
 /// expression that does not compile).
@@ -40,8 +44,9 @@ impl std::error::Error for BadExpression {}
 ///
 /// Files: `.pcap` is classic pcap with nanosecond stamps; anything else, and `-w -`
 /// (stdout, e.g. `| tcpdump -r -`), is pcapng (nanosecond stamps, interface name and snap
-/// length, and received/dropped counts at the end). Ctrl-C, -c, --duration, a full disk or a
-/// closed pipe all end with a valid file.
+/// length, and received/dropped counts at the end). An existing file is kept unless --force.
+/// Ctrl-C, SIGTERM, a hangup, SIGQUIT, -c, --duration, a full disk or a closed pipe all end
+/// with a valid file.
 ///
 /// Drops are told by cause, live and at the end: by the kernel (before the ring), by the
 /// ring (sonde did not read fast enough), and by sonde (its writer or the disk fell behind:
@@ -54,9 +59,14 @@ pub struct CaptureArgs {
     /// Read packets from this pcap or pcapng file (`-` for stdin) instead of an interface.
     #[arg(short = 'r', long = "read", value_name = "FILE")]
     read: Option<String>,
-    /// Where to write: FILE.pcapng, FILE.pcap, or `-` for stdout (pcapng).
+    /// Where to write: FILE.pcapng, FILE.pcap, or `-` for stdout (pcapng). An existing file is
+    /// kept unless --force; a device such as /dev/null is written as it is.
     #[arg(short = 'w', long = "write", value_name = "FILE")]
     write: Option<String>,
+    /// Overwrite the files this capture writes (-w, rotated files, --summary-json, --profile)
+    /// if they exist.
+    #[arg(long)]
+    force: bool,
     /// Bytes kept of each packet (the rest is cut; the file records the length on the wire).
     #[arg(short = 's', long, default_value_t = 262_144, value_name = "SNAPLEN", value_parser = clap::value_parser!(u32).range(14..=262_144))]
     snaplen: u32,
@@ -125,11 +135,33 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     let Some(out) = args.write.clone() else {
         anyhow::bail!("say where to write: -w FILE.pcapng, -w FILE.pcap, or -w - for stdout");
     };
+    check_outputs(&args, &out)?;
     match (&args.read, &args.iface) {
         (Some(file), _) => offline::run(&args, file, &expr, &out),
         (None, Some(iface)) => live::run(&args, iface, &expr, &out),
         (None, None) => anyhow::bail!("say what to capture: -i IFACE, or -r FILE to read a file"),
     }
+}
+
+/// What to do with a file this capture would write that exists already.
+fn if_exists(args: &CaptureArgs) -> IfExists {
+    IfExists::force(args.force)
+}
+
+/// Refuses at once what could not be written (a file that exists, without --force; a symbolic
+/// link; a missing folder), rather than after the capture.
+fn check_outputs(args: &CaptureArgs, out: &str) -> anyhow::Result<()> {
+    let files = [
+        ("-w", Some(out)),
+        ("--summary-json", args.summary_json.as_deref()),
+        ("--profile", args.profile.as_deref()),
+    ];
+    for (option, file) in files {
+        if let Some(file) = file {
+            output_file::check(Path::new(file), if_exists(args)).context(option)?;
+        }
+    }
+    Ok(())
 }
 
 /// Compiles `expr` with libpcap (an empty one keeps everything), for Ethernet frames, with

@@ -90,7 +90,9 @@ pub fn run(args: &CaptureArgs, file: &str, expr: &str, out: &str) -> anyhow::Res
                 iface: format!("file {file}"),
                 snaplen: header.snaplen.clamp(1, args.snaplen),
             };
-            *writer.borrow_mut() = Some(CaptureWriter::create(out, info, args.rotate_mb)?);
+            let if_exists = super::if_exists(args);
+            *writer.borrow_mut() =
+                Some(CaptureWriter::create(out, info, args.rotate_mb, if_exists)?);
             Ok(())
         },
         |p| {

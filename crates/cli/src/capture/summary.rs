@@ -1,10 +1,13 @@
 //! What a capture reports: the final line (`N captured, N dropped by the kernel, N by sonde`)
 //! and `--summary-json`.
 
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
 use serde::Serialize;
+use sonde_engine::status::to_stderr;
+use sonde_meter::output_file;
 use sonde_meter::CpuTimes;
 
 use super::CaptureArgs;
@@ -75,14 +78,15 @@ impl Summary {
     /// The final line (stderr, so `-w -` keeps stdout for the packets), the JSON file, and
     /// an error if writing stopped early.
     pub fn finish(&self, args: &CaptureArgs) -> anyhow::Result<()> {
-        eprintln!(
+        // Not eprintln!: after a hangup the terminal is gone, and a panic would abort.
+        to_stderr(format_args!(
             "{} captured, {} dropped by the kernel, {} by sonde",
             self.captured,
             self.kernel_drops + self.ring_drops,
             self.writer_drops
-        );
+        ));
         if !args.quiet {
-            eprintln!(
+            to_stderr(format_args!(
                 "  {} received; kernel {} + ring {} + sonde {} dropped; {:.0} pps, {:.0} ns CPU per packet; filter: {}; timestamps: {}",
                 self.received,
                 self.kernel_drops,
@@ -92,11 +96,13 @@ impl Summary {
                 self.cpu_ns_per_packet,
                 self.filter,
                 self.ts_source
-            );
+            ));
         }
         if let Some(path) = &args.summary_json {
-            let text = serde_json::to_string_pretty(self)?;
-            std::fs::write(path, text + "\n").with_context(|| format!("writing {path}"))?;
+            let text = serde_json::to_string_pretty(self)? + "\n";
+            let if_exists = super::if_exists(args);
+            output_file::write_whole(Path::new(path), text.as_bytes(), if_exists)
+                .context("--summary-json")?;
         }
         if let Some(why) = &self.stopped_by {
             anyhow::bail!(

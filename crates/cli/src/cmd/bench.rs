@@ -9,9 +9,10 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use sonde_craft::ProbeKind;
 use sonde_io::{BackendKind, FrameTx};
+use sonde_meter::output_file::IfExists;
 use sonde_meter::{human_rate, parse_link, Counter, Stopwatch, TxSummary};
 
-use super::blast::{enter_lab, plan, write_json, LabTarget};
+use super::blast::{check_summary, enter_lab, plan, write_json, LabTarget};
 use crate::tx::{self, Limit};
 
 #[derive(Args)]
@@ -77,6 +78,9 @@ struct FloorArgs {
     /// Write the summary as one JSON object to this file.
     #[arg(long)]
     summary_json: Option<PathBuf>,
+    /// Overwrite --summary-json if it exists.
+    #[arg(long)]
+    force: bool,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -240,6 +244,7 @@ fn print_ratio(rows: &[SweepRow], a: &str, b: &str, batch: usize) {
 }
 
 fn bench_floor(args: FloorArgs) -> anyhow::Result<()> {
+    check_summary(args.summary_json.as_deref(), IfExists::force(args.force))?;
     let lab = enter_lab(&args.target)?;
     let p = plan(
         &args.target,
@@ -274,7 +279,7 @@ fn bench_floor(args: FloorArgs) -> anyhow::Result<()> {
     );
     crate::say(s.to_text());
     if let Some(path) = &args.summary_json {
-        write_json(path, &s)?;
+        write_json(path, &s, IfExists::force(args.force))?;
     }
     Ok(())
 }

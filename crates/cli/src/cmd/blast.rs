@@ -1,7 +1,7 @@
 //! `sonde blast`: transmit frames from a template as fast as a backend allows, inside a lab.
 
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +11,7 @@ use clap::Args;
 use sonde_craft::{ProbeKind, Targets, Template, TemplateSpec};
 use sonde_io::{BackendKind, IoConfig, XdpMode};
 use sonde_lab::LabStatus;
+use sonde_meter::output_file::{self, IfExists};
 use sonde_meter::{parse_link, Counter, TxSummary};
 use sonde_wire::MacAddr;
 
@@ -72,12 +73,17 @@ pub struct BlastArgs {
     /// Write the summary as one JSON object to this file.
     #[arg(long)]
     summary_json: Option<PathBuf>,
+    /// Overwrite --summary-json if it exists.
+    #[arg(long)]
+    force: bool,
     /// No live status line.
     #[arg(short, long)]
     quiet: bool,
 }
 
 pub fn run(args: BlastArgs) -> anyhow::Result<()> {
+    let summary_mode = IfExists::force(args.force);
+    check_summary(args.summary_json.as_deref(), summary_mode)?;
     let limit = match (args.count, args.duration) {
         (_, Some(d)) if d > 0.0 && d.is_finite() => Limit::Duration(Duration::from_secs_f64(d)),
         (_, Some(_)) => bail!("--duration must be a positive number of seconds"),
@@ -101,7 +107,7 @@ pub fn run(args: BlastArgs) -> anyhow::Result<()> {
     let summary = run_with_status(&plan, args.link, args.quiet)?;
     crate::say(summary.to_text());
     if let Some(path) = &args.summary_json {
-        write_json(path, &summary)?;
+        write_json(path, &summary, summary_mode)?;
     }
     Ok(())
 }
@@ -187,10 +193,7 @@ pub fn plan(
 /// Runs a plan with the live status line and Ctrl-C handling; returns its summary.
 pub fn run_with_status(plan: &TxPlan, link_gbps: f64, quiet: bool) -> anyhow::Result<TxSummary> {
     let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, stop.clone())
-            .context("installing the Ctrl-C handler")?;
-    }
+    sonde_engine::stop::set_on_stop_signals(&stop)?;
     let total = match plan.limit {
         Limit::Count(n) => Some(n),
         Limit::Duration(_) => None,
@@ -222,7 +225,21 @@ pub fn run_with_status(plan: &TxPlan, link_gbps: f64, quiet: bool) -> anyhow::Re
     ))
 }
 
-pub fn write_json(path: &PathBuf, value: &impl serde::Serialize) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(value)?;
-    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+/// Refuses, before a run starts, a --summary-json it could not write at its end (one that
+/// exists, without --force; a symbolic link; a missing folder).
+pub fn check_summary(path: Option<&Path>, if_exists: IfExists) -> anyhow::Result<()> {
+    match path {
+        Some(path) => output_file::check(path, if_exists).context("--summary-json"),
+        None => Ok(()),
+    }
+}
+
+/// Writes a summary as one JSON object (`-`: to stdout), opened as every output is.
+pub fn write_json(
+    path: &Path,
+    value: &impl serde::Serialize,
+    if_exists: IfExists,
+) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value)? + "\n";
+    output_file::write_whole(path, text.as_bytes(), if_exists).context("--summary-json")
 }

@@ -26,6 +26,8 @@ pub struct ReflectArgs {
     #[arg(short, long, default_value_t = 7007)]
     port: u16,
     /// Only datagrams to this address (xdp: default the interface's address; others: any).
+    /// Needed outside a lab in the host's own network namespace, where the reflector answers
+    /// on the host's interface.
     #[arg(long)]
     addr: Option<Ipv4Addr>,
     /// Interface for ring and xdp (default: the lab's).
@@ -51,6 +53,9 @@ pub fn run(args: ReflectArgs) -> anyhow::Result<()> {
         None => None,
     };
     let lab = args.lab.as_deref().map(sonde_lab::status).transpose()?;
+    if lab.is_none() {
+        check_outside_lab(&args)?;
+    }
     if let Some(lab) = &lab {
         sonde_lab::enter_net_ns(&lab.name)?;
         if let Some(&cpu) = lab.target_cpus.as_deref().and_then(|c| c.first()) {
@@ -109,6 +114,47 @@ pub fn run(args: ReflectArgs) -> anyhow::Result<()> {
     };
     note(&args, format!("echoed {} datagrams{losses}", count.echoed));
     Ok(())
+}
+
+/// Without --lab, in the host's own network namespace, the reflector would answer on the host's
+/// interface for any of its addresses: it does so only for an address given with --addr, and
+/// says so. In another namespace (`ip netns exec`, `sonde lab exec`) it runs as asked.
+fn check_outside_lab(args: &ReflectArgs) -> anyhow::Result<()> {
+    if !in_host_namespace() {
+        return Ok(());
+    }
+    let Some(addr) = args.addr else {
+        bail!(
+            "without --lab, sonde latency reflect would answer on this host's own interface (its root network namespace): give --lab NAME, or --addr A to answer only datagrams to the host's address A"
+        );
+    };
+    note(
+        args,
+        format!("no --lab: answering on this host's own interface, datagrams to {addr} only"),
+    );
+    Ok(())
+}
+
+/// True when this thread is in the network namespace of process 1: the host's own (or the
+/// container's), not a lab's. Where process 1's cannot be looked at (from inside `ip netns
+/// exec`, the kernel may refuse), a namespace named in /run/netns is not the host's; anything
+/// else that cannot be told counts as the host's, the side that asks for more.
+fn in_host_namespace() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let id = |m: std::fs::Metadata| (m.dev(), m.ino());
+    let Ok(me) = std::fs::metadata("/proc/thread-self/ns/net").map(id) else {
+        return true;
+    };
+    if let Ok(init) = std::fs::metadata("/proc/1/ns/net").map(id) {
+        return me == init;
+    }
+    let named = std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten();
+    !named
+        .filter_map(|entry| std::fs::metadata(entry.path()).ok())
+        .any(|m| id(m) == me)
 }
 
 fn note(args: &ReflectArgs, text: String) {

@@ -2,7 +2,6 @@
 //! timed on one clock; a table on stdout, and in --out a heat map per rate, the percentile
 //! chart, the summary and (with --samples) every sample.
 
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::net::SocketAddrV4;
 use std::path::{Path as FsPath, PathBuf};
@@ -17,6 +16,7 @@ use sonde_latency::{
     hold_port, measure, reflector_answers, Clock, EchoLink, FrameEnds, FrameLink, KernelLink,
     RunReport, RunResult, RunSpec, HEADER_LEN,
 };
+use sonde_meter::output_file::{self, IfExists};
 use sonde_wire::MacAddr;
 
 use super::plot::{self, thousands, HeatTitle, RateCurve};
@@ -64,6 +64,9 @@ pub struct RunArgs {
     /// Write the summary as one JSON object to this file.
     #[arg(long)]
     summary_json: Option<PathBuf>,
+    /// Overwrite --summary-json if it exists.
+    #[arg(long)]
+    force: bool,
     /// Seconds to wait for the reflector's first echo before giving up.
     #[arg(long, default_value_t = 3.0)]
     wait: f64,
@@ -189,7 +192,7 @@ fn check(args: &RunArgs) -> anyhow::Result<()> {
     if args.to.port() == 0 {
         bail!("--to {}: port 0 is not a reflector's port", args.to);
     }
-    Ok(())
+    crate::cmd::blast::check_summary(args.summary_json.as_deref(), IfExists::force(args.force))
 }
 
 /// Creates --out and checks that it can be written, before anything is sent.
@@ -199,8 +202,10 @@ fn prepare_out(args: &RunArgs) -> anyhow::Result<Option<PathBuf>> {
     };
     let unwritable = |e: std::io::Error| anyhow!("cannot write to --out {}: {e}", dir.display());
     std::fs::create_dir_all(dir).map_err(unwritable)?;
-    let probe = dir.join(".sonde-latency-write-test");
-    File::create(&probe).map_err(unwritable)?;
+    // A new file of this process's own (never through a link someone planted in the folder).
+    let probe = dir.join(format!(".sonde-latency-write-test.{}", std::process::id()));
+    output_file::open(&probe, IfExists::Refuse)
+        .map_err(|e| anyhow!("cannot write to --out {}: {e}", dir.display()))?;
     let _ = std::fs::remove_file(probe);
     Ok(Some(dir.clone()))
 }
@@ -285,15 +290,20 @@ fn write_outputs(
     summary: &Summary,
     results: &[RunResult],
 ) -> anyhow::Result<()> {
-    let json = serde_json::to_string_pretty(summary)?;
     if let Some(path) = &args.summary_json {
-        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+        crate::cmd::blast::write_json(path, summary, IfExists::force(args.force))?;
     }
     let Some(dir) = out else {
         return Ok(());
     };
-    std::fs::write(dir.join("latency-summary.json"), &json)
-        .with_context(|| format!("writing {}", dir.display()))?;
+    // The folder's own files are replaced on a second run into it, never written through a
+    // link.
+    let json = serde_json::to_string_pretty(summary)?;
+    output_file::write_whole(
+        &dir.join("latency-summary.json"),
+        json.as_bytes(),
+        IfExists::Overwrite,
+    )?;
     for r in results {
         let title = HeatTitle {
             rate: r.report.target_pps,
@@ -338,8 +348,7 @@ fn write_outputs(
 }
 
 fn write_samples(path: &FsPath, results: &[RunResult]) -> anyhow::Result<()> {
-    let file = File::create(path).with_context(|| format!("writing {}", path.display()))?;
-    let mut w = BufWriter::new(file);
+    let mut w = BufWriter::new(output_file::open(path, IfExists::Overwrite)?);
     writeln!(w, "rate_pps,sent_ns,rtt_ns")?;
     for r in results {
         for s in &r.rtts.samples {

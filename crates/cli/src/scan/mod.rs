@@ -9,9 +9,10 @@ use anyhow::{bail, Context};
 use clap::Args;
 use sonde_engine::plan::RunPlan;
 use sonde_engine::scan::{ScanPlan, ScanSummary};
-use sonde_engine::status::human_seconds;
+use sonde_engine::status::{human_seconds, to_stderr};
 use sonde_engine::stop::Stop;
 use sonde_io::BackendKind;
+use sonde_meter::output_file::IfExists;
 use sonde_scan::output::{open_writer_with, select_fields, OutputFilter, OutputFormat};
 use sonde_scan::probe::{ModuleKind, ModuleOptions, Probe, ProbeSetup};
 
@@ -148,7 +149,11 @@ fn execute(
     fields: Vec<&'static sonde_scan::Field>,
     notes: &[String],
 ) -> anyhow::Result<ScanSummary> {
-    let mode = runargs::output_mode(&args.run, args.output_format == OutputFormat::Parquet)?;
+    let mode = runargs::output_mode(
+        &args.run,
+        &plan.run,
+        args.output_format == OutputFormat::Parquet,
+    )?;
     let writer = open_writer_with(args.output_format, args.run.output.as_deref(), fields, mode)?;
     if !args.run.quiet {
         announce(&plan, notes);
@@ -233,7 +238,7 @@ fn probes_to_send(run: &RunPlan) -> u64 {
 
 fn report(args: &ScanArgs, s: &ScanSummary) -> anyhow::Result<()> {
     if !args.run.quiet {
-        eprintln!(
+        to_stderr(format_args!(
             "scan: sent {} probes in {} ({}), {} replies: {} valid, {} invalid, {} hits, {} repeats, {} drops; cpu {:.2} s user, {:.2} s system",
             s.sent,
             human_seconds(s.send_wall_s),
@@ -246,15 +251,15 @@ fn report(args: &ScanArgs, s: &ScanSummary) -> anyhow::Result<()> {
             s.drops,
             s.cpu_user_s,
             s.cpu_sys_s
-        );
+        ));
     }
     if let Some(path) = &s.checkpoint {
-        eprintln!(
+        to_stderr(format_args!(
             "scan interrupted: checkpoint written to {path}; finish with the same command plus --resume {path} (and another -o, or --append)"
-        );
+        ));
     }
     if let Some(path) = &args.run.summary_json {
-        crate::cmd::blast::write_json(path, s)?;
+        crate::cmd::blast::write_json(path, s, IfExists::force(args.run.force))?;
     }
     Ok(())
 }

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, SockaddrStorage};
+use sonde_meter::output_file::IfExists;
 use sonde_meter::{peak_rss_bytes, Stopwatch};
 use sonde_scan::output::RowWriter;
 use sonde_tcp::{CloseMode, Outcome, ReplyCursor, Status};
@@ -65,6 +66,7 @@ pub fn run<A: GrabApp>(
         GrabStatus::new(counts.clone(), feed.left()),
         plan.run.quiet,
         plan.run.status_file.as_deref(),
+        IfExists::force(plan.run.overwrite),
     )?;
     let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).context("creating an epoll set")?;
     let mut pool = Pool::new(&plan, &epoll);

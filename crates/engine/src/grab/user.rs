@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use sonde_io::{AnyRx, AnyTx, FrameTx};
+use sonde_meter::output_file::IfExists;
 use sonde_meter::{peak_rss_bytes, Stopwatch};
 use sonde_scan::dedup::Dedup;
 use sonde_scan::output::RowWriter;
@@ -27,7 +28,7 @@ use crate::feed::Feed;
 use crate::pace::Pacer;
 use crate::plan::pin_to_cpu;
 use crate::queues::{open_queues, ReplyFilter};
-use crate::status::{Phase, StatusLine};
+use crate::status::{to_stderr, Phase, StatusLine};
 use crate::stop::{Stop, StopReason};
 
 /// How often the receivers' drop counters are read.
@@ -60,6 +61,7 @@ pub fn run<A: GrabApp>(
         GrabStatus::new(counts.clone(), total),
         plan.run.quiet,
         plan.run.status_file.as_deref(),
+        IfExists::force(plan.run.overwrite),
     )?;
     let mut looper = Looper {
         retries: SynRetries::new(plan.syn_retries, plan.syn_timeout_us),
@@ -211,7 +213,7 @@ impl<A: GrabApp> Looper<'_, A> {
                 self.save_checkpoint(false)?;
                 stop.rearm();
                 if !self.plan.run.quiet {
-                    eprintln!("grab: no new connections; finishing the open ones (Ctrl-C again to end them now)");
+                    to_stderr("grab: no new connections; finishing the open ones (Ctrl-C again to end them now)");
                 }
             } else if stop.is_set() && draining {
                 self.abort();

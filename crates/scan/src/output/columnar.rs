@@ -14,7 +14,7 @@ use parquet::file::writer::{SerializedColumnWriter, SerializedFileWriter};
 use parquet::schema::types::Type;
 
 use super::Row;
-use super::{create_file, RowWriter, ROW_GROUP_ROWS};
+use super::{open_file, OpenMode, RowWriter, ROW_GROUP_ROWS};
 use crate::reply::{Field, FieldType, Value};
 
 /// Parquet's writer wraps the file in its own `BufWriter` and flushes it at the end of every
@@ -29,14 +29,14 @@ pub(super) struct ParquetWriter {
 }
 
 impl ParquetWriter {
-    pub(super) fn create(path: &Path, fields: Vec<&'static Field>) -> Result<Self> {
+    pub(super) fn create(path: &Path, fields: Vec<&'static Field>, mode: OpenMode) -> Result<Self> {
         let schema = schema(&fields)?;
         let props = WriterProperties::builder()
             // Snappy: cheap to write at line rate and read by every Parquet consumer.
             .set_compression(Compression::SNAPPY)
             .set_max_row_group_size(ROW_GROUP_ROWS)
             .build();
-        let file = SerializedFileWriter::new(create_file(path)?, schema, Arc::new(props))
+        let file = SerializedFileWriter::new(open_file(path, mode)?, schema, Arc::new(props))
             .with_context(|| format!("cannot start parquet file {}", path.display()))?;
         let columns = fields.into_iter().map(Column::new).collect();
         Ok(ParquetWriter {

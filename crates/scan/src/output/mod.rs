@@ -7,6 +7,9 @@
 //! [`RowWriter::flush_rows`] (or [`RowWriter::finish`]) so no buffered row is lost. A parquet
 //! file is only readable once [`RowWriter::finish`] has written its footer: the scan calls
 //! `finish` on SIGINT as on a normal end.
+//!
+//! Files are opened by [`sonde_meter::output_file`]: never through a symbolic link, an existing
+//! regular file only as [`OpenMode`] allows, a device or FIFO (`-o /dev/null`) as it is.
 
 mod columnar;
 mod fields;
@@ -14,14 +17,14 @@ mod filter;
 mod text;
 
 use std::fmt;
-use std::fs::File;
 use std::io::{self, BufWriter, Write};
 
+use sonde_meter::output_file::{self, IfExists, Output};
 use sonde_meter::stages::{self, Stage};
 use std::path::Path;
 use std::str::FromStr;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 
 use crate::reply::{Field, Reply, Value};
 
@@ -94,13 +97,25 @@ impl fmt::Display for OutputFormat {
     }
 }
 
-/// How an output file is opened.
+/// How an output file is opened (a device or FIFO is written as it is in every mode).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OpenMode {
-    /// Created, or truncated if it exists.
+    /// Created; an existing regular file is refused (no --force).
+    CreateNew,
+    /// Created, or truncated if it exists (--force).
     Create,
     /// Rows added at its end (csv: no second header when the file already has rows).
     Append,
+}
+
+impl OpenMode {
+    fn if_exists(self) -> IfExists {
+        match self {
+            OpenMode::CreateNew => IfExists::Refuse,
+            OpenMode::Create => IfExists::Overwrite,
+            OpenMode::Append => IfExists::Append,
+        }
+    }
 }
 
 /// Opens a writer of `format` for `fields`, to the file at `path` (created or truncated), or to
@@ -139,7 +154,7 @@ pub fn open_writer_with(
             let path = path.ok_or_else(|| {
                 anyhow!("parquet output needs a file (-o FILE): it cannot be written to stdout")
             })?;
-            Box::new(columnar::ParquetWriter::create(path, fields)?)
+            Box::new(columnar::ParquetWriter::create(path, fields, mode)?)
         }
     })
 }
@@ -161,16 +176,9 @@ fn check_fields(fields: &[&'static Field]) -> Result<()> {
 type Sink = BufWriter<Box<dyn Write + Send>>;
 
 fn open_sink(path: Option<&Path>, mode: OpenMode) -> Result<Sink> {
-    let out: Box<dyn Write + Send> = match (path, mode) {
-        (Some(p), OpenMode::Create) => Box::new(create_file(p)?),
-        (Some(p), OpenMode::Append) => Box::new(
-            std::fs::OpenOptions::new()
-                .append(true)
-                .create(true)
-                .open(p)
-                .with_context(|| format!("cannot open output file {} to append", p.display()))?,
-        ),
-        (None, _) => Box::new(io::stdout()),
+    let out: Box<dyn Write + Send> = match path {
+        Some(p) => Box::new(output_file::open(p, mode.if_exists())?),
+        None => Box::new(io::stdout()),
     };
     Ok(BufWriter::with_capacity(
         SINK_BUFFER,
@@ -193,8 +201,14 @@ impl Write for TimedWrites {
     }
 }
 
-fn create_file(path: &Path) -> Result<File> {
-    File::create(path).with_context(|| format!("cannot create output file {}", path.display()))
+/// The file a parquet writer writes (it seeks nowhere, so a device or FIFO does too).
+fn open_file(path: &Path, mode: OpenMode) -> Result<std::fs::File> {
+    match output_file::open(path, mode.if_exists())? {
+        Output::File(file) => Ok(file),
+        Output::Stdout(_) => {
+            bail!("parquet output needs a file (-o FILE): it cannot be written to stdout")
+        }
+    }
 }
 
 #[cfg(test)]
@@ -221,5 +235,45 @@ mod tests {
             .to_string()
             .contains("cannot be appended"));
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn an_existing_file_is_kept_without_force_and_a_link_is_never_followed() {
+        let dir = std::env::temp_dir().join(format!("sonde-outmode-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fields = select_fields(Some("saddr"), crate::probe::ModuleKind::TcpSyn).unwrap();
+        let kept = dir.join("kept.csv");
+        std::fs::write(&kept, "old rows\n").unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let link = dir.join("link.parquet");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let null = Path::new("/dev/null");
+        for format in [
+            OutputFormat::Csv,
+            OutputFormat::Ndjson,
+            OutputFormat::Parquet,
+        ] {
+            let refused =
+                open_writer_with(format, Some(&kept), fields.clone(), OpenMode::CreateNew);
+            let err = refused
+                .err()
+                .expect("an existing file was opened")
+                .to_string();
+            assert!(err.contains("--force"), "{format}: {err}");
+            for mode in [OpenMode::CreateNew, OpenMode::Create] {
+                let through = open_writer_with(format, Some(&link), fields.clone(), mode);
+                let err = through.err().expect("a link was followed").to_string();
+                assert!(err.contains("symbolic link"), "{format}: {err}");
+            }
+            let mut w =
+                open_writer_with(format, Some(null), fields.clone(), OpenMode::CreateNew).unwrap();
+            w.write(&Reply::example()).unwrap();
+            w.finish().unwrap();
+        }
+        assert_eq!(std::fs::read_to_string(&kept).unwrap(), "old rows\n");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

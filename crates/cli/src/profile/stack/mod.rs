@@ -19,7 +19,6 @@ mod offloads;
 mod peer;
 mod plot;
 
-use std::fs::File;
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
@@ -30,6 +29,7 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 use sonde_io::{AnyTx, BackendKind, FrameTx, IoConfig};
 use sonde_meter::fit::{median, LineFit};
+use sonde_meter::output_file::{self, IfExists};
 use sonde_wire::MacAddr;
 
 use frames::{Burst, Endpoints};
@@ -83,6 +83,9 @@ pub struct StackArgs {
     /// Write the summary (medians, fits, instrumentation costs) as one JSON object here.
     #[arg(long)]
     summary_json: Option<PathBuf>,
+    /// Overwrite --summary-json if it exists.
+    #[arg(long)]
+    force: bool,
     /// Leave TSO and GSO of the scanner's interface as they are. By default they are off for
     /// the run (and restored after it), so TCP leaves as MTU-sized segments as on a wire,
     /// not as one 64 KB super-packet that veth passes whole.
@@ -255,6 +258,7 @@ struct Summary<'a> {
 
 pub fn run(args: StackArgs) -> anyhow::Result<()> {
     let sizes = parse_sizes(&args.sizes, &args.proto)?;
+    crate::cmd::blast::check_summary(args.summary_json.as_deref(), IfExists::force(args.force))?;
     let outputs = Outputs::create(&args.out)?;
     let lab_name = match (&args.lab, sonde_lab::current_lab()) {
         (Some(name), _) => name.clone(),
@@ -389,9 +393,7 @@ pub fn run(args: StackArgs) -> anyhow::Result<()> {
             points: &points,
             fits: &fits,
         };
-        let text = serde_json::to_string_pretty(&summary)?;
-        std::fs::write(file, text + "\n")
-            .map_err(|e| anyhow!("cannot write --summary-json {}: {e}", file.display()))?;
+        crate::cmd::blast::write_json(file, &summary, IfExists::force(args.force))?;
     }
     Ok(())
 }
@@ -844,7 +846,10 @@ impl Outputs {
             samples: dir.join("stack-samples.csv"),
             png: dir.join("stack.png"),
         };
-        File::create(&outputs.csv).map_err(unwritable)?;
+        // The folder's own files are replaced on a second run into it, never written through a
+        // link.
+        output_file::open(&outputs.csv, IfExists::Overwrite)
+            .map_err(|e| anyhow!("cannot write to --out {}: {e}", dir.display()))?;
         Ok(outputs)
     }
 
@@ -856,7 +861,10 @@ impl Outputs {
         let fail =
             |path: &Path, e: &dyn std::fmt::Display| anyhow!("writing {}: {e}", path.display());
         let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
-        let mut csv = csv::Writer::from_path(&self.csv).map_err(|e| fail(&self.csv, &e))?;
+        let open = |path: &Path| {
+            output_file::open(path, IfExists::Overwrite).map(csv::Writer::from_writer)
+        };
+        let mut csv = open(&self.csv)?;
         csv.write_record([
             "path",
             "proto",
@@ -888,7 +896,7 @@ impl Outputs {
             .map_err(|e| fail(&self.csv, &e))?;
         }
         csv.flush().map_err(|e| fail(&self.csv, &e))?;
-        let mut raw = csv::Writer::from_path(&self.samples).map_err(|e| fail(&self.samples, &e))?;
+        let mut raw = open(&self.samples)?;
         raw.write_record([
             "path",
             "proto",

@@ -19,6 +19,7 @@ use clap::{Args, Parser};
 use serde::Serialize;
 use sonde_engine::scan::ScanSummary;
 use sonde_io::BackendKind;
+use sonde_meter::output_file::{self, IfExists};
 use sonde_meter::stages::{self, Breakdown, Calibration, Role, Stage, Tally};
 use sonde_scan::probe::ModuleKind;
 
@@ -191,16 +192,17 @@ fn parse_batches(text: &str) -> anyhow::Result<Vec<u32>> {
 
 /// Makes sure `--out` is a folder that can be written, before any scan runs.
 fn prepare_out(out: &FsPath) -> anyhow::Result<()> {
-    let probe = out.join(".sonde-profile-write-test");
-    std::fs::create_dir_all(out)
-        .and_then(|()| std::fs::write(&probe, b""))
-        .and_then(|()| std::fs::remove_file(&probe))
-        .map_err(|e| {
-            anyhow!(
-                "cannot write to --out {}: {e}; give a folder you can write",
-                out.display()
-            )
-        })
+    // A new file of this process's own (never through a link someone planted in the folder).
+    let probe = out.join(format!(".sonde-profile-write-test.{}", std::process::id()));
+    let unwritable = |e: &dyn std::fmt::Display| {
+        anyhow!(
+            "cannot write to --out {}: {e}; give a folder you can write",
+            out.display()
+        )
+    };
+    std::fs::create_dir_all(out).map_err(|e| unwritable(&e))?;
+    output_file::open(&probe, IfExists::Refuse).map_err(|e| unwritable(&e))?;
+    std::fs::remove_file(&probe).map_err(|e| unwritable(&e))
 }
 
 /// How many addresses an IPv4 prefix holds.
@@ -479,7 +481,8 @@ fn write_outputs(report: &Report, out: &FsPath) -> anyhow::Result<()> {
     let base = format!("profile-{}", report.path);
     let write = |name: String, bytes: Vec<u8>| {
         let file = out.join(name);
-        std::fs::write(&file, bytes).with_context(|| format!("writing {}", file.display()))
+        // Replaced on a second run into the folder, never written through a link.
+        output_file::write_whole(&file, &bytes, IfExists::Overwrite).map_err(anyhow::Error::from)
     };
     let mut csv = String::from("batch,stage,ns_per_packet\n");
     for b in report.batches {
