@@ -57,10 +57,11 @@ pub struct CaptureArgs {
     /// Where to write: FILE.pcapng, FILE.pcap, or `-` for stdout (pcapng).
     #[arg(short = 'w', long = "write", value_name = "FILE")]
     write: Option<String>,
-    /// Bytes kept of each packet (the rest is cut; the file records the length on the wire).
-    #[arg(short = 's', long, default_value_t = 262_144, value_name = "SNAPLEN", value_parser = clap::value_parser!(u32).range(14..=262_144))]
+    /// Bytes kept of each packet (the rest is cut; the file records the length on the wire);
+    /// 0 keeps whole packets (262144 bytes), as tcpdump's `-s 0`.
+    #[arg(short = 's', long, default_value_t = 262_144, value_name = "SNAPLEN", value_parser = clap::value_parser!(u32).range(0..=262_144))]
     snaplen: u32,
-    /// Stop after writing this many packets.
+    /// Stop after writing this many packets (at least 1).
     #[arg(short = 'c', long, value_name = "COUNT")]
     count: Option<u64>,
     /// Stop after this many seconds.
@@ -120,11 +121,20 @@ impl Backend {
     }
 }
 
-pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
+/// What `-s 0` means: whole packets, as libpcap's largest snap length.
+const WHOLE_PACKETS: u32 = 262_144;
+
+pub fn run(mut args: CaptureArgs) -> anyhow::Result<()> {
     let expr = args.expression.join(" ");
     let Some(out) = args.write.clone() else {
         anyhow::bail!("say where to write: -w FILE.pcapng, -w FILE.pcap, or -w - for stdout");
     };
+    if args.count == Some(0) {
+        anyhow::bail!("-c 0 would capture nothing: give a count of at least 1, or leave -c out");
+    }
+    if args.snaplen == 0 {
+        args.snaplen = WHOLE_PACKETS;
+    }
     match (&args.read, &args.iface) {
         (Some(file), _) => offline::run(&args, file, &expr, &out),
         (None, Some(iface)) => live::run(&args, iface, &expr, &out),
@@ -132,13 +142,20 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Compiles `expr` with libpcap (an empty one keeps everything), for Ethernet frames, with
-/// every accepting return capped at `snaplen`.
-fn compile(expr: &str, snaplen: u32) -> anyhow::Result<Vec<libc::sock_filter>> {
+/// Compiles `expr` with libpcap's `compiler` (for the interface or the file: what tcpdump
+/// would run), an empty one keeping everything, with every accepting return capped at
+/// `snaplen`.
+fn compile(
+    compiler: &sonde_io::filter::Compiler,
+    expr: &str,
+    snaplen: u32,
+) -> anyhow::Result<Vec<libc::sock_filter>> {
     let mut program = if expr.trim().is_empty() {
         sonde_io::filter::accept_all()
     } else {
-        sonde_io::filter::compile(expr).map_err(|e| BadExpression(e.to_string()))?
+        compiler
+            .compile(expr)
+            .map_err(|e| BadExpression(e.to_string()))?
     };
     sonde_io::filter::cap_snaplen(&mut program, snaplen);
     Ok(program)
