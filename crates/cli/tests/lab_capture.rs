@@ -501,6 +501,10 @@ fn a_capture_streams_to_tcpdump_through_a_pipe() {
     assert_eq!(lines, 1000, "tcpdump read every packet sonde streamed");
 }
 
+/// How long a packet may wait in tcpdump's ring before tcpdump sees it (libpcap's block
+/// timeout is a second): wait this long before interrupting tcpdump after the last one.
+const TCPDUMP_BLOCK: Duration = Duration::from_millis(1500);
+
 /// A background process (killed on drop).
 fn spawn_quiet(program: &str, args: &[&str]) -> Running {
     let child = Command::new(program)
@@ -672,7 +676,8 @@ fn vlan_tagged_frames_get_tcpdumps_verdicts_on_both_backends() {
         let capture = Running::sonde(&lab, &["-w", &ring, expr]);
         settle();
         send_frames(&lab, &frames);
-        std::thread::sleep(Duration::from_millis(300));
+        // tcpdump's ring hands a block over after up to a second.
+        std::thread::sleep(TCPDUMP_BLOCK);
         let (r, t) = (capture.interrupt(), tcpdump.interrupt());
         assert!(r.status.success(), "{expr}: {}", stderr(&r));
         let want = packets(&theirs);
@@ -845,6 +850,7 @@ fn a_tun_device_is_captured_as_raw_ip() {
     let capture = sonde_in_ns(&ours, "ring");
     settle();
     traffic();
+    std::thread::sleep(TCPDUMP_BLOCK);
     let (a, b) = (capture.interrupt(), tcpdump.interrupt());
     assert!(a.status.success(), "{}", stderr(&a));
     let want = packets(&theirs);
