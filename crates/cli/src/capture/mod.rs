@@ -34,9 +34,13 @@ impl std::error::Error for BadExpression {}
 /// traffic no local socket needs, e.g. a mirror port), the rest pass untouched. XDP sees only
 /// what arrives, not what the host sends. `--backend pcap` is libpcap, as tcpdump.
 ///
-/// Offline: `sonde capture -r FILE [EXPRESSION] -w OUT` reads a pcap or pcapng file, keeps
-/// what the expression selects and writes it (like `tcpdump -r FILE -w OUT EXPRESSION`); with
-/// `--backend xdp` the verdicts come from the kernel running sonde's XDP translation.
+/// Live, the expression is compiled for the interface as tcpdump compiles it (its link type,
+/// VLAN tags the kernel took off), and the file gets the interface's link type.
+///
+/// Offline: `sonde capture -r FILE [EXPRESSION] -w OUT` reads a pcap or pcapng file of any
+/// link type, keeps what the expression (compiled for that link type) selects and writes it
+/// with the file's link type (like `tcpdump -r FILE -w OUT EXPRESSION`); with `--backend xdp`
+/// the verdicts come from the kernel running sonde's XDP translation.
 ///
 /// Files: `.pcap` is classic pcap with nanosecond stamps; anything else, and `-w -`
 /// (stdout, e.g. `| tcpdump -r -`), is pcapng (nanosecond stamps, interface name and snap
