@@ -60,7 +60,27 @@ pub struct FileInfo {
     /// The interface name written into the pcapng interface block (`if_name`).
     pub iface: String,
     pub snaplen: u32,
+    /// The link type (a LINKTYPE_ value: 1 for Ethernet, 101 for raw IP), with any FCS bits
+    /// above it as a classic pcap header carries them (pcapng has `if_fcslen` for those).
+    pub linktype: u32,
 }
+
+impl FileInfo {
+    /// The link type without the bits above it.
+    fn link(&self) -> DataLink {
+        DataLink::from(self.linktype & LINKTYPE_MASK)
+    }
+
+    /// The FCS length the bits above the link type give, if they give one.
+    fn fcs_len(&self) -> Option<u8> {
+        (self.linktype & FCS_LENGTH_PRESENT != 0).then_some((self.linktype >> 28) as u8)
+    }
+}
+
+/// A classic pcap header's link type field: the link type in the low 26 bits, then a flag that
+/// an FCS length follows and, in the top 4 bits, that length in 16-bit words.
+const LINKTYPE_MASK: u32 = 0x03FF_FFFF;
+const FCS_LENGTH_PRESENT: u32 = 0x0400_0000;
 
 /// A file's closing statistics block (pcapng only): `isb_ifrecv` is the file's packets plus
 /// what was lost while it was open, `isb_ifdrop` what was lost.
@@ -319,13 +339,20 @@ impl FileOut {
                 // Little-endian, as `append_epb` writes the packets.
                 let mut w =
                     PcapNgWriter::with_endianness(sink, Endianness::Little).map_err(to_io)?;
+                let mut options = vec![
+                    InterfaceDescriptionOption::IfName(Cow::Owned(info.iface.clone())),
+                    InterfaceDescriptionOption::IfTsResol(9),
+                ];
+                if let Some(words) = info.fcs_len() {
+                    // if_fcslen counts bytes; the pcap header's field counts 16-bit words.
+                    options.push(InterfaceDescriptionOption::IfFcsLen(
+                        words.saturating_mul(2),
+                    ));
+                }
                 let idb = InterfaceDescriptionBlock {
-                    linktype: DataLink::ETHERNET,
+                    linktype: info.link(),
                     snaplen: info.snaplen,
-                    options: vec![
-                        InterfaceDescriptionOption::IfName(Cow::Owned(info.iface.clone())),
-                        InterfaceDescriptionOption::IfTsResol(9),
-                    ],
+                    options,
                 };
                 w.write_pcapng_block(idb).map_err(to_io)?;
                 Ok(FileOut::Ng(w))
@@ -333,7 +360,7 @@ impl FileOut {
             Format::Pcap => {
                 let header = PcapHeader {
                     snaplen: info.snaplen,
-                    datalink: DataLink::ETHERNET,
+                    datalink: DataLink::from(info.linktype),
                     ts_resolution: TsResolution::NanoSecond,
                     endianness: Endianness::Little,
                     ..PcapHeader::default()
@@ -385,11 +412,11 @@ impl RecordFormat {
     pub const MAX_OVERHEAD: usize = 35;
 
     /// Appends the record of a packet whose bytes are `parts` (in order; cut at the snap
-    /// length) and whose length on the wire is `wire_len`.
+    /// length) and whose length on the wire is `wire_len` (written as given, even below the
+    /// captured length: a file read back keeps what it said, as tcpdump -w does).
     pub fn append(&self, out: &mut Vec<u8>, ts_ns: u64, wire_len: u32, parts: &[&[u8]]) {
         let whole: usize = parts.iter().map(|p| p.len()).sum();
         let caplen = whole.min(self.snaplen as usize);
-        let wire_len = wire_len.max(caplen as u32);
         match self.format {
             Format::PcapNg => {
                 let padded = caplen.div_ceil(4) * 4;

@@ -86,9 +86,8 @@ pub fn open_ring(
             block_timeout_ms: BLOCK_TIMEOUT_MS,
         },
     )?;
+    // It replaces the reject-all filter the ring opened with: nothing is in the ring before it.
     sonde_io::filter::attach(rx.raw_fd(), program)?;
-    // What arrived before the filter was attached is not the user's.
-    rx.discard_pending();
     let _ = rx.take_counts();
     Ok(Source::Ring(rx))
 }

@@ -278,6 +278,9 @@ fn an_expression_that_does_not_compile_exits_2_with_libpcaps_message() {
         "tcp[tcpflags] & tcp-bogus != 0",
         // libpcap's optimizer proves it can never match (tcp[] is IPv4 only).
         "ip6 and tcp and tcp[13] & 2 != 0",
+        // A savefile of Ethernet frames does not say which way they went.
+        "inbound",
+        "outbound and udp",
     ] {
         // tcpdump prints libpcap's message after its own name.
         let td = tcpdump_filter(&corpus, &scratch.0.join("td.pcap"), expr);
@@ -422,4 +425,296 @@ fn the_comparison_sees_each_kind_of_difference() {
         let diff = first_difference(&expected, &Capture { packets }).expect("a difference");
         assert!(diff.contains(what), "{diff:?} should say {what:?}");
     }
+}
+
+// ---- Framings and link types: sonde reads what tcpdump reads, and writes what it writes ----
+
+/// A pcap file as libpcap (tcpdump's library) reads it back: its header's snap length and link
+/// type field (FCS bits included), and its packets (stamp in ns, wire length, bytes).
+#[derive(Debug, PartialEq, Eq)]
+struct AsLibpcapReads {
+    snaplen: u32,
+    linktype: u32,
+    packets: Vec<(u64, u32, Vec<u8>)>,
+}
+
+fn libpcap_read(path: &Path) -> Result<AsLibpcapReads, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let field = |at: usize| -> Result<u32, String> {
+        let b: [u8; 4] = bytes
+            .get(at..at + 4)
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| format!("{}: no pcap header", path.display()))?;
+        // Both writers write in this machine's (little-endian) byte order.
+        Ok(u32::from_le_bytes(b))
+    };
+    let (snaplen, linktype) = (field(16)?, field(20)?);
+    let mut cap = pcap::Capture::from_file_with_precision(path, pcap::Precision::Nano)
+        .map_err(|e| format!("libpcap cannot read {}: {e}", path.display()))?;
+    let mut packets = Vec::new();
+    loop {
+        match cap.next_packet() {
+            Ok(p) => packets.push((
+                p.header.ts.tv_sec as u64 * 1_000_000_000 + p.header.ts.tv_usec as u64,
+                p.header.len,
+                p.data.to_vec(),
+            )),
+            Err(pcap::Error::NoMorePackets) => break,
+            Err(e) => return Err(format!("libpcap stopped reading {}: {e}", path.display())),
+        }
+    }
+    Ok(AsLibpcapReads {
+        snaplen,
+        linktype,
+        packets,
+    })
+}
+
+/// Where sonde's output of `input` through `expr` differs from tcpdump's, for each backend, or
+/// where one refused what the other took. Returns the failures and how many packets tcpdump
+/// kept (None: it refused the expression).
+fn against_tcpdump(input: &Path, expr: &str, dir: &Path) -> (Vec<String>, Option<usize>) {
+    let theirs = dir.join("tcpdump.pcap");
+    let ours = dir.join("sonde.pcap");
+    let _ = std::fs::remove_file(&theirs);
+    // tcpdump writes stamps at the precision it reads them: microsecond files stay in
+    // microseconds (libpcap would wrap a nanosecond field made of a microsecond field past a
+    // second), everything else is read and written in nanoseconds.
+    let micro = std::fs::read(input).is_ok_and(|b| b.starts_with(&0xA1B2_C3D4u32.to_le_bytes()));
+    let precision = if micro { "micro" } else { "nano" };
+    let mut td = Command::new("tcpdump");
+    td.args(["--time-stamp-precision", precision, "-r"])
+        .arg(input)
+        .arg("-w")
+        .arg(&theirs);
+    if !expr.is_empty() {
+        td.arg(expr);
+    }
+    let td = td.output().expect("run tcpdump");
+    let expected = td.status.success().then(|| libpcap_read(&theirs));
+    let mut failures = Vec::new();
+    for backend in BACKENDS {
+        let _ = std::fs::remove_file(&ours);
+        let mut run = Command::new(SONDE);
+        run.args(["capture", "-r"])
+            .arg(input)
+            .arg("-w")
+            .arg(&ours)
+            .args(["--backend", backend, "-q"]);
+        if !expr.is_empty() {
+            run.arg(expr);
+        }
+        let run = run.output().expect("run sonde");
+        let what = format!("{expr:?} [{backend}]");
+        match &expected {
+            None if run.status.code() == Some(2) => {}
+            None => failures.push(format!(
+                "{what}: tcpdump refused it ({}), sonde exited with {}",
+                String::from_utf8_lossy(&td.stderr).trim(),
+                run.status
+            )),
+            Some(Err(e)) => failures.push(format!("{what}: tcpdump's output: {e}")),
+            Some(Ok(_)) if !run.status.success() => failures.push(format!(
+                "{what}: sonde exited with {}: {}",
+                run.status,
+                String::from_utf8_lossy(&run.stderr).trim()
+            )),
+            Some(Ok(want)) => match libpcap_read(&ours) {
+                Err(e) => failures.push(format!("{what}: {e}")),
+                Ok(got) if (got.snaplen, got.linktype) != (want.snaplen, want.linktype) => failures
+                    .push(format!(
+                        "{what}: header snap length {} link type {:#x}, tcpdump's {} {:#x}",
+                        got.snaplen, got.linktype, want.snaplen, want.linktype
+                    )),
+                Ok(got) => {
+                    if let Some(i) = (0..want.packets.len().max(got.packets.len()))
+                        .find(|&i| want.packets.get(i) != got.packets.get(i))
+                    {
+                        failures.push(format!(
+                            "{what}: {} packets, tcpdump {}; packet {i} differs: sonde {:?}, tcpdump {:?}",
+                            got.packets.len(),
+                            want.packets.len(),
+                            got.packets.get(i).map(|p| (p.0, p.1, p.2.len())),
+                            want.packets.get(i).map(|p| (p.0, p.1, p.2.len())),
+                        ));
+                    }
+                }
+            },
+        }
+    }
+    let kept = match expected {
+        Some(Ok(want)) => Some(want.packets.len()),
+        _ => None,
+    };
+    (failures, kept)
+}
+
+#[test]
+fn every_framing_tcpdump_reads_is_read_the_same() {
+    if !tcpdump_available() {
+        println!("SKIPPED: tcpdump is not installed (apt-get install tcpdump)");
+        return;
+    }
+    let scratch = Scratch::new("capture-framings");
+    let frames = capture_corpus::frames();
+    let mut failures = Vec::new();
+    for (name, bytes) in capture_corpus::files::framing_cases(&frames) {
+        let input = scratch.0.join("case.pcap");
+        std::fs::write(&input, &bytes).unwrap();
+        for expr in [
+            "",
+            "udp",
+            "tcp or icmp",
+            "greater 100",
+            "less 80",
+            "ether[0] & 1 = 0",
+        ] {
+            let (diff, kept) = against_tcpdump(&input, expr, &scratch.0);
+            if expr.is_empty() {
+                assert!(
+                    kept.is_some_and(|n| n > 100),
+                    "{name}: tcpdump should read the whole file: {kept:?}"
+                );
+            }
+            println!("{name:<56} {expr:<20} tcpdump kept {kept:?}");
+            failures.extend(diff.into_iter().map(|d| format!("{name}: {d}")));
+        }
+    }
+    assert!(failures.is_empty(), "\n  {}", failures.join("\n  "));
+}
+
+#[test]
+fn other_link_types_are_filtered_and_written_as_tcpdump_does() {
+    if !tcpdump_available() {
+        println!("SKIPPED: tcpdump is not installed (apt-get install tcpdump)");
+        return;
+    }
+    let scratch = Scratch::new("capture-link-types");
+    let frames = capture_corpus::frames();
+    let mut failures = Vec::new();
+    for link in capture_corpus::files::link_types() {
+        let input = scratch.0.join("link.pcap");
+        std::fs::write(&input, link.file(&frames)).unwrap();
+        let mut some_kept_some = false;
+        for expr in [
+            "",
+            "ip",
+            "ip6",
+            "udp",
+            "tcp",
+            "icmp or icmp6",
+            "udp port 53",
+            "tcp[tcpflags] & tcp-syn != 0",
+            "host 198.18.0.1",
+            "net 198.19.0.0/16",
+            "ip6 and tcp",
+            "greater 300",
+            "arp",
+            "inbound",
+            "outbound",
+            "ether host 02:00:5e:10:00:01",
+            "wlan addr2 02:00:5e:10:00:aa",
+            "link[0] = 0xff",
+        ] {
+            let (diff, kept) = against_tcpdump(&input, expr, &scratch.0);
+            if expr.is_empty() {
+                assert!(
+                    kept.is_some_and(|n| n > 50),
+                    "{}: tcpdump should read the whole file: {kept:?}",
+                    link.name
+                );
+            }
+            some_kept_some |= !expr.is_empty() && kept.is_some_and(|n| n > 0);
+            println!("{:<18} {expr:<32} tcpdump kept {kept:?}", link.name);
+            failures.extend(diff.into_iter().map(|d| format!("{}: {d}", link.name)));
+        }
+        assert!(some_kept_some, "{}: no expression kept anything", link.name);
+    }
+    assert!(failures.is_empty(), "\n  {}", failures.join("\n  "));
+}
+
+#[test]
+fn count_0_is_refused_and_snaplen_0_keeps_whole_packets() {
+    if !tcpdump_available() {
+        println!("SKIPPED: tcpdump is not installed (apt-get install tcpdump)");
+        return;
+    }
+    let scratch = Scratch::new("capture-zero-options");
+    let corpus = write_corpus(&scratch.0);
+    let out = scratch.0.join("out.pcap");
+    let run = |extra: &[&str]| {
+        let _ = std::fs::remove_file(&out);
+        Command::new(SONDE)
+            .args(["capture", "-q", "-r"])
+            .arg(&corpus)
+            .arg("-w")
+            .arg(&out)
+            .args(extra)
+            .output()
+            .expect("run sonde")
+    };
+    let zero = run(&["-c", "0"]);
+    let lines = stderr_lines(&zero);
+    assert!(!zero.status.success(), "-c 0 was accepted: {lines:?}");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("-c 0"), "{lines:?}");
+    assert!(!out.exists(), "-c 0 wrote a file");
+    // -s 0: whole packets, as tcpdump writes them.
+    let whole = run(&["-s", "0"]);
+    assert!(whole.status.success(), "{:?}", stderr_lines(&whole));
+    let (ours, theirs) = (scratch.0.join("sonde.pcap"), scratch.0.join("td.pcap"));
+    std::fs::rename(&out, &ours).unwrap();
+    assert!(tcpdump_filter(&corpus, &theirs, "").status.success());
+    let (ours, theirs) = (libpcap_read(&ours).unwrap(), libpcap_read(&theirs).unwrap());
+    assert_eq!(ours.packets, theirs.packets);
+    assert_eq!(ours.snaplen, theirs.snaplen);
+}
+
+#[test]
+fn a_file_read_is_summed_up_as_a_file_read() {
+    if !tcpdump_available() {
+        println!("SKIPPED: tcpdump is not installed (apt-get install tcpdump)");
+        return;
+    }
+    let scratch = Scratch::new("capture-offline-summary");
+    let corpus = write_corpus(&scratch.0);
+    let total = read_capture(&corpus).unwrap().packets.len();
+    let out = scratch.0.join("udp.pcap");
+    let json = scratch.0.join("summary.json");
+    let run = Command::new(SONDE)
+        .args(["capture", "-r"])
+        .arg(&corpus)
+        .arg("-w")
+        .arg(&out)
+        .arg("--summary-json")
+        .arg(&json)
+        .arg("udp")
+        .output()
+        .expect("run sonde");
+    let text = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(run.status.success(), "{text}");
+    let kept = read_capture(&out).unwrap().packets.len();
+    let first = text.lines().next().unwrap_or_default();
+    assert_eq!(
+        first,
+        format!(
+            "{kept} kept of {total} packets read from {}",
+            corpus.display()
+        ),
+        "{text}"
+    );
+    for wrong in ["dropped", "kernel", "CPU", "pps"] {
+        assert!(
+            !text.contains(wrong),
+            "{wrong:?} in a file read's summary: {text}"
+        );
+    }
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(s["captured"], kept);
+    assert_eq!(s["received"], total);
+    assert!(
+        s.get("kernel_drops").is_none() && s.get("cpu_ns_per_packet").is_none(),
+        "{s}"
+    );
 }

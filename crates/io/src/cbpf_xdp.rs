@@ -13,9 +13,16 @@
 //! a division or modulo by zero; a shift by 32 or more leaves A zero; `len` is the frame's length
 //! (`data_end - data`); a nonzero return is a match.
 //!
-//! What XDP cannot run is refused with [`Unsupported`] (one line): loads of ancillary data (the
-//! kernel's SKF_AD_* and SKF_NET/SKF_LL offsets, which libpcap uses only for live Linux
-//! captures, never for a program compiled for Ethernet on a dead handle), backward jumps (the
+//! A live program sees a frame as the kernel shows it to a packet socket ([`View::TagOff`]): an
+//! outer 802.1Q or 802.1ad tag, which XDP finds in the frame but the kernel takes off before
+//! any packet socket (or tcpdump) sees it, is taken off for the program and put back before
+//! the verdict, and the program reads it as the kernel's ancillary data (SKF_AD_VLAN_TAG,
+//! SKF_AD_VLAN_TAG_PRESENT, SKF_AD_VLAN_TPID), as libpcap's programs for a live Linux interface
+//! do (`vlan 100`). A file's packets are judged as they are ([`View::AsIs`]).
+//!
+//! What XDP cannot run is refused with [`Unsupported`] (one line): loads of other ancillary data
+//! (the kernel's other SKF_AD_* and SKF_NET/SKF_LL offsets, which libpcap uses only for live
+//! Linux captures, e.g. for `inbound`; and any in a file's view), backward jumps (the
 //! loop `protochain` compiles to), constant shifts by 32 or more, unknown opcodes, jumps past the
 //! end, programs longer than classic BPF allows or whose jumps eBPF's 16-bit offsets cannot
 //! span; and, when loading, a translation the kernel's verifier refuses (e.g. classic code that
@@ -65,6 +72,83 @@ pub enum Epilogue {
     Verdict,
 }
 
+/// How the program sees a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum View {
+    /// As it is (a file's packet, which libpcap judges as it is).
+    AsIs,
+    /// As the kernel shows it to a packet socket: an outer 802.1Q (0x8100) or 802.1ad (0x88a8)
+    /// tag taken off and given as ancillary data; the frame is put back before the verdict.
+    TagOff,
+}
+
+impl Epilogue {
+    /// The view a program with this epilogue has by default: live frames as a packet socket
+    /// sees them, frames in memory (a file's) as they are.
+    fn view(self) -> View {
+        match self {
+            Epilogue::Redirect { .. } => View::TagOff,
+            Epilogue::Verdict => View::AsIs,
+        }
+    }
+}
+
+/// The kernel's ancillary-data offsets (`<linux/filter.h>`) that a [`View::TagOff`] program
+/// reads: SKF_AD_OFF + SKF_AD_VLAN_TAG, + SKF_AD_VLAN_TAG_PRESENT, + SKF_AD_VLAN_TPID.
+const AD_VLAN_TAG: u32 = 0xffff_f000 + 44;
+const AD_VLAN_TAG_PRESENT: u32 = 0xffff_f000 + 48;
+const AD_VLAN_TPID: u32 = 0xffff_f000 + 60;
+
+/// Whether `program` reads the VLAN tag the kernel took off a frame (libpcap's `vlan` on a live
+/// Linux interface).
+pub fn reads_vlan_tag(program: &[libc::sock_filter]) -> bool {
+    program.iter().any(|i| {
+        i.code & 0x07 == classic::LD
+            && i.code & 0xe0 == classic::ABS
+            && [AD_VLAN_TAG, AD_VLAN_TAG_PRESENT, AD_VLAN_TPID].contains(&i.k)
+    })
+}
+
+/// Whether `iface` may take 802.1Q tags off frames before its XDP program sees them (the NIC
+/// or driver parses them into metadata: `rx-vlan-offload` in `ethtool -k`, which veth shows
+/// too, for frames a VLAN device on its peer sent): then a program that reads the tag
+/// ([`reads_vlan_tag`]) cannot see every tag the kernel gives packet sockets.
+pub fn may_hide_vlan_tags(iface: &str) -> bool {
+    /// `ETHTOOL_GFLAGS` and its `ETH_FLAG_RXVLAN` (`<linux/ethtool.h>`).
+    const ETHTOOL_GFLAGS: u32 = 0x25;
+    const ETH_FLAG_RXVLAN: u32 = 1 << 8;
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    // SAFETY: plain socket(2) call; the result is checked before use.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return false;
+    }
+    // SAFETY: `raw` is a fresh descriptor owned by nobody else.
+    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut value = EthtoolValue {
+        cmd: ETHTOOL_GFLAGS,
+        data: 0,
+    };
+    // SAFETY: ifreq is plain old data; all-zero is a valid starting value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    let name = iface.as_bytes();
+    if name.len() >= req.ifr_name.len() {
+        return false;
+    }
+    for (dst, &src) in req.ifr_name.iter_mut().zip(name) {
+        *dst = src as libc::c_char;
+    }
+    req.ifr_ifru.ifru_data = (&mut value as *mut EthtoolValue).cast();
+    // SAFETY: `req` names the interface (NUL-terminated: zeroed beyond the name) and points at
+    // `value`, which the kernel fills; both outlive the call.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL, &mut req) };
+    rc == 0 && value.data & ETH_FLAG_RXVLAN != 0
+}
+
 /// What the verdict-only program returns for a match (XDP_DROP).
 pub const MATCHED: u32 = bpf::XDP_DROP;
 
@@ -90,6 +174,9 @@ const CTX: u8 = 6;
 /// The frame's first byte and one past its last (`ctx->data`, `ctx->data_end`).
 const DATA: u8 = 7;
 const DATA_END: u8 = 8;
+/// The outer VLAN tag the program's view took off the frame ([`View::TagOff`]): 0 when there
+/// was none, else `1 << 32 | TPID << 16 | TCI`.
+const TAG: u8 = 9;
 /// The read-only frame pointer: scratch word M\[i\] is the 4-byte stack slot at FP - 64 + 4i.
 const FP: u8 = 10;
 
@@ -289,6 +376,17 @@ impl Emitter {
         Ok(out)
     }
 
+    /// Makes the jump emitted at `from` (with offset 0) land here.
+    fn land_here(&mut self, from: usize) {
+        self.code[from].0.off = (self.len() - from - 1) as i16;
+    }
+
+    /// A jump to be landed later with [`Emitter::land_here`]: where it is.
+    fn jump_ahead(&mut self, code: u8, dst: u8, src: u8, imm: i32) -> usize {
+        self.emit(code, dst, src, 0, imm);
+        self.len() - 1
+    }
+
     fn jumps_to(&self, target: Target) -> bool {
         self.code.iter().any(|(_, t)| *t == Some(target))
     }
@@ -336,7 +434,7 @@ pub fn translate(
     program: &[libc::sock_filter],
     epilogue: Epilogue,
 ) -> Result<Vec<bpf_insn>, Unsupported> {
-    Ok(expand(program, epilogue)?.insns)
+    Ok(expand_viewed(program, epilogue, epilogue.view())?.insns)
 }
 
 /// A translation and where its parts begin.
@@ -353,14 +451,24 @@ struct Expanded {
 }
 
 /// [`translate`], with the positions the tests check jumps against.
+#[cfg(test)]
 fn expand(program: &[libc::sock_filter], epilogue: Epilogue) -> Result<Expanded, Unsupported> {
+    expand_viewed(program, epilogue, epilogue.view())
+}
+
+/// [`expand`] with the frame seen as `view` shows it.
+fn expand_viewed(
+    program: &[libc::sock_filter],
+    epilogue: Epilogue,
+    view: View,
+) -> Result<Expanded, Unsupported> {
     check_shape(program)?;
     let mut e = Emitter::default();
-    prologue(&mut e, uses_scratch(program));
+    prologue(&mut e, uses_scratch(program), view);
     let mut starts = Vec::with_capacity(program.len());
     for (at, classic) in program.iter().enumerate() {
         starts.push(e.len());
-        translate_one(&mut e, at, classic, program.len()).map_err(|why| {
+        translate_one(&mut e, at, classic, program.len(), view).map_err(|why| {
             Unsupported(format!(
                 "instruction {at} (code {:#06x}, k {:#x}) {why}",
                 classic.code, classic.k
@@ -371,12 +479,14 @@ fn expand(program: &[libc::sock_filter], epilogue: Epilogue) -> Result<Expanded,
     // if something jumps to it, as the verifier refuses unreachable instructions.
     let no_match = e.jumps_to(Target::NoMatch).then(|| {
         let at = e.len();
+        put_tag_back(&mut e, view);
         e.mov32_imm(R0, bpf::XDP_PASS);
         e.exit();
         at
     });
     let matched = e.jumps_to(Target::Match).then(|| {
         let at = e.len();
+        put_tag_back(&mut e, view);
         on_match(&mut e, epilogue);
         at
     });
@@ -412,11 +522,14 @@ fn uses_scratch(program: &[libc::sock_filter]) -> bool {
     })
 }
 
-/// Saves the context and the frame's bounds, and zeroes A, X and (if used) M\[0..16\].
-fn prologue(e: &mut Emitter, scratch: bool) {
+/// Saves the context and the frame's bounds, takes the tag off for a [`View::TagOff`], and
+/// zeroes A, X and (if used) M\[0..16\].
+fn prologue(e: &mut Emitter, scratch: bool, view: View) {
     e.mov64_reg(CTX, R1);
-    e.load(Width::Word, DATA, CTX, XDP_MD_DATA);
-    e.load(Width::Word, DATA_END, CTX, XDP_MD_DATA_END);
+    load_bounds(e);
+    if view == View::TagOff {
+        take_tag_off(e);
+    }
     e.mov32_imm(A, 0);
     e.mov32_imm(X, 0);
     if scratch {
@@ -424,6 +537,93 @@ fn prologue(e: &mut Emitter, scratch: bool) {
             e.emit(ST_MEM | bpf::BPF_DW as u8, FP, 0, off, 0);
         }
     }
+}
+
+fn load_bounds(e: &mut Emitter) {
+    e.load(Width::Word, DATA, CTX, XDP_MD_DATA);
+    e.load(Width::Word, DATA_END, CTX, XDP_MD_DATA_END);
+}
+
+/// `*(u32 *)(base + off)` for the three words at `from`, stored at `to`, `to + 4`, `to + 8`
+/// (read before any is written, so the two may overlap).
+fn move_12_bytes(e: &mut Emitter, from: i16, to: i16) {
+    for (reg, at) in [(TMP, 0), (TMP2, 4), (A, 8)] {
+        e.load(Width::Word, reg, DATA, from + at);
+    }
+    for (reg, at) in [(TMP, 0), (TMP2, 4), (A, 8)] {
+        e.store32(DATA, to + at, reg);
+    }
+}
+
+/// If the frame carries an outer 802.1Q or 802.1ad tag, as the kernel finds it before any
+/// packet socket sees the frame: TAG = the tag (see [`TAG`]), the two MAC addresses moved 4
+/// bytes on over it, and the frame's start moved after the tag (bpf_xdp_adjust_head), so the
+/// program reads the frame as the kernel shows it, length included. Otherwise TAG = 0.
+fn take_tag_off(e: &mut Emitter) {
+    let to_be16 = ALU32 | bpf::BPF_END as u8 | bpf::BPF_TO_BE as u8;
+    e.emit(ALU64 | MOV, TAG, 0, 0, 0);
+    // A tagged frame holds at least the MAC addresses, the tag and an EtherType.
+    e.mov64_reg(TMP, DATA);
+    e.add64_imm(TMP, 18);
+    let short = e.jump_ahead(JMP64 | JGT | SRC_X, TMP, DATA_END, 0);
+    e.load(Width::Half, TMP, DATA, 12);
+    e.emit(to_be16, TMP, 0, 0, 16);
+    let dot1q = e.jump_ahead(JMP64 | JEQ, TMP, 0, 0x8100);
+    let not_tagged = e.jump_ahead(JMP64 | JNE, TMP, 0, 0x88a8);
+    e.land_here(dot1q);
+    // TAG = 1 << 32 | TPID << 16 | TCI.
+    e.emit(ALU64 | LSH, TMP, 0, 0, 16);
+    e.load(Width::Half, TMP2, DATA, 14);
+    e.emit(to_be16, TMP2, 0, 0, 16);
+    e.emit(ALU64 | bpf::BPF_OR as u8 | SRC_X, TMP, TMP2, 0, 0);
+    e.emit(ALU64 | MOV, TMP2, 0, 0, 1);
+    e.emit(ALU64 | LSH, TMP2, 0, 0, 32);
+    e.emit(ALU64 | bpf::BPF_OR as u8 | SRC_X, TMP, TMP2, 0, 0);
+    e.mov64_reg(TAG, TMP);
+    move_12_bytes(e, 0, 4);
+    // Cannot fail: what is left (at least 14 bytes) still holds an Ethernet header.
+    adjust_head(e, 4);
+    e.land_here(short);
+    e.land_here(not_tagged);
+}
+
+/// bpf_xdp_adjust_head(ctx, by), then the frame's bounds again (the call moves them).
+fn adjust_head(e: &mut Emitter, by: i32) {
+    e.mov64_reg(R1, CTX);
+    e.emit(ALU64 | MOV, TMP, 0, 0, by);
+    e.emit(
+        JMP64 | bpf::BPF_CALL as u8,
+        0,
+        0,
+        0,
+        bpf::BPF_FUNC_xdp_adjust_head as i32,
+    );
+    load_bounds(e);
+}
+
+/// Undoes [`take_tag_off`] (if it took a tag off) before the verdict: the frame goes to the
+/// stack or to sonde as it arrived.
+fn put_tag_back(e: &mut Emitter, view: View) {
+    if view != View::TagOff {
+        return;
+    }
+    let untagged = e.jump_ahead(JMP64 | JEQ, TAG, 0, 0);
+    adjust_head(e, -4);
+    e.mov64_reg(TMP, DATA);
+    e.add64_imm(TMP, 16);
+    let short = e.jump_ahead(JMP64 | JGT | SRC_X, TMP, DATA_END, 0);
+    move_12_bytes(e, 4, 0);
+    e.mov32_reg(TMP, TAG);
+    e.emit(
+        ALU32 | bpf::BPF_END as u8 | bpf::BPF_TO_BE as u8,
+        TMP,
+        0,
+        0,
+        32,
+    );
+    e.store32(DATA, 12, TMP);
+    e.land_here(short);
+    e.land_here(untagged);
 }
 
 /// What a match does.
@@ -453,9 +653,10 @@ fn translate_one(
     at: usize,
     i: &libc::sock_filter,
     len: usize,
+    view: View,
 ) -> Result<(), String> {
     match i.code & 0x07 {
-        classic::LD => load_a(e, i),
+        classic::LD => load_a(e, i, view),
         classic::LDX => load_x(e, i),
         classic::ST | classic::STX => store(e, i),
         classic::ALU => alu(e, i),
@@ -482,9 +683,10 @@ fn scratch_slot(k: u32) -> Result<i16, String> {
 
 /// `LD`: A = a packet word, half word or byte (at k, or at X + k), a constant, a scratch word,
 /// or the frame's length.
-fn load_a(e: &mut Emitter, i: &libc::sock_filter) -> Result<(), String> {
+fn load_a(e: &mut Emitter, i: &libc::sock_filter, view: View) -> Result<(), String> {
     let width = Width::of(i.code).ok_or_else(unknown)?;
     match (i.code & 0xe0, width) {
+        (classic::ABS, _) if view == View::TagOff && load_tag(e, i.k) => Ok(()),
         (classic::ABS, _) => load_packet(e, A, width, i.k, false),
         (classic::IND, _) => load_packet(e, A, width, i.k, true),
         (classic::IMM, Width::Word) => {
@@ -501,6 +703,28 @@ fn load_a(e: &mut Emitter, i: &libc::sock_filter) -> Result<(), String> {
         }
         _ => Err(unknown()),
     }
+}
+
+/// A = the VLAN ancillary datum at `k` (of any load width, as the kernel), from TAG; false if
+/// `k` names no such datum.
+fn load_tag(e: &mut Emitter, k: u32) -> bool {
+    let rsh = bpf::BPF_RSH as u8;
+    match k {
+        AD_VLAN_TAG => {
+            e.mov32_reg(A, TAG);
+            e.alu32(AND, A, Operand::Imm(0xffff));
+        }
+        AD_VLAN_TPID => {
+            e.mov32_reg(A, TAG);
+            e.alu32(rsh, A, Operand::Imm(16));
+        }
+        AD_VLAN_TAG_PRESENT => {
+            e.mov64_reg(A, TAG);
+            e.emit(ALU64 | rsh, A, 0, 0, 32);
+        }
+        _ => return false,
+    }
+    true
 }
 
 /// `LDX`: X = a constant, a scratch word, the frame's length, or 4 × the low nibble of the
@@ -807,7 +1031,13 @@ impl VerdictProgram {
     /// Translates and loads `program`. Needs CAP_BPF (root). An [`Unsupported`] error (see
     /// there) means the expression cannot run in XDP at all.
     pub fn load(program: &[libc::sock_filter]) -> anyhow::Result<VerdictProgram> {
-        let insns = translate(program, Epilogue::Verdict)?;
+        Self::load_as(program, View::AsIs)
+    }
+
+    /// [`VerdictProgram::load`], judging frames as `view` shows them (a live program's view,
+    /// for checking it on frames in memory).
+    pub fn load_as(program: &[libc::sock_filter], view: View) -> anyhow::Result<VerdictProgram> {
+        let insns = expand_viewed(program, Epilogue::Verdict, view)?.insns;
         let prog = load_xdp(&insns, c"sonde_verdict")?;
         let longest = longest_whole_frame()
             .map_err(|e| anyhow!("measuring what an XDP test run takes: {e:#}"))?;
@@ -998,19 +1228,23 @@ mod tests {
     #[test]
     fn both_epilogues_share_one_body() {
         let program = crate::filter::compile("tcp port 80 or udp[8:2] = 0x1234").unwrap();
-        let verdict = expand(&program, Epilogue::Verdict).unwrap();
+        let verdict = expand_viewed(&program, Epilogue::Verdict, View::TagOff).unwrap();
         let live = expand(&program, Epilogue::Redirect { xsks_map: 77 }).unwrap();
         let body = verdict.matched.unwrap().max(verdict.no_match.unwrap());
         let raw = |i: &[bpf_insn]| -> Vec<(u8, u8, i16, i32)> {
             i.iter().map(|i| (i.code, dst(i), i.off, i.imm)).collect()
         };
         assert_eq!(raw(&verdict.insns[..body]), raw(&live.insns[..body]));
-        let tail = raw(&live.insns[live.matched.unwrap()..]);
+        // Each verdict first puts a tag it took off back.
+        let put_back = {
+            let mut e = Emitter::default();
+            put_tag_back(&mut e, View::TagOff);
+            e.len()
+        };
+        let redirect = live.matched.unwrap() + put_back;
+        let tail = raw(&live.insns[redirect..]);
         assert_eq!(tail[0], (LD_IMM64, R1, 0, 77), "the map's descriptor");
-        assert_eq!(
-            live.insns[live.matched.unwrap()].src_reg(),
-            bpf::BPF_PSEUDO_MAP_FD as u8
-        );
+        assert_eq!(live.insns[redirect].src_reg(), bpf::BPF_PSEUDO_MAP_FD as u8);
         let call = (
             JMP64 | bpf::BPF_CALL as u8,
             0,
@@ -1614,6 +1848,103 @@ mod tests {
         );
     }
 
+    /// Runs `prog` once on `frame`: what it returned, and the frame as the program left it.
+    fn run_with_output(prog: &OwnedFd, frame: &[u8]) -> (u32, Vec<u8>) {
+        let mut out = vec![0u8; frame.len() + 64];
+        let mut opts = bpf::bpf_test_run_opts {
+            sz: std::mem::size_of::<bpf::bpf_test_run_opts>() as _,
+            data_in: frame.as_ptr().cast(),
+            data_size_in: frame.len() as u32,
+            data_out: out.as_mut_ptr().cast(),
+            data_size_out: out.len() as u32,
+            repeat: 1,
+            ..Default::default()
+        };
+        // SAFETY: `frame` and `out` outlive the call, which reads `data_size_in` bytes of the
+        // one and writes at most `data_size_out` bytes of the other.
+        check(unsafe { bpf::bpf_prog_test_run_opts(prog.as_raw_fd(), &mut opts) }).unwrap();
+        out.truncate(opts.data_size_out as usize);
+        (opts.retval, out)
+    }
+
+    #[test]
+    fn tagged_frames_are_judged_as_packet_sockets_see_them_and_left_as_they_came() {
+        if !can_load() {
+            return;
+        }
+        in_private_netns(|| {
+            // Compiled as libpcap compiles for a live Linux interface (what tcpdump -i runs):
+            // `vlan` reads the tag the kernel took off, as ancillary data.
+            let live = crate::filter::Compiler::for_interface("lo").unwrap();
+            let arp = ether(MAC_1, MAC_2, &[], 0x0806, &arp_request(CLIENT, SERVER));
+            let tagged = |tpid: u16, vid: u16, inner: &[u8]| {
+                let mut f = inner[..12].to_vec();
+                f.extend_from_slice(&tpid.to_be_bytes());
+                f.extend_from_slice(&vid.to_be_bytes());
+                f.extend_from_slice(&inner[12..]);
+                f
+            };
+            // 102 bytes: 106 and 110 with one and two tags on the wire.
+            let dns = eth4(v4(CLIENT, SERVER, 17), &udp(40000, 53, &[7; 60]));
+            let frames = [
+                ("arp", arp.clone()),
+                ("arp, vlan 100", tagged(0x8100, 100, &arp)),
+                ("arp, vlan 100 priority 5", tagged(0x8100, 0xa064, &arp)),
+                ("arp, 802.1ad 100", tagged(0x88a8, 100, &arp)),
+                ("arp, vlan 200", tagged(0x8100, 200, &arp)),
+                ("dns", dns.clone()),
+                ("dns, vlan 100", tagged(0x8100, 100, &dns)),
+                (
+                    "dns, vlan 100 in 300",
+                    tagged(0x88a8, 300, &tagged(0x8100, 100, &dns)),
+                ),
+            ];
+            // What a packet socket's filter decides: the outer tag off, its length too.
+            let cases: [(&str, [bool; 8]); 7] = [
+                ("arp", [true, true, true, true, true, false, false, false]),
+                (
+                    "vlan 100",
+                    [false, true, true, true, false, false, true, false],
+                ),
+                (
+                    "vlan and arp",
+                    [false, true, true, true, true, false, false, false],
+                ),
+                (
+                    "vlan 300 and vlan 100",
+                    [false, false, false, false, false, false, false, true],
+                ),
+                (
+                    "udp port 53",
+                    [false, false, false, false, false, true, true, false],
+                ),
+                (
+                    "vlan 100 and udp port 53",
+                    [false, false, false, false, false, false, true, false],
+                ),
+                (
+                    "greater 105",
+                    [false, false, false, false, false, false, false, true],
+                ),
+            ];
+            for (expr, want) in cases {
+                let program = live.compile(expr).unwrap();
+                let xdp = VerdictProgram::load_as(&program, View::TagOff)
+                    .unwrap_or_else(|e| panic!("{expr}: {e:#}"));
+                for ((name, frame), want) in frames.iter().zip(want) {
+                    let (verdict, after) = run_with_output(&xdp.prog, frame);
+                    assert_eq!(verdict == MATCHED, want, "`{expr}` on {name}");
+                    assert_eq!(&after, frame, "`{expr}` left {name} changed");
+                }
+            }
+            // A file's view keeps the tag in the frame, and refuses the kernel's tag data.
+            let program = live.compile("vlan 100").unwrap();
+            assert!(VerdictProgram::load(&program).is_err());
+            assert!(reads_vlan_tag(&program));
+            assert!(!reads_vlan_tag(&live.compile("arp").unwrap()));
+        });
+    }
+
     #[test]
     fn hand_built_programs_keep_classic_semantics() {
         if !can_load() {
@@ -1777,11 +2108,18 @@ mod tests {
                 .into_iter()
                 .filter(|(_, f)| f.len() <= 2048)
                 .collect();
+            // Judged as a packet socket sees them (an outer tag off), received as they came.
             let want: Vec<&[u8]> = frames
                 .iter()
-                .filter(|(_, f)| pcap.filter(f))
+                .filter(|(_, f)| pcap.filter(&tag_off(f)))
                 .map(|(_, f)| f.as_slice())
                 .collect();
+            assert!(
+                frames
+                    .iter()
+                    .any(|(_, f)| pcap.filter(&tag_off(f)) && !pcap.filter(f)),
+                "a tagged frame is matched only once its tag is off"
+            );
             assert!(
                 want.len() >= 5 && want.len() < frames.len(),
                 "{}",
@@ -1804,6 +2142,16 @@ mod tests {
             assert_eq!(got, want);
             assert_eq!(rx.take_drops().total(), 0);
         });
+    }
+
+    /// `frame` as the kernel shows it to a packet socket: an outer 802.1Q or 802.1ad tag off.
+    fn tag_off(frame: &[u8]) -> Vec<u8> {
+        match frame.get(12..14) {
+            Some([0x81, 0x00] | [0x88, 0xa8]) if frame.len() >= 18 => {
+                [&frame[..12], &frame[16..]].concat()
+            }
+            _ => frame.to_vec(),
+        }
     }
 
     #[test]

@@ -4,6 +4,8 @@
 
 use std::os::fd::RawFd;
 
+use std::os::fd::IntoRawFd;
+
 use anyhow::{anyhow, Context};
 
 /// Compiles `expr` for Ethernet frames into classic BPF instructions.
@@ -31,6 +33,11 @@ pub fn compile_for(expr: &str, link: Link) -> anyhow::Result<Vec<libc::sock_filt
     let program = dead
         .compile(expr, true)
         .map_err(|e| anyhow!("invalid filter expression \"{expr}\": {e}"))?;
+    instructions(&program)
+}
+
+/// A compiled program's instructions.
+fn instructions(program: &pcap::BpfProgram) -> anyhow::Result<Vec<libc::sock_filter>> {
     // The instruction fields are private in the pcap crate; its Display prints "code jt jf k".
     program
         .get_instructions()
@@ -51,6 +58,113 @@ fn parse_instruction(text: &str) -> Option<libc::sock_filter> {
     f.next().is_none().then_some(insn)
 }
 
+/// libpcap's handle for compiling an expression as tcpdump would: for capturing on an interface
+/// (a live handle, whose link type and Linux extensions, such as VLAN tags the kernel took off
+/// the frame, the program then uses) or for reading a file of a given link type (a savefile
+/// handle, which refuses what cannot be judged in a file, such as `inbound`).
+pub struct Compiler {
+    handle: Handle,
+}
+
+enum Handle {
+    Live(pcap::Capture<pcap::Active>),
+    File(pcap::Capture<pcap::Offline>),
+}
+
+impl Compiler {
+    /// For capturing on `iface` (opens it with libpcap for as long as the compiler lives).
+    pub fn for_interface(iface: &str) -> anyhow::Result<Compiler> {
+        crate::packet_socket::ifindex(iface)?;
+        let cap = pcap::Capture::from_device(iface)
+            .and_then(|c| c.buffer_size(1 << 20).open())
+            .map_err(|e| crate::libpcap::pcap_error(iface, e))?;
+        Ok(Compiler {
+            handle: Handle::Live(cap),
+        })
+    }
+
+    /// For a file whose header gives `linktype_field` (a LINKTYPE_ value, with any FCS bits
+    /// above it) and `snaplen`. libpcap reads that header from a pipe, so it maps the link type
+    /// to its own number (DLT) exactly as when tcpdump opens the file.
+    pub fn for_file(linktype_field: u32, snaplen: u32) -> anyhow::Result<Compiler> {
+        let mut header = Vec::with_capacity(24);
+        for word in [0xA1B2_C3D4u32, 2 | 4 << 16, 0, 0, snaplen, linktype_field] {
+            header.extend_from_slice(&word.to_le_bytes());
+        }
+        let read = header_pipe(&header).context("a pipe for libpcap")?;
+        // SAFETY: the capture takes `read` over and is its only owner from here on.
+        let cap = unsafe { pcap::Capture::from_raw_fd(read.into_raw_fd()) }
+            .map_err(|e| anyhow!("libpcap refused a file of link type {linktype_field}: {e}"))?;
+        Ok(Compiler {
+            handle: Handle::File(cap),
+        })
+    }
+
+    /// libpcap's link type (DLT) of the handle.
+    pub fn dlt(&self) -> i32 {
+        match &self.handle {
+            Handle::Live(c) => c.get_datalink().0,
+            Handle::File(c) => c.get_datalink().0,
+        }
+    }
+
+    /// `expr` compiled (optimised, as tcpdump does); the error carries libpcap's message.
+    pub fn compile(&self, expr: &str) -> anyhow::Result<Vec<libc::sock_filter>> {
+        let program = match &self.handle {
+            Handle::Live(c) => c.compile(expr, true),
+            Handle::File(c) => c.compile(expr, true),
+        }
+        .map_err(|e| anyhow!("invalid filter expression \"{expr}\": {e}"))?;
+        instructions(&program)
+    }
+}
+
+/// A pipe holding `bytes` (less than a pipe's atomic write), its writing end closed: its
+/// reading end.
+fn header_pipe(bytes: &[u8]) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both are fresh descriptors owned by nobody else.
+    let (read, write) = unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    };
+    use std::io::Write;
+    (&write).write_all(bytes)?;
+    Ok(read)
+}
+
+/// The link type a capture file records for libpcap's link type `dlt` (the LINKTYPE_ value:
+/// the same number, but for the few DLTs whose number differs between systems).
+pub fn linktype_of_dlt(dlt: i32) -> u32 {
+    match dlt {
+        11 => 100, // ATM RFC 1483
+        12 => 101, // raw IP
+        15 => 102, // BSD/OS SLIP
+        16 => 103, // BSD/OS PPP
+        19 => 106, // Linux ATM CLIP
+        other => other as u32,
+    }
+}
+
+/// libpcap's name of its link type `dlt` (as tcpdump prints it: EN10MB, RAW, …).
+pub fn dlt_name(dlt: i32) -> String {
+    pcap::Linktype(dlt)
+        .get_name()
+        .unwrap_or_else(|_| format!("DLT {dlt}"))
+}
+
+/// libpcap's DLT_EN10MB: Ethernet.
+pub const DLT_ETHERNET: i32 = 1;
+/// libpcap's DLT_RAW on Linux: packets start with their IP header (a TUN device).
+pub const DLT_RAW: i32 = 12;
+
 /// A program that takes every frame whole: what is attached when there is no expression.
 pub fn accept_all() -> Vec<libc::sock_filter> {
     vec![libc::sock_filter {
@@ -58,6 +172,16 @@ pub fn accept_all() -> Vec<libc::sock_filter> {
         jt: 0,
         jf: 0,
         k: u32::MAX,
+    }]
+}
+
+/// A program that takes nothing: what a capture socket holds until its own filter is attached.
+pub fn reject_all() -> Vec<libc::sock_filter> {
+    vec![libc::sock_filter {
+        code: BPF_RET_K,
+        jt: 0,
+        jf: 0,
+        k: 0,
     }]
 }
 
@@ -77,7 +201,9 @@ pub fn cap_snaplen(program: &mut [libc::sock_filter], snaplen: u32) {
 }
 
 /// Runs `program` on a frame in user space with libpcap's own interpreter, as the kernel would
-/// on a frame of `wire_len` bytes of which `frame` were captured. True if it keeps the frame.
+/// on a frame of `wire_len` bytes of which `frame` were captured, and as tcpdump does on a file's
+/// packet (`len` is the wire length even where a file records less than it captured). True if
+/// it keeps the frame.
 pub fn matches(program: &[libc::sock_filter], frame: &[u8], wire_len: u32) -> bool {
     if program.is_empty() {
         return true;
@@ -89,8 +215,8 @@ pub fn matches(program: &[libc::sock_filter], frame: &[u8], wire_len: u32) -> bo
         bpf_filter(
             program.as_ptr(),
             frame.as_ptr(),
-            wire_len.max(frame.len() as u32),
-            frame.len() as u32,
+            wire_len,
+            frame.len().min(u32::MAX as usize) as u32,
         ) != 0
     }
 }
@@ -105,10 +231,15 @@ extern "C" {
     ) -> libc::c_uint;
 }
 
-/// How many leading bytes of a packet `program` can read: enough to copy for its verdict to be
-/// the same as on the whole packet. `u32::MAX` when that cannot be bounded (an index register
-/// loaded from the accumulator or scratch memory). Loads relative to the index register count
-/// its largest possible value: an IPv4 header length (at most 60) or a constant it was set to.
+/// How many leading bytes of a packet `program` can read: enough to copy for its verdict, run
+/// by [`matches`] on a packet whose wire length is at least its captured length, to be the same
+/// as on the whole packet. `u32::MAX` when that cannot be bounded (an index register loaded
+/// from the accumulator or scratch memory). Loads relative to the index register count its
+/// largest possible value: an IPv4 header length (at most 60) or a constant it was set to. Two
+/// kinds of load read nothing and need no byte: those at an offset of 2^31 or more (the
+/// kernel's ancillary data, or `[x - k]`), which libpcap's interpreter refuses before reading
+/// anything, and those relative to an index register set to the packet's length (`ldx #len`),
+/// which start at or past the end of the packet.
 pub fn bytes_needed(program: &[libc::sock_filter]) -> u32 {
     const LD: u16 = 0x00;
     const LDX: u16 = 0x01;
@@ -119,11 +250,13 @@ pub fn bytes_needed(program: &[libc::sock_filter]) -> u32 {
         0x08 => 2,
         _ => 1,
     };
-    let mut max_x = 60u32;
+    // X starts at zero; `ldx #len` adds nothing (see above).
+    let mut max_x = 0u32;
     for insn in program {
         match (insn.code & 0x07, insn.code & 0xe0) {
             (LDX, 0x00) => max_x = max_x.max(insn.k), // ldx #k
-            (LDX, 0xa0) | (LDX, 0x80) => {}           // ldx 4*([k]&0xf), ldx #len
+            (LDX, 0xa0) => max_x = max_x.max(60),     // ldx 4*([k]&0xf)
+            (LDX, 0x80) => {}                         // ldx #len
             (LDX, _) => return u32::MAX,              // ldx M[k]: unbounded
             (MISC, _) if insn.code & 0xf8 == TAX => return u32::MAX, // tax
             _ => {}
@@ -132,6 +265,7 @@ pub fn bytes_needed(program: &[libc::sock_filter]) -> u32 {
     program
         .iter()
         .map(|insn| match (insn.code & 0x07, insn.code & 0xe0) {
+            (LD | LDX, _) if insn.k >= 0x8000_0000 => 0,
             (LD, 0x20) => insn.k.saturating_add(size(insn.code)),
             (LD, 0x40) => insn.k.saturating_add(size(insn.code)).saturating_add(max_x),
             (LDX, 0xa0) => insn.k.saturating_add(1),
@@ -184,6 +318,40 @@ mod tests {
             assert_eq!(matches(&prog, cut, ip_udp.len() as u32), whole, "{expr}");
         }
         assert_eq!(bytes_needed(&[]), 0);
+    }
+
+    #[test]
+    fn loads_relative_to_the_packet_length_need_no_bytes() {
+        use super::{bytes_needed, matches};
+        let op = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+        const LDX_LEN: u16 = 0x81;
+        const LDB_IND: u16 = 0x50;
+        const LDH_ABS: u16 = 0x28;
+        const JEQ: u16 = 0x15;
+        const RET: u16 = 0x06;
+        let packet: Vec<u8> = (0..200u8).collect();
+        // X = the packet's length, then a byte at X + k: at k = 0, and at k = -4 (the kernel
+        // reads the fourth byte from the end there; libpcap's interpreter refuses the offset).
+        for k in [0u32, 0xffff_fffc] {
+            let program = [
+                op(LDH_ABS, 0, 0, 12),
+                op(JEQ, 0, 4, 0x0c0d),
+                op(LDX_LEN, 0, 0, 0),
+                op(LDB_IND, 0, 0, k),
+                op(JEQ, 0, 1, 196),
+                op(RET, 0, 0, 0xffff),
+                op(RET, 0, 0, 0),
+            ];
+            let need = bytes_needed(&program);
+            assert!(need <= 14, "k {k:#x}: {need} bytes");
+            let whole = matches(&program, &packet, packet.len() as u32);
+            let cut = &packet[..need as usize];
+            assert_eq!(
+                matches(&program, cut, packet.len() as u32),
+                whole,
+                "k {k:#x}"
+            );
+        }
     }
 
     use super::*;

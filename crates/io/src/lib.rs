@@ -45,6 +45,7 @@ mod ring_frames;
 mod sendto;
 #[cfg(test)]
 mod test_support;
+pub mod tun;
 pub mod xdp;
 mod xdp_bridge;
 mod xdp_filter;

@@ -11,7 +11,7 @@ use anyhow::anyhow;
 use crate::packet_socket::poll_readable;
 use crate::{FrameRx, FrameTx, IoConfig, RxDrops, MAX_FRAME};
 
-fn pcap_error(iface: &str, err: pcap::Error) -> anyhow::Error {
+pub(crate) fn pcap_error(iface: &str, err: pcap::Error) -> anyhow::Error {
     let text = err.to_string();
     if text.contains("ermission") || text.contains("EPERM") {
         anyhow!("libpcap on {iface}: permission denied: needs CAP_NET_RAW (run as root)")

@@ -38,13 +38,21 @@ pub fn open_error(what: &str, err: io::Error) -> anyhow::Error {
 /// sender never pays for traffic it does not read. `ETH_P_ALL` receives every frame.
 pub fn open_bound(iface: &str, protocol: u16) -> anyhow::Result<OwnedFd> {
     let index = ifindex(iface)?;
-    let proto_be = protocol.to_be();
+    let fd = open_unbound(protocol)?;
+    bind_to(&fd, iface, index, protocol)?;
+    Ok(fd)
+}
+
+/// A raw AF_PACKET socket of `protocol` that is bound to nothing yet. With protocol 0 it
+/// receives nothing until [`bind`] names a protocol: a capture sets its filter and ring up
+/// first, so no frame reaches it before they are in place.
+pub fn open_unbound(protocol: u16) -> anyhow::Result<OwnedFd> {
     // SAFETY: plain socket(2) call; the result is checked before use.
     let raw = unsafe {
         libc::socket(
             libc::AF_PACKET,
             libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            i32::from(proto_be),
+            i32::from(protocol.to_be()),
         )
     };
     if raw < 0 {
@@ -54,11 +62,19 @@ pub fn open_bound(iface: &str, protocol: u16) -> anyhow::Result<OwnedFd> {
         ));
     }
     // SAFETY: `raw` is a fresh descriptor owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Binds a packet socket to `iface`, receiving `protocol` (`ETH_P_ALL`: every frame) from then on.
+pub fn bind(fd: &OwnedFd, iface: &str, protocol: u16) -> anyhow::Result<()> {
+    bind_to(fd, iface, ifindex(iface)?, protocol)
+}
+
+fn bind_to(fd: &OwnedFd, iface: &str, index: u32, protocol: u16) -> anyhow::Result<()> {
     // SAFETY: sockaddr_ll is plain old data; all-zero is a valid starting value.
     let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     addr.sll_family = libc::AF_PACKET as u16;
-    addr.sll_protocol = proto_be;
+    addr.sll_protocol = protocol.to_be();
     addr.sll_ifindex = index as i32;
     // SAFETY: `addr` is a valid sockaddr_ll and the length passed matches its size.
     let rc = unsafe {
@@ -74,7 +90,7 @@ pub fn open_bound(iface: &str, protocol: u16) -> anyhow::Result<OwnedFd> {
             io::Error::last_os_error(),
         ));
     }
-    Ok(fd)
+    Ok(())
 }
 
 /// Marks `fd` close-on-exec, for descriptors that libraries (libxdp, libpcap) open without it:

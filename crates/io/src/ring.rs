@@ -321,11 +321,16 @@ impl RingRx {
     /// well as what arrives, as tcpdump sees them), a ring of `options.ring_bytes`, nanosecond
     /// timestamps (from the NIC where it stamps received frames, from the kernel otherwise), and
     /// optionally a member of a `PACKET_FANOUT` group that spreads flows over several rings by
-    /// flow hash. Read it with [`RingRx::rx_packets`]. The ring starts receiving at once: attach
-    /// a filter ([`crate::filter::attach`]) before the first read, and what arrived before that
-    /// is dropped by the caller ([`RingRx::discard_pending`]).
+    /// flow hash. Read it with [`RingRx::rx_packets`].
+    ///
+    /// The socket starts with a filter that rejects every frame, attached before it is bound to
+    /// the interface, so nothing reaches the ring until the caller attaches the capture's own
+    /// filter ([`crate::filter::attach`], which replaces it at once): no frame the expression
+    /// excludes is ever in the ring, not even one that arrived while the ring was set up.
     pub fn open_capture(iface: &str, options: &CaptureRing) -> anyhow::Result<Self> {
-        let fd = open_bound(iface, libc::ETH_P_ALL as u16)?;
+        crate::packet_socket::ifindex(iface)?;
+        let fd = crate::packet_socket::open_unbound(0)?;
+        crate::filter::attach(fd.as_raw_fd(), &crate::filter::reject_all())?;
         set_version(&fd, libc::tpacket_versions::TPACKET_V3, "TPACKET_V3")?;
         // Ask for hardware receive stamps; the kernel falls back to its own where the NIC has
         // none, and each packet's status says which it got. A refusal only means software.
@@ -337,6 +342,8 @@ impl RingRx {
         );
         let blocks = (options.ring_bytes / RX_BLOCK_SIZE).max(2);
         let ring = Self::with_ring(fd, iface, RX_BLOCK_SIZE, blocks, options.block_timeout_ms)?;
+        crate::packet_socket::bind(&ring.fd, iface, libc::ETH_P_ALL as u16)?;
+        // The kernel takes a socket into a fanout group only once it is bound.
         if let Some(group) = options.fanout_group {
             join_fanout(&ring.fd, iface, group)?;
         }
@@ -410,15 +417,6 @@ impl RingRx {
     /// full, since the last call (`PACKET_STATISTICS` resets on read).
     pub fn take_counts(&mut self) -> (u64, u64) {
         crate::packet_socket::take_counts(self.fd.as_raw_fd())
-    }
-
-    /// Hands every block the kernel has filled so far back unread (what arrived before a filter
-    /// was attached).
-    pub fn discard_pending(&mut self) {
-        while self.left_in_block > 0 || self.open_block() {
-            self.left_in_block = 0;
-            self.release_block();
-        }
     }
 
     /// Like [`FrameRx::rx_batch`], with what the kernel knows of each packet: its length on

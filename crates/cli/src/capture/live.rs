@@ -10,6 +10,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sonde_capture::live::{Counters, Plan};
 use sonde_capture::output::{CaptureWriter, FileInfo, Format};
 use sonde_capture::source::{self, Source};
+use sonde_io::filter::Compiler;
 use sonde_io::IoConfig;
 
 use super::summary::{per_packet, Summary};
@@ -23,17 +24,23 @@ pub fn run(args: &CaptureArgs, iface: &str, expr: &str, out: &str) -> anyhow::Re
         sonde_lab::enter_net_ns(lab)?;
     }
     sonde_io::queue_count(iface)?;
-    let program = compile(expr, args.snaplen)?;
     if args.profile.is_some() && args.backend == Backend::Pcap {
         bail!("--profile instruments sonde's own ring and XDP paths, not libpcap's: use --backend ring or xdp");
     }
+    // As tcpdump: compiled for this interface (its link type, and the VLAN tags the kernel
+    // takes off frames), and written with its link type.
+    let compiler = Compiler::for_interface(iface)?;
+    let link = Link::of(iface, compiler.dlt(), args.backend)?;
+    let program = compile(&compiler, expr, args.snaplen)?;
+    drop(compiler);
     let calibration = args.profile.as_ref().map(|_| super::profile::start());
-    let (sources, backend, filter) = open_sources(args, iface, expr, &program)?;
+    let (sources, backend, filter) = open_sources(args, iface, expr, &program, link)?;
     let threads = sources.len() as u32;
     let info = FileInfo {
         format: Format::for_path(out),
         iface: iface.to_string(),
         snaplen: args.snaplen,
+        linktype: sonde_io::filter::linktype_of_dlt(link.dlt),
     };
     let writer = CaptureWriter::create(out, info, args.rotate_mb, super::if_exists(args))?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -91,14 +98,49 @@ pub fn run(args: &CaptureArgs, iface: &str, expr: &str, out: &str) -> anyhow::Re
     summary.finish(args)
 }
 
+/// What the interface's frames start with, as libpcap says (its DLT).
+#[derive(Clone, Copy, Debug)]
+struct Link {
+    dlt: i32,
+}
+
+impl Link {
+    /// The link of `iface`, if `backend` can capture it: libpcap captures any; sonde's ring
+    /// reads frames as the kernel hands a raw packet socket, so Ethernet or, on a TUN device,
+    /// the IP header (libpcap's RAW); for others libpcap would take a cooked view sonde does
+    /// not reproduce.
+    fn of(iface: &str, dlt: i32, backend: Backend) -> anyhow::Result<Link> {
+        use sonde_io::filter::{DLT_ETHERNET, DLT_RAW};
+        if backend != Backend::Pcap && dlt != DLT_ETHERNET && dlt != DLT_RAW {
+            bail!(
+                "{iface} has link type {} ({}), which --backend {} does not capture: use --backend pcap",
+                dlt_name(dlt),
+                sonde_io::filter::linktype_of_dlt(dlt),
+                backend.name()
+            );
+        }
+        Ok(Link { dlt })
+    }
+
+    fn is_ethernet(self) -> bool {
+        self.dlt == sonde_io::filter::DLT_ETHERNET
+    }
+}
+
+fn dlt_name(dlt: i32) -> String {
+    sonde_io::filter::dlt_name(dlt)
+}
+
 /// One source per thread. `xdp` opens one AF_XDP socket per queue of the interface and shares
 /// them out over the threads (no more threads than queues); an expression the XDP translation
-/// cannot express falls back to `ring`, said in one line.
+/// cannot express, or an interface that is not Ethernet, falls back to `ring`, said in one
+/// line.
 fn open_sources(
     args: &CaptureArgs,
     iface: &str,
     expr: &str,
     program: &[libc::sock_filter],
+    link: Link,
 ) -> anyhow::Result<(Vec<Source>, Backend, String)> {
     let ring_bytes = (args.buffer_mb as usize) << 20;
     let threads = args.threads as usize;
@@ -113,6 +155,13 @@ fn open_sources(
                 Backend::Pcap,
                 "libpcap (kernel classic BPF)".into(),
             ))
+        }
+        Backend::Xdp if !link.is_ethernet() => {
+            eprintln!(
+                "sonde: {iface} is not Ethernet (link type {}): XDP capture reads Ethernet frames; capturing with --backend ring, filtered by the kernel's classic BPF",
+                dlt_name(link.dlt)
+            );
+            open_rings(iface, program, threads, ring_bytes)
         }
         Backend::Xdp => match open_xdp(iface, program, threads) {
             Ok(sources) => Ok((
@@ -158,6 +207,12 @@ fn open_xdp(
     program: &[libc::sock_filter],
     threads: usize,
 ) -> Result<Vec<Source>, XdpError> {
+    if sonde_io::cbpf_xdp::reads_vlan_tag(program) && sonde_io::cbpf_xdp::may_hide_vlan_tags(iface)
+    {
+        return Err(XdpError::Unsupported(format!(
+            "the expression reads VLAN tags, which {iface} may take off before XDP sees them (rx-vlan-offload on; ethtool -K {iface} rxvlan off lets XDP see them)"
+        )));
+    }
     let queues = sonde_io::queue_count(iface).map_err(XdpError::Other)? as usize;
     let threads = threads.min(queues);
     let mut per_thread: Vec<Vec<sonde_io::AnyRx>> = (0..threads).map(|_| Vec::new()).collect();

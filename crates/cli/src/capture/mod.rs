@@ -38,9 +38,13 @@ impl std::error::Error for BadExpression {}
 /// traffic no local socket needs, e.g. a mirror port), the rest pass untouched. XDP sees only
 /// what arrives, not what the host sends. `--backend pcap` is libpcap, as tcpdump.
 ///
-/// Offline: `sonde capture -r FILE [EXPRESSION] -w OUT` reads a pcap or pcapng file, keeps
-/// what the expression selects and writes it (like `tcpdump -r FILE -w OUT EXPRESSION`); with
-/// `--backend xdp` the verdicts come from the kernel running sonde's XDP translation.
+/// Live, the expression is compiled for the interface as tcpdump compiles it (its link type,
+/// VLAN tags the kernel took off), and the file gets the interface's link type.
+///
+/// Offline: `sonde capture -r FILE [EXPRESSION] -w OUT` reads a pcap or pcapng file of any
+/// link type, keeps what the expression (compiled for that link type) selects and writes it
+/// with the file's link type (like `tcpdump -r FILE -w OUT EXPRESSION`); with `--backend xdp`
+/// the verdicts come from the kernel running sonde's XDP translation.
 ///
 /// Files: `.pcap` is classic pcap with nanosecond stamps; anything else, and `-w -`
 /// (stdout, e.g. `| tcpdump -r -`), is pcapng (nanosecond stamps, interface name and snap
@@ -67,10 +71,11 @@ pub struct CaptureArgs {
     /// if they exist.
     #[arg(long)]
     force: bool,
-    /// Bytes kept of each packet (the rest is cut; the file records the length on the wire).
-    #[arg(short = 's', long, default_value_t = 262_144, value_name = "SNAPLEN", value_parser = clap::value_parser!(u32).range(14..=262_144))]
+    /// Bytes kept of each packet (the rest is cut; the file records the length on the wire);
+    /// 0 keeps whole packets (262144 bytes), as tcpdump's `-s 0`.
+    #[arg(short = 's', long, default_value_t = 262_144, value_name = "SNAPLEN", value_parser = clap::value_parser!(u32).range(0..=262_144))]
     snaplen: u32,
-    /// Stop after writing this many packets.
+    /// Stop after writing this many packets (at least 1).
     #[arg(short = 'c', long, value_name = "COUNT")]
     count: Option<u64>,
     /// Stop after this many seconds.
@@ -130,11 +135,20 @@ impl Backend {
     }
 }
 
-pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
+/// What `-s 0` means: whole packets, as libpcap's largest snap length.
+const WHOLE_PACKETS: u32 = 262_144;
+
+pub fn run(mut args: CaptureArgs) -> anyhow::Result<()> {
     let expr = args.expression.join(" ");
     let Some(out) = args.write.clone() else {
         anyhow::bail!("say where to write: -w FILE.pcapng, -w FILE.pcap, or -w - for stdout");
     };
+    if args.count == Some(0) {
+        anyhow::bail!("-c 0 would capture nothing: give a count of at least 1, or leave -c out");
+    }
+    if args.snaplen == 0 {
+        args.snaplen = WHOLE_PACKETS;
+    }
     check_outputs(&args, &out)?;
     match (&args.read, &args.iface) {
         (Some(file), _) => offline::run(&args, file, &expr, &out),
@@ -164,13 +178,20 @@ fn check_outputs(args: &CaptureArgs, out: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Compiles `expr` with libpcap (an empty one keeps everything), for Ethernet frames, with
-/// every accepting return capped at `snaplen`.
-fn compile(expr: &str, snaplen: u32) -> anyhow::Result<Vec<libc::sock_filter>> {
+/// Compiles `expr` with libpcap's `compiler` (for the interface or the file: what tcpdump
+/// would run), an empty one keeping everything, with every accepting return capped at
+/// `snaplen`.
+fn compile(
+    compiler: &sonde_io::filter::Compiler,
+    expr: &str,
+    snaplen: u32,
+) -> anyhow::Result<Vec<libc::sock_filter>> {
     let mut program = if expr.trim().is_empty() {
         sonde_io::filter::accept_all()
     } else {
-        sonde_io::filter::compile(expr).map_err(|e| BadExpression(e.to_string()))?
+        compiler
+            .compile(expr)
+            .map_err(|e| BadExpression(e.to_string()))?
     };
     sonde_io::filter::cap_snaplen(&mut program, snaplen);
     Ok(program)

@@ -8,9 +8,10 @@ use std::time::Instant;
 use anyhow::Context;
 use sonde_capture::output::{CaptureWriter, FileInfo, Format};
 use sonde_capture::read::read_file;
+use sonde_io::filter::{linktype_of_dlt, Compiler};
 
 use super::{compile, Backend, CaptureArgs};
-use crate::capture::summary::Summary;
+use crate::capture::summary::OfflineSummary;
 
 /// How each packet is judged.
 enum Judge {
@@ -19,10 +20,11 @@ enum Judge {
 }
 
 /// The XDP translation, loaded and run by the kernel on each packet. The kernel's test run
-/// needs at least an Ethernet header, shows the program at most one page of a frame, and
-/// cannot show it bytes a file left out: such packets (shorter than 14 bytes, longer than
-/// about 3.5 KB, or cut short by the snap length, where `len` would differ) are judged by the
-/// classic program instead, and counted.
+/// needs at least 14 bytes, shows the program at most one page of a frame, and judges `len`
+/// as the bytes it was given: packets shorter or longer than that, and those whose captured
+/// length differs from their wire length (cut by the snap length, or recorded longer than on
+/// the wire) are judged by the classic program instead, and counted. The translation does not
+/// depend on the link type: the program reads the file's packets as they are.
 struct XdpJudge {
     program: super::xdp::Verdicts,
     cbpf: Vec<libc::sock_filter>,
@@ -30,8 +32,14 @@ struct XdpJudge {
 }
 
 impl Judge {
-    fn new(backend: Backend, expr: &str, snaplen: u32) -> anyhow::Result<Judge> {
-        let cbpf = compile(expr, snaplen)?;
+    /// The judge of a file: the expression compiled by `compiler`, for the file's link type.
+    fn new(
+        backend: Backend,
+        compiler: &Compiler,
+        expr: &str,
+        snaplen: u32,
+    ) -> anyhow::Result<Judge> {
+        let cbpf = compile(compiler, expr, snaplen)?;
         if backend != Backend::Xdp {
             return Ok(Judge::Cbpf(cbpf));
         }
@@ -52,7 +60,7 @@ impl Judge {
         match self {
             Judge::Cbpf(p) => Ok(sonde_io::filter::matches(p, data, wire_len)),
             Judge::Xdp(x) => {
-                if !x.program.can_judge(data) || (data.len() as u32) < wire_len {
+                if !x.program.can_judge(data) || data.len() as u32 != wire_len {
                     x.judged_by_cbpf += 1;
                     return Ok(sonde_io::filter::matches(&x.cbpf, data, wire_len));
                 }
@@ -67,7 +75,7 @@ impl Judge {
         match self {
             Judge::Cbpf(_) => "classic BPF (libpcap's interpreter)".into(),
             Judge::Xdp(x) if x.judged_by_cbpf > 0 => format!(
-                "XDP translation (kernel test runs); {} packets too short or cut by the snap length judged by classic BPF",
+                "XDP translation (kernel test runs); {} packets too short or long for a test run, or not captured whole, judged by classic BPF",
                 x.judged_by_cbpf
             ),
             Judge::Xdp(_) => "XDP translation (kernel test runs)".into(),
@@ -75,60 +83,62 @@ impl Judge {
     }
 }
 
+/// What reading needs once the file has said what it holds.
+struct Open {
+    judge: Judge,
+    writer: CaptureWriter,
+}
+
 pub fn run(args: &CaptureArgs, file: &str, expr: &str, out: &str) -> anyhow::Result<()> {
     let started = Instant::now();
-    let cpu_start = sonde_meter::CpuTimes::now();
-    let mut judge = Judge::new(args.backend, expr, args.snaplen)?;
-    // Created when the file has said what it holds; both callbacks below reach it.
-    let writer: RefCell<Option<CaptureWriter>> = RefCell::new(None);
+    let open: RefCell<Option<Open>> = RefCell::new(None);
     let (mut kept, mut seen) = (0u64, 0u64);
     let read = read_file(
         file,
         |header| {
+            // As tcpdump: the expression compiled for the file's link type, and the output
+            // written with that link type (libpcap's number for it), its FCS bits, and the
+            // file's snap length.
+            let compiler = Compiler::for_file(header.linktype_field(), header.snaplen)?;
+            let judge = Judge::new(args.backend, &compiler, expr, args.snaplen)?;
             let info = FileInfo {
                 format: Format::for_path(out),
                 iface: format!("file {file}"),
-                snaplen: header.snaplen.clamp(1, args.snaplen),
+                snaplen: header.snaplen.min(args.snaplen),
+                linktype: linktype_of_dlt(compiler.dlt()) | header.linktype_ext,
             };
-            let if_exists = super::if_exists(args);
-            *writer.borrow_mut() =
-                Some(CaptureWriter::create(out, info, args.rotate_mb, if_exists)?);
+            let writer = CaptureWriter::create(out, info, args.rotate_mb, super::if_exists(args))?;
+            *open.borrow_mut() = Some(Open { judge, writer });
             Ok(())
         },
         |p| {
             seen += 1;
+            let mut open = open.borrow_mut();
+            let Open { judge, writer } = open
+                .as_mut()
+                .context("a packet came before the file described its interface")?;
             if !judge.keeps(p.data, p.wire_len)? {
                 return Ok(true);
             }
-            let mut writer = writer.borrow_mut();
-            let w = writer
-                .as_mut()
-                .context("a packet came before the file described its interface")?;
             // A file read back loses nothing.
-            w.write(p.ts_ns, p.wire_len, p.data, 0)
+            writer
+                .write(p.ts_ns, p.wire_len, p.data, 0)
                 .with_context(|| format!("writing {out}"))?;
             kept += 1;
             Ok(args.count.is_none_or(|c| kept < c))
         },
     );
     // Whatever happened, what was kept is written out with its statistics block.
-    let files = match writer.into_inner() {
-        Some(mut w) => {
-            let files = w.files();
-            w.finish(0).with_context(|| format!("writing {out}"))?;
-            files
+    let (files, path) = match open.into_inner() {
+        Some(Open {
+            mut writer, judge, ..
+        }) => {
+            let files = writer.files();
+            writer.finish(0).with_context(|| format!("writing {out}"))?;
+            (files, judge.path())
         }
-        None => Vec::new(),
+        None => (Vec::new(), String::new()),
     };
     read?;
-    let summary = Summary::offline(
-        args,
-        kept,
-        seen,
-        started.elapsed(),
-        sonde_meter::CpuTimes::now().since(&cpu_start),
-        judge.path(),
-        files,
-    );
-    summary.finish(args)
+    OfflineSummary::new(args, file, kept, seen, started.elapsed(), path, files).finish(args)
 }

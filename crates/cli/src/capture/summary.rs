@@ -23,7 +23,7 @@ pub struct Summary {
     pub ring_drops: u64,
     /// Lost by sonde: its writer or the disk fell behind, or writing failed.
     pub writer_drops: u64,
-    /// Packets the source handed to sonde (live) or read from the file (-r).
+    /// Packets the source handed to sonde.
     pub received: u64,
     pub bytes: u64,
     pub seconds: f64,
@@ -43,38 +43,72 @@ pub struct Summary {
     pub stopped_by: Option<String>,
 }
 
-impl Summary {
-    #[allow(clippy::too_many_arguments)]
-    pub fn offline(
+/// What `sonde capture -r` reports: a file read has no kernel, ring or drops, and its CPU
+/// per packet would say more about the disk than about capturing.
+#[derive(Debug, Serialize)]
+pub struct OfflineSummary {
+    /// The file read.
+    pub read_from: String,
+    /// Packets read from it.
+    pub received: u64,
+    /// Packets the expression kept (written).
+    pub captured: u64,
+    pub seconds: f64,
+    pub backend: String,
+    /// How the packets were judged.
+    pub filter: String,
+    pub files: Vec<String>,
+}
+
+impl OfflineSummary {
+    pub fn new(
         args: &CaptureArgs,
+        file: &str,
         kept: u64,
         read: u64,
         wall: Duration,
-        cpu: CpuTimes,
         filter: String,
         files: Vec<String>,
-    ) -> Summary {
-        Summary {
-            captured: kept,
-            kernel_drops: 0,
-            ring_drops: 0,
-            writer_drops: 0,
+    ) -> OfflineSummary {
+        OfflineSummary {
+            read_from: file.to_string(),
             received: read,
-            bytes: 0,
+            captured: kept,
             seconds: wall.as_secs_f64(),
-            pps: kept as f64 / wall.as_secs_f64().max(1e-9),
-            cpu_user_s: cpu.user.as_secs_f64(),
-            cpu_sys_s: cpu.system.as_secs_f64(),
-            cpu_ns_per_packet: per_packet(cpu, kept),
-            ts_source: "the file's".into(),
             backend: args.backend.name().into(),
-            threads: 1,
             filter,
             files,
-            stopped_by: None,
         }
     }
 
+    /// The final line (stderr) and the JSON file.
+    pub fn finish(&self, args: &CaptureArgs) -> anyhow::Result<()> {
+        eprintln!(
+            "{} kept of {} packets read from {}",
+            self.captured, self.received, self.read_from
+        );
+        if !args.quiet {
+            eprintln!(
+                "  filter: {}; {:.3} s; written to {}",
+                self.filter,
+                self.seconds,
+                self.files.join(", ")
+            );
+        }
+        write_json(args, self)
+    }
+}
+
+fn write_json(args: &CaptureArgs, summary: &impl Serialize) -> anyhow::Result<()> {
+    if let Some(path) = &args.summary_json {
+        let text = serde_json::to_string_pretty(summary)? + "\n";
+        output_file::write_whole(Path::new(path), text.as_bytes(), super::if_exists(args))
+            .context("--summary-json")?;
+    }
+    Ok(())
+}
+
+impl Summary {
     /// The final line (stderr, so `-w -` keeps stdout for the packets), the JSON file, and
     /// an error if writing stopped early.
     pub fn finish(&self, args: &CaptureArgs) -> anyhow::Result<()> {
@@ -98,12 +132,7 @@ impl Summary {
                 self.ts_source
             ));
         }
-        if let Some(path) = &args.summary_json {
-            let text = serde_json::to_string_pretty(self)? + "\n";
-            let if_exists = super::if_exists(args);
-            output_file::write_whole(Path::new(path), text.as_bytes(), if_exists)
-                .context("--summary-json")?;
-        }
+        write_json(args, self)?;
         if let Some(why) = &self.stopped_by {
             anyhow::bail!(
                 "writing stopped early ({why}); {} holds the {} packets written before, and is valid",

@@ -7,6 +7,8 @@
 //! ICMP errors quoting datagrams, ARP/RARP, IPv6 extension headers, IPv4 fragments and
 //! options, 802.1Q and QinQ tags, frames cut short by the snap length, tiny and large frames.
 
+pub mod files;
+
 use std::fs::File;
 use std::io::BufWriter;
 use std::net::{Ipv4Addr, Ipv6Addr};

@@ -16,8 +16,21 @@ pub struct Bar<'a> {
     pub measured_ns: f64,
 }
 
-/// Draws `bars` under the title `title`; `tick` names the black ticks (what was measured).
+/// Draws `bars` under the title `title`; `tick` names the black ticks (what was measured). Each
+/// bar is labelled with its batch size.
 pub fn stacked_bars(title: &str, tick: &str, bars: Vec<Bar>, png: &Path) -> anyhow::Result<()> {
+    let labels = bars.iter().map(|b| format!("batch {}", b.batch)).collect();
+    labelled_bars(title, tick, bars, labels, png)
+}
+
+/// [`stacked_bars`] with a label of the caller's under each bar (its `batch` is not shown).
+pub fn labelled_bars(
+    title: &str,
+    tick: &str,
+    bars: Vec<Bar>,
+    labels: Vec<String>,
+    png: &Path,
+) -> anyhow::Result<()> {
     let fail = |e: &dyn std::fmt::Display| anyhow!("plotting {}: {e}", png.display());
     let top = bars
         .iter()
@@ -39,7 +52,6 @@ pub fn stacked_bars(title: &str, tick: &str, bars: Vec<Bar>, png: &Path) -> anyh
         .y_label_area_size(70)
         .build_cartesian_2d(-0.5f64..bars.len() as f64 + 1.5, 0.0..top)
         .map_err(|e| fail(&e))?;
-    let labels: Vec<String> = bars.iter().map(|b| format!("batch {}", b.batch)).collect();
     chart
         .configure_mesh()
         .disable_x_mesh()
