@@ -663,6 +663,7 @@ mod tests {
             format: Format::PcapNg,
             iface: "test0".into(),
             snaplen: 262_144,
+            linktype: 1,
         };
         let kept = dir.join("kept.pcapng");
         std::fs::write(&kept, "an earlier capture").unwrap();
