@@ -1828,6 +1828,8 @@ mod tests {
                 icmp: false,
                 icmp6: false,
                 ports: (61000, 65535),
+                echo_id: None,
+                spare_host_sockets: true,
             };
             let err = format!("{:#}", XdpRx::open_filtered(&lo(), &spec).err().unwrap());
             assert!(
