@@ -81,6 +81,8 @@ fn link_details() -> String {
 /// (the scanner's MAC, the lab gateway's MAC)
 type Macs = ([u8; 6], [u8; 6]);
 
+/// A SYN scan's filter, except that it does not spare the host's sockets: these tests make
+/// kernel connections from sonde's ports to stand in for its probes.
 fn tcp_spec() -> FilterSpec {
     FilterSpec {
         ipv4: Some(SCAN_IP),
@@ -90,6 +92,8 @@ fn tcp_spec() -> FilterSpec {
         icmp: false,
         icmp6: false,
         ports: (OURS.first, OURS.last),
+        echo_id: None,
+        spare_host_sockets: false,
     }
 }
 
@@ -463,8 +467,9 @@ const ECHO_PORT: u16 = 7007;
 /// The filter decides what the host's kernel still sees: with a SYN scan's spec on sonde's own
 /// ports, the host's connections (from its ephemeral ports) all work and the receiver sees none
 /// of their packets; with `TcpTake::All` on a range that covers the ephemeral ports, the same
-/// connections stall; and on one established connection from sonde's ports the SYN scan's
-/// choice leaves its data to the kernel where `TcpTake::All` takes it.
+/// connections stall, unless the filter spares the host's sockets; and on one established
+/// connection from sonde's ports the SYN scan's choice, and `TcpTake::All` sparing the host's
+/// sockets, leave its data to the kernel where `TcpTake::All` without sparing takes it.
 fn host_connections(lab: &LabFacts) {
     let echo = echo_server(&lab.net_ns);
     sonde_lab::enter_scan_ns(&lab.name).expect("entering the scanner namespace");
@@ -479,11 +484,13 @@ fn host_connections(lab: &LabFacts) {
     echo.join().expect("the echo server");
 }
 
-/// A filtered AF_XDP receiver on sx0 taking `tcp` segments to `ports`.
-fn open_tcp(tcp: TcpTake, ports: PortRange) -> AnyRx {
+/// A filtered AF_XDP receiver on sx0 taking `tcp` segments to `ports`, those of the host's
+/// own sockets too unless `spare`.
+fn open_tcp(tcp: TcpTake, ports: PortRange, spare: bool) -> AnyRx {
     let spec = FilterSpec {
         tcp,
         ports: (ports.first, ports.last),
+        spare_host_sockets: spare,
         ..tcp_spec()
     };
     AnyRx::open_filtered(BackendKind::Xdp, &IoConfig::new("sx0"), &spec, "")
@@ -501,7 +508,7 @@ fn local_port_range() -> PortRange {
 /// 1. SYN-scan spec on sonde's ports: every kernel connection connects and closes cleanly,
 ///    and the receiver gets none of their packets (and loses none: no drops).
 fn ordinary_connections_work(lab: &LabFacts, ephemeral: PortRange) {
-    let mut rx = open_tcp(TcpTake::SynAckOrRst, OURS);
+    let mut rx = open_tcp(TcpTake::SynAckOrRst, OURS, false);
     let mut ports = Vec::new();
     for i in 0..HOST_CONNECTIONS {
         let remote = SocketAddrV4::new(lab.targets[i % lab.targets.len()], 80);
@@ -555,10 +562,26 @@ fn ordinary_connections_work(lab: &LabFacts, ephemeral: PortRange) {
 }
 
 /// 2. `TcpTake::All` on a range covering the ephemeral ports: the same kind of connection
-///    stalls, because its SYN-ACK goes to AF_XDP.
+///    stalls, because its SYN-ACK goes to AF_XDP; unless the filter spares the host's sockets
+///    (asks the kernel first), as sonde's own filters do.
 fn a_wide_filter_stalls_them(lab: &LabFacts, ephemeral: PortRange) {
     let wide = PortRange::new(ephemeral.first, OURS.last).expect("a range");
-    let mut rx = open_tcp(TcpTake::All, wide);
+    let mut rx = open_tcp(TcpTake::All, wide, true);
+    for i in 0..5 {
+        let remote = SocketAddrV4::new(lab.targets[i % lab.targets.len()], 80);
+        let (port, res) = connect_ephemeral(remote, Duration::from_secs(3));
+        res.unwrap_or_else(|e| panic!("sparing filter: connection from {port} to {remote}: {e}"));
+    }
+    let frames = drain(&mut rx, Duration::from_millis(300));
+    assert!(
+        frames.is_empty(),
+        "the sparing filter took {} frames of the host's connections",
+        frames.len()
+    );
+    drop(rx);
+    eprintln!("with TcpTake::All on {wide}, sparing the host's sockets: 5 connections completed");
+
+    let mut rx = open_tcp(TcpTake::All, wide, false);
     let mut ports = Vec::new();
     for i in 0..5 {
         let remote = SocketAddrV4::new(lab.targets[i % lab.targets.len()], 80);
@@ -604,13 +627,26 @@ fn the_tcp_choice_decides_on_an_open_connection(target: Ipv4Addr) {
             .count()
     };
 
-    let mut rx = open_tcp(TcpTake::SynAckOrRst, OURS);
+    let mut rx = open_tcp(TcpTake::SynAckOrRst, OURS, false);
     assert_eq!(echo(b"one", Duration::from_secs(3)).expect("echo"), b"one");
     let frames = drain(&mut rx, Duration::from_millis(200));
     assert_eq!(to_sport(&frames), 0, "the SYN-scan filter took data");
     drop(rx);
 
-    let mut rx = open_tcp(TcpTake::All, OURS);
+    // TcpTake::All sparing the host's sockets (what grab runs): the connection is the
+    // host's, so its data still reaches the kernel.
+    let mut rx = open_tcp(TcpTake::All, OURS, true);
+    let spared = echo(b"mine", Duration::from_secs(3)).expect("echo past a sparing filter");
+    assert_eq!(spared, b"mine");
+    let frames = drain(&mut rx, Duration::from_millis(200));
+    assert_eq!(
+        to_sport(&frames),
+        0,
+        "the sparing filter took the host's data"
+    );
+    drop(rx);
+
+    let mut rx = open_tcp(TcpTake::All, OURS, false);
     let stalled = echo(b"two", Duration::from_millis(700));
     assert!(
         stalled.is_err(),

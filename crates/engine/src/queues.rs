@@ -21,7 +21,9 @@ pub struct ReplyFilter {
 
 impl ReplyFilter {
     /// The replies of a probe module: for a SYN scan only SYN-ACKs and RSTs to our ports, for
-    /// the others what the module's expression describes (ICMP, UDP, DNS).
+    /// the others what the module's expression describes (ICMP, UDP, DNS). The XDP filter takes
+    /// echo replies only with the scan's echo identifier, ICMP errors only about its probes,
+    /// and nothing whose flow a socket of the host owns: the host shares the address.
     pub fn for_probe(run: &RunPlan, probe: &Probe) -> ReplyFilter {
         let module = probe.kind();
         let (v4, v6) = (probe.has_family(false), probe.has_family(true));
@@ -39,6 +41,8 @@ impl ReplyFilter {
             icmp: icmp && v4,
             icmp6: icmp && v6,
             ports: (run.ports.first, run.ports.last),
+            echo_id: probe.echo_ident().filter(|_| icmp),
+            spare_host_sockets: true,
         };
         ReplyFilter {
             spec,
@@ -46,7 +50,8 @@ impl ReplyFilter {
         }
     }
 
-    /// A TCP client's segments (grab): every TCP segment to our addresses and ports.
+    /// A TCP client's segments (grab): every TCP segment to our addresses and ports, except
+    /// those of the host's own sockets there (an application's listener, say).
     pub fn for_tcp_client(run: &RunPlan, v4: bool, v6: bool) -> ReplyFilter {
         let (ipv4, ipv6) = (run.src_ip.filter(|_| v4), run.src_ip6.filter(|_| v6));
         let hosts: Vec<String> = [ipv4.map(|ip| ip.to_string()), ipv6.map(|ip| ip.to_string())]
@@ -63,6 +68,8 @@ impl ReplyFilter {
                 icmp: false,
                 icmp6: false,
                 ports: (run.ports.first, run.ports.last),
+                echo_id: None,
+                spare_host_sockets: true,
             },
             expr: format!(
                 "({}) and tcp and dst portrange {}",

@@ -2176,6 +2176,8 @@ mod tests {
                 icmp: false,
                 icmp6: false,
                 ports: (61000, 65535),
+                echo_id: None,
+                spare_host_sockets: true,
             };
             let err = format!("{:#}", XdpRx::open_filtered(&lo(), &spec).err().unwrap());
             assert!(

@@ -593,6 +593,8 @@ mod tests {
                 icmp: false,
                 icmp6: false,
                 ports: (61000, 65535),
+                echo_id: None,
+                spare_host_sockets: true,
             };
             // Every backend open at once (AF_XDP as a pair: one socket per queue).
             let mut open: Vec<(AnyTx, AnyRx)> = BackendKind::NETWORK

@@ -192,6 +192,8 @@ mod tests {
                 icmp: false,
                 icmp6: false,
                 ports: (61000, 65535),
+                echo_id: None,
+                spare_host_sockets: true,
             };
             let xdp = crate::xdp::XdpRx::open_filtered(&cfg, &spec).unwrap();
             let filter = xdp.filter();

@@ -762,6 +762,8 @@ mod tests {
             icmp: false,
             icmp6: false,
             ports: (61000, 65535),
+            echo_id: None,
+            spare_host_sockets: true,
         }
     }
 

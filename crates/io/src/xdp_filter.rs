@@ -40,6 +40,8 @@ const TAKE_UDP: u32 = 1 << 1;
 const TAKE_ICMP: u32 = 1 << 2;
 const TAKE_ICMP6: u32 = 1 << 3;
 const TAKE_TCP_ALL: u32 = 1 << 4;
+const TAKE_ECHO: u32 = 1 << 5;
+const SPARE_HOST_SOCKETS: u32 = 1 << 6;
 
 /// Which TCP segments to the port range the reply filter takes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -58,13 +60,27 @@ pub enum TcpTake {
 
 /// What the reply filter hands to the AF_XDP socket. A frame is taken when it is addressed to
 /// `ipv4` or `ipv6` and is of a protocol set here; TCP and UDP also need a destination port in
-/// `ports` (inclusive), and TCP a segment of the kind `tcp` says. Taken ICMP is echo reply and
-/// the errors that quote a datagram (types 0, 3, 4, 11, 12); taken ICMPv6 is errors and echo
-/// reply (types 1–4, 129), never neighbour discovery. Everything else goes to the OS stack.
+/// `ports` (inclusive), and TCP a segment of the kind `tcp` says.
+///
+/// The host shares the address, so ICMP is taken only where it can be about sonde's own probes:
+/// echo replies (ICMP type 0, ICMPv6 type 129) only with the identifier `echo_id` (none without
+/// it), and errors (ICMP types 3, 4, 11, 12; ICMPv6 types 1–4) only when the datagram they quote
+/// was sent from `ipv4`/`ipv6` and is TCP or UDP (of a protocol taken here) from a port in
+/// `ports`, or an echo request with `echo_id`. An error about the host's own traffic (the
+/// fragmentation-needed or packet-too-big its TCP's path-MTU discovery needs, an unreachable
+/// about its resolver's query) and the replies to its own `ping` thus reach the OS stack. An
+/// IPv6 quote with extension headers is not one of sonde's probes (they carry none). Requests,
+/// neighbour discovery and MLD are never taken.
+///
+/// With `spare_host_sockets`, a TCP or UDP frame that would be taken (or an ICMP error quoting
+/// one) is first looked up in the kernel's socket tables, in the network namespace of the
+/// interface: when a socket of the host owns its flow (a bound or connected UDP socket, a TCP
+/// listener, connection or TIME-WAIT), it goes to the OS stack instead. Leave it off only for
+/// a receiver that holds its own port with a kernel socket (`sonde latency` does, so that the
+/// kernel neither reuses the port nor answers it), since that socket would win.
 ///
 /// `ports` should be sonde's own source ports (`sonde_craft::cookie::PortRange::DEFAULT`,
-/// 61000–65535, outside Linux's ephemeral range): with those, whatever the filter takes cannot
-/// belong to one of the host's own connections.
+/// 61000–65535, outside Linux's ephemeral range).
 ///
 /// Fragments: only the first fragment of a datagram carries its transport header, so the filter
 /// takes a first fragment (IPv4 MF set and offset 0; IPv6 a fragment header with offset 0) when
@@ -83,6 +99,10 @@ pub struct FilterSpec {
     pub icmp: bool,
     pub icmp6: bool,
     pub ports: (u16, u16),
+    /// The identifier of sonde's ICMP echo requests (`icmp_echo`); None when it sends none.
+    pub echo_id: Option<u16>,
+    /// Ask the kernel before taking TCP or UDP, and pass what a socket of the host owns.
+    pub spare_host_sockets: bool,
 }
 
 /// `struct filter_cfg` of reply_filter.c, field for field.
@@ -95,6 +115,8 @@ pub(crate) struct FilterCfg {
     protos: u32,
     port_lo: u16,
     port_hi: u16,
+    echo_id: u16,
+    reserved: u16,
 }
 
 impl FilterSpec {
@@ -113,6 +135,9 @@ impl FilterSpec {
         if (tcp || self.udp) && lo > hi {
             bail!("the XDP reply filter's port range {lo}-{hi} is empty");
         }
+        if self.echo_id.is_some() && !(self.icmp || self.icmp6) {
+            bail!("the XDP reply filter's echo identifier needs icmp or icmp6 taken");
+        }
         let bit = |on: bool, b: u32| if on { b } else { 0 };
         Ok(FilterCfg {
             ipv4: self.ipv4.map_or(0, |a| u32::from_ne_bytes(a.octets())),
@@ -121,9 +146,13 @@ impl FilterSpec {
                 | bit(self.tcp == TcpTake::All, TAKE_TCP_ALL)
                 | bit(self.udp, TAKE_UDP)
                 | bit(self.icmp, TAKE_ICMP)
-                | bit(self.icmp6, TAKE_ICMP6),
+                | bit(self.icmp6, TAKE_ICMP6)
+                | bit(self.echo_id.is_some(), TAKE_ECHO)
+                | bit(self.spare_host_sockets, SPARE_HOST_SOCKETS),
             port_lo: lo,
             port_hi: hi,
+            echo_id: self.echo_id.unwrap_or(0),
+            reserved: 0,
         })
     }
 }
@@ -533,6 +562,9 @@ mod tests {
     /// A port inside them, and one of Linux's ephemeral ports (32768–60999), outside.
     const OURS: u16 = 62000;
     const EPHEMERAL: u16 = 45000;
+    /// The identifier of sonde's echo requests, and another one (the host's ping's).
+    const ECHO_ID: u16 = 0x66f3;
+    const OTHER_ID: u16 = 0x1234;
 
     const SYN: u8 = 0x02;
     const RST: u8 = 0x04;
@@ -549,25 +581,35 @@ mod tests {
             icmp: true,
             icmp6: true,
             ports: PORTS,
+            echo_id: Some(ECHO_ID),
+            spare_host_sockets: true,
         }
     }
 
     #[test]
     fn config_layout_and_checks() {
-        assert_eq!(std::mem::size_of::<FilterCfg>(), 28);
+        assert_eq!(std::mem::size_of::<FilterCfg>(), 32);
         let cfg = spec().to_cfg().unwrap();
         assert_eq!(cfg.ipv4.to_ne_bytes(), [198, 19, 255, 1]);
-        assert_eq!(cfg.protos, 0b1111);
-        assert_eq!((cfg.port_lo, cfg.port_hi), PORTS);
+        assert_eq!(cfg.protos, 0b110_1111);
+        assert_eq!(
+            (cfg.port_lo, cfg.port_hi, cfg.echo_id),
+            (PORTS.0, PORTS.1, ECHO_ID)
+        );
         let only_tcp4 = FilterSpec {
             ipv6: None,
             udp: false,
             icmp: false,
             icmp6: false,
+            echo_id: None,
+            spare_host_sockets: false,
             ..spec()
         };
         let cfg = only_tcp4.to_cfg().unwrap();
-        assert_eq!((cfg.ipv6, cfg.protos), ([0; 16], TAKE_TCP_SYNACK_RST));
+        assert_eq!(
+            (cfg.ipv6, cfg.protos, cfg.echo_id),
+            ([0; 16], TAKE_TCP_SYNACK_RST, 0)
+        );
         let all_tcp = FilterSpec {
             tcp: TcpTake::All,
             ..only_tcp4.clone()
@@ -577,7 +619,7 @@ mod tests {
             tcp: TcpTake::None,
             ..spec()
         };
-        assert_eq!(no_tcp.to_cfg().unwrap().protos, 0b1110);
+        assert_eq!(no_tcp.to_cfg().unwrap().protos, 0b110_1110);
         let bad = [
             FilterSpec {
                 ipv4: None,
@@ -601,6 +643,12 @@ mod tests {
             FilterSpec {
                 tcp: TcpTake::None,
                 udp: false,
+                icmp: false,
+                icmp6: false,
+                echo_id: None,
+                ..spec()
+            },
+            FilterSpec {
                 icmp: false,
                 icmp6: false,
                 ..spec()
@@ -635,8 +683,62 @@ mod tests {
         h
     }
 
-    fn icmp(kind: u8) -> Vec<u8> {
-        vec![kind, 0, 0, 0, 0, 0, 0, 0]
+    fn udp_from(sport: u16, dport: u16) -> Vec<u8> {
+        let mut h = udp(dport);
+        h[0..2].copy_from_slice(&sport.to_be_bytes());
+        h
+    }
+
+    /// A TCP segment from `sport` to `dport`.
+    fn tcp_from(sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+        let mut h = tcp(dport, flags);
+        h[0..2].copy_from_slice(&sport.to_be_bytes());
+        h
+    }
+
+    /// An echo message of ICMP(v6) `kind` with identifier `id`, and 8 bytes of data.
+    fn echo(kind: u8, id: u16) -> Vec<u8> {
+        let mut m = vec![kind, 0, 0, 0, 0, 0, 0, 7, 1, 2, 3, 4, 5, 6, 7, 8];
+        m[4..6].copy_from_slice(&id.to_be_bytes());
+        m
+    }
+
+    /// An ICMP(v6) error of `kind`/`code` quoting `quoted` (an IP packet).
+    fn error(kind: u8, code: u8, quoted: &[u8]) -> Vec<u8> {
+        cat(&[&[kind, code, 0, 0, 0, 0, 0x05, 0x00], quoted])
+    }
+
+    /// The IPv4 packet from `src` to 198.18.0.7 carrying `payload` (no options).
+    fn ip4(src: Ipv4Addr, proto: u8, frag_off: u16, payload: &[u8]) -> Vec<u8> {
+        let mut f = v4(src, proto, 0, frag_off, payload).split_off(14);
+        f[12..16].copy_from_slice(&src.octets());
+        f[16..20].copy_from_slice(&[198, 18, 0, 7]);
+        f
+    }
+
+    /// The IPv6 packet from `src` to 2001:2::7 with first next-header `next`.
+    fn ip6(src: Ipv6Addr, next: u8, payload: &[u8]) -> Vec<u8> {
+        let mut f = v6(src, next, payload).split_off(14);
+        f[8..24].copy_from_slice(&src.octets());
+        f[24..40].copy_from_slice(&Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, 7).octets());
+        f
+    }
+
+    /// An ICMP message of `kind` as sonde's scans get it, if it takes that kind at all: an
+    /// echo reply with sonde's identifier, or an error quoting one of its UDP probes.
+    fn icmp4(kind: u8) -> Vec<u8> {
+        match kind {
+            0 => echo(0, ECHO_ID),
+            _ => error(kind, 0, &ip4(SCAN4, 17, 0, &udp_from(OURS, 53))),
+        }
+    }
+
+    /// The same in ICMPv6.
+    fn icmp6(kind: u8) -> Vec<u8> {
+        match kind {
+            129 => echo(129, ECHO_ID),
+            _ => error(kind, 0, &ip6(SCAN6, 17, &udp_from(OURS, 53))),
+        }
     }
 
     fn v4(dst: Ipv4Addr, proto: u8, options: usize, frag_off: u16, payload: &[u8]) -> Vec<u8> {
@@ -766,10 +868,10 @@ mod tests {
             pass(v4(SCAN4, 47, 0, 0, &[0; 20]), "gre");
             // ICMP: replies and errors, not requests.
             for t in [0, 3, 4, 11, 12] {
-                take(v4(SCAN4, 1, 0, 0, &icmp(t)), &format!("icmp type {t}"));
+                take(v4(SCAN4, 1, 0, 0, &icmp4(t)), &format!("icmp type {t}"));
             }
             for t in [8, 13, 5] {
-                pass(v4(SCAN4, 1, 0, 0, &icmp(t)), &format!("icmp type {t}"));
+                pass(v4(SCAN4, 1, 0, 0, &icmp4(t)), &format!("icmp type {t}"));
             }
             // IPv6.
             take(v6(SCAN6, 6, &tcp(OURS, synack)), "tcp6");
@@ -777,14 +879,14 @@ mod tests {
             pass(v6(SCAN6, 17, &udp(1000)), "udp6 outside range");
             pass(v6(OTHER6, 6, &tcp(OURS, synack)), "tcp6 other address");
             for t in [1, 2, 3, 4, 129] {
-                take(v6(SCAN6, 58, &icmp(t)), &format!("icmp6 type {t}"));
+                take(v6(SCAN6, 58, &icmp6(t)), &format!("icmp6 type {t}"));
             }
             for t in [128, 133, 134, 135, 136, 137, 143] {
-                pass(v6(SCAN6, 58, &icmp(t)), &format!("icmp6 type {t}"));
+                pass(v6(SCAN6, 58, &icmp6(t)), &format!("icmp6 type {t}"));
             }
             // ICMP of the wrong family is not taken.
-            pass(v4(SCAN4, 58, 0, 0, &icmp(129)), "icmp6 in ipv4");
-            pass(v6(SCAN6, 1, &icmp(0)), "icmp in ipv6");
+            pass(v4(SCAN4, 58, 0, 0, &icmp6(129)), "icmp6 in ipv4");
+            pass(v6(SCAN6, 1, &icmp4(0)), "icmp in ipv6");
             // Truncated and odd frames.
             let frame = v4(SCAN4, 6, 0, 0, &tcp(OURS, synack));
             pass(frame[..14 + 20 + 3].to_vec(), "truncated before the port");
@@ -899,7 +1001,7 @@ mod tests {
             take(v4(SCAN4, 6, 0, MF, &synack), "first fragment of a SYN-ACK");
             take(v4(SCAN4, 17, 0, MF, &udp(OURS)), "first fragment of UDP");
             take(
-                v4(SCAN4, 1, 0, MF, &icmp(3)),
+                v4(SCAN4, 1, 0, MF, &icmp4(3)),
                 "first fragment of an ICMP error",
             );
             pass(
@@ -944,11 +1046,11 @@ mod tests {
                 "destination options, routing",
             );
             take(
-                v6(SCAN6, hop, &cat(&[&opt_hdr(58, 0), &icmp(129)])),
+                v6(SCAN6, hop, &cat(&[&opt_hdr(58, 0), &icmp6(129)])),
                 "hop-by-hop, echo reply",
             );
             pass(
-                v6(SCAN6, hop, &cat(&[&opt_hdr(58, 0), &icmp(143)])),
+                v6(SCAN6, hop, &cat(&[&opt_hdr(58, 0), &icmp6(143)])),
                 "hop-by-hop, MLDv2 report",
             );
             pass(
@@ -1032,27 +1134,379 @@ mod tests {
             udp: false,
             icmp: false,
             icmp6: false,
+            echo_id: None,
             ..spec()
         };
         with_filter(tcp4, |f| {
             let run = |frame: Vec<u8>| f.test_run(&frame).unwrap();
             assert_eq!(run(v4(SCAN4, 6, 0, 0, &tcp(OURS, RST))), XDP_REDIRECT);
             assert_eq!(run(v4(SCAN4, 17, 0, 0, &udp(OURS))), XDP_PASS);
-            assert_eq!(run(v4(SCAN4, 1, 0, 0, &icmp(0))), XDP_PASS);
+            assert_eq!(run(v4(SCAN4, 1, 0, 0, &icmp4(0))), XDP_PASS);
             assert_eq!(run(v6(SCAN6, 6, &tcp(OURS, RST))), XDP_PASS);
         });
-        let icmp6 = FilterSpec {
+        let only_icmp6 = FilterSpec {
             ipv4: None,
             tcp: TcpTake::None,
             udp: false,
             icmp: false,
             ..spec()
         };
-        with_filter(icmp6, |f| {
+        with_filter(only_icmp6, |f| {
             let run = |frame: Vec<u8>| f.test_run(&frame).unwrap();
-            assert_eq!(run(v6(SCAN6, 58, &icmp(129))), XDP_REDIRECT);
+            assert_eq!(run(v6(SCAN6, 58, &icmp6(129))), XDP_REDIRECT);
             assert_eq!(run(v6(SCAN6, 6, &tcp(OURS, RST))), XDP_PASS);
-            assert_eq!(run(v4(SCAN4, 1, 0, 0, &icmp(0))), XDP_PASS);
+            assert_eq!(run(v4(SCAN4, 1, 0, 0, &icmp4(0))), XDP_PASS);
+        });
+    }
+
+    /// The filter of a scan that takes no TCP (udp, dns, icmp_echo).
+    fn udp_scan() -> FilterSpec {
+        FilterSpec {
+            tcp: TcpTake::None,
+            ..spec()
+        }
+    }
+
+    #[test]
+    fn icmp_is_taken_only_about_sondes_probes() {
+        if !can_load() {
+            return;
+        }
+        with_filter(spec(), |f| {
+            let (take, pass) = judge(f);
+            let icmp = |m: Vec<u8>| v4(SCAN4, 1, 0, 0, &m);
+            // Echo replies: sonde's identifier only; the host's ping has another.
+            take(icmp(echo(0, ECHO_ID)), "echo reply, sonde's id");
+            pass(icmp(echo(0, OTHER_ID)), "echo reply, the host's ping");
+            pass(icmp(echo(0, ECHO_ID)[..6].to_vec()), "echo reply cut short");
+            // Errors quoting one of sonde's probes: UDP or TCP from its address and ports,
+            // or its echo request.
+            let probe_udp = ip4(SCAN4, 17, 0, &udp_from(OURS, 53));
+            let probe_tcp = ip4(SCAN4, 6, 0x4000, &tcp_from(OURS, 80, SYN));
+            let probe_echo = ip4(SCAN4, 1, 0, &echo(8, ECHO_ID));
+            for (kind, code) in [(3, 3), (3, 4), (3, 1), (11, 0), (12, 0), (4, 0)] {
+                let what = format!("type {kind} code {code}");
+                take(
+                    icmp(error(kind, code, &probe_udp)),
+                    &format!("{what}, udp probe"),
+                );
+                take(
+                    icmp(error(kind, code, &probe_tcp)),
+                    &format!("{what}, tcp probe"),
+                );
+                take(
+                    icmp(error(kind, code, &probe_echo)),
+                    &format!("{what}, echo"),
+                );
+            }
+            // Fragmentation needed for the host's own TCP (path-MTU discovery) and errors
+            // about the host's other traffic go to the OS.
+            let frag_needed = |quoted: &[u8]| icmp(error(3, 4, quoted));
+            let host_tcp = ip4(SCAN4, 6, 0x4000, &tcp_from(EPHEMERAL, 22, ACK));
+            pass(frag_needed(&host_tcp), "frag needed, host's TCP");
+            pass(
+                frag_needed(&ip4(SCAN4, 17, 0, &udp_from(EPHEMERAL, 53))),
+                "host's UDP",
+            );
+            pass(
+                frag_needed(&ip4(SCAN4, 17, 0, &udp_from(PORTS.0 - 1, 53))),
+                "below range",
+            );
+            pass(
+                frag_needed(&ip4(OTHER4, 17, 0, &udp_from(OURS, 53))),
+                "other source",
+            );
+            pass(
+                frag_needed(&ip4(SCAN4, 1, 0, &echo(8, OTHER_ID))),
+                "host's ping",
+            );
+            pass(
+                frag_needed(&ip4(SCAN4, 1, 0, &echo(0, ECHO_ID))),
+                "a quoted reply",
+            );
+            pass(frag_needed(&ip4(SCAN4, 47, 0, &[0; 8])), "quoting gre");
+            // Quotes that cannot be judged are passed: a later fragment, cut before the
+            // ports, no IP header, a bad one.
+            pass(
+                frag_needed(&ip4(SCAN4, 17, 3, &udp_from(OURS, 53))),
+                "later fragment",
+            );
+            pass(frag_needed(&probe_udp[..20 + 1]), "ports cut off");
+            pass(frag_needed(&probe_udp[..19]), "header cut off");
+            let mut v6_in_v4 = probe_udp.clone();
+            v6_in_v4[0] = 0x65;
+            pass(frag_needed(&v6_in_v4), "version 6 quoted in ICMP");
+            let mut long_ihl = probe_udp.clone();
+            long_ihl[0] = 0x4f;
+            pass(frag_needed(&long_ihl), "quoted IHL beyond the frame");
+            let with_options = cat(&[&v4(SCAN4, 17, 8, 0, &[])[14..], &udp_from(OURS, 53)]);
+            let mut with_options = with_options;
+            with_options[12..16].copy_from_slice(&SCAN4.octets());
+            take(frag_needed(&with_options), "quoted probe after IP options");
+        });
+        // A scan that takes no TCP takes no error about TCP, and one without an echo
+        // identifier no echo reply.
+        let no_echo = FilterSpec {
+            echo_id: None,
+            ..udp_scan()
+        };
+        with_filter(no_echo, |f| {
+            let (take, pass) = judge(f);
+            let probe_tcp = ip4(SCAN4, 6, 0, &tcp_from(OURS, 80, SYN));
+            pass(
+                v4(SCAN4, 1, 0, 0, &error(3, 3, &probe_tcp)),
+                "error about tcp",
+            );
+            take(v4(SCAN4, 1, 0, 0, &icmp4(3)), "error about udp");
+            pass(
+                v4(SCAN4, 1, 0, 0, &echo(0, ECHO_ID)),
+                "no echo id: no reply",
+            );
+            pass(
+                v6(SCAN6, 58, &echo(129, ECHO_ID)),
+                "no echo id: no reply (v6)",
+            );
+            let probe_echo = ip4(SCAN4, 1, 0, &echo(8, ECHO_ID));
+            pass(
+                v4(SCAN4, 1, 0, 0, &error(11, 0, &probe_echo)),
+                "no echo id: no error",
+            );
+        });
+    }
+
+    #[test]
+    fn icmpv6_is_taken_only_about_sondes_probes() {
+        if !can_load() {
+            return;
+        }
+        with_filter(spec(), |f| {
+            let (take, pass) = judge(f);
+            let icmp = |m: Vec<u8>| v6(SCAN6, 58, &m);
+            take(icmp(echo(129, ECHO_ID)), "echo reply, sonde's id");
+            pass(icmp(echo(129, OTHER_ID)), "echo reply, the host's ping");
+            let probe_udp = ip6(SCAN6, 17, &udp_from(OURS, 53));
+            let probe_tcp = ip6(SCAN6, 6, &tcp_from(OURS, 80, SYN));
+            let probe_echo = ip6(SCAN6, 58, &echo(128, ECHO_ID));
+            for kind in 1..=4 {
+                take(
+                    icmp(error(kind, 0, &probe_udp)),
+                    &format!("type {kind}, udp probe"),
+                );
+                take(
+                    icmp(error(kind, 0, &probe_tcp)),
+                    &format!("type {kind}, tcp probe"),
+                );
+                take(
+                    icmp(error(kind, 0, &probe_echo)),
+                    &format!("type {kind}, echo"),
+                );
+            }
+            // Packet too big for the host's TCP, and the rest of the host's traffic.
+            let too_big = |quoted: &[u8]| icmp(error(2, 0, quoted));
+            pass(
+                too_big(&ip6(SCAN6, 6, &tcp_from(EPHEMERAL, 22, ACK))),
+                "host's TCP",
+            );
+            pass(
+                too_big(&ip6(SCAN6, 17, &udp_from(EPHEMERAL, 53))),
+                "host's UDP",
+            );
+            pass(
+                too_big(&ip6(OTHER6, 17, &udp_from(OURS, 53))),
+                "other source",
+            );
+            pass(
+                too_big(&ip6(SCAN6, 58, &echo(128, OTHER_ID))),
+                "host's ping",
+            );
+            pass(
+                too_big(&ip6(SCAN6, 58, &echo(129, ECHO_ID))),
+                "a quoted reply",
+            );
+            // sonde's probes carry no extension header.
+            let with_ext = ip6(SCAN6, 60, &cat(&[&opt_hdr(17, 0), &udp_from(OURS, 53)]));
+            pass(too_big(&with_ext), "quote with an extension header");
+            pass(too_big(&probe_udp[..40 + 1]), "ports cut off");
+            pass(too_big(&probe_udp[..39]), "header cut off");
+            let mut v4_in_v6 = probe_udp.clone();
+            v4_in_v6[0] = 0x45;
+            pass(too_big(&v4_in_v6), "version 4 quoted in ICMPv6");
+        });
+    }
+
+    /// Ports in sonde's range that sockets of the host own in these tests, and one nobody owns.
+    const BOUND4: u16 = 62100;
+    const BOUND6: u16 = 62110;
+    const CONNECTED: u16 = 62120;
+    const LISTENING: u16 = 62130;
+    const CLOSED: u16 = 62160;
+
+    /// Puts the tests' addresses on `lo` (of the test's own namespace) so sockets can use them:
+    /// ours, and the remote end the frame builders use, which connections to it leave from
+    /// ours (the preferred source of its local route).
+    fn lab_addresses_on_lo() {
+        let ip = |args: &str| {
+            let ok = std::process::Command::new("ip")
+                .args(args.split(' '))
+                .status()
+                .expect("running ip");
+            assert!(ok.success(), "ip {args}");
+        };
+        ip("link set dev lo up");
+        ip("-4 addr add 198.19.255.1/32 dev lo");
+        ip("-4 addr add 198.18.0.7/32 dev lo");
+        ip("-6 addr add 2001:2:0:ffff::1/128 dev lo nodad");
+        ip("-6 addr add 2001:2::7/128 dev lo nodad");
+        for (family, remote, ours) in [
+            ("-4", "198.18.0.7", "198.19.255.1"),
+            ("-6", "2001:2::7", "2001:2:0:ffff::1"),
+        ] {
+            ip(&format!(
+                "{family} route del local {remote} dev lo table local"
+            ));
+            ip(&format!(
+                "{family} route add local {remote} dev lo table local src {ours}"
+            ));
+        }
+    }
+
+    /// Waits (up to two seconds) until this thread's namespace has a TCP socket on local port
+    /// `port` in TIME-WAIT.
+    fn wait_time_wait(port: u16) -> bool {
+        let end = std::time::Instant::now() + Duration::from_secs(2);
+        let needle = format!(":{port:04X} ");
+        while std::time::Instant::now() < end {
+            let table = std::fs::read_to_string("/proc/thread-self/net/tcp").unwrap();
+            let time_wait = table.lines().any(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                cols.len() > 3 && format!("{} ", cols[1]).ends_with(&needle) && cols[3] == "06"
+            });
+            if time_wait {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// TCP and UDP to a port of sonde's range that a socket of the host owns go to the OS (the
+    /// kernel is asked in the interface's namespace; for a test run, the caller's), and so do
+    /// the ICMP errors about them; the same frames to ports nobody owns are taken.
+    #[test]
+    fn the_hosts_own_sockets_keep_their_traffic() {
+        use std::net::{TcpListener, TcpStream, UdpSocket};
+        if !can_load() {
+            return;
+        }
+        let grab = FilterSpec {
+            tcp: TcpTake::All,
+            ports: (1024, 65535),
+            ..spec()
+        };
+        with_filter(grab, |f| {
+            let (take, pass) = judge(f);
+            lab_addresses_on_lo();
+            let remote4 = Ipv4Addr::new(198, 18, 0, 7);
+            let remote6 = Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, 7);
+
+            // UDP: a bound socket (an application's, a resolver's), IPv4 and dual-stack.
+            let _udp4 = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, BOUND4)).unwrap();
+            let _udp6 = UdpSocket::bind((Ipv6Addr::UNSPECIFIED, BOUND6)).unwrap();
+            pass(v4(SCAN4, 17, 0, 0, &udp(BOUND4)), "udp to a bound port");
+            pass(v6(SCAN6, 17, &udp(BOUND6)), "udp6 to a bound port");
+            pass(
+                v4(SCAN4, 17, 0, 0, &udp(BOUND6)),
+                "udp to a dual-stack port",
+            );
+            take(v4(SCAN4, 17, 0, 0, &udp(BOUND4 + 1)), "udp to a free port");
+            take(
+                v6(SCAN6, 17, &udp(BOUND4)),
+                "udp6 to a port bound in IPv4 only",
+            );
+            // A connected socket owns only its peer's datagrams.
+            let connected = UdpSocket::bind((SCAN4, CONNECTED)).unwrap();
+            connected.connect((remote4, 53)).unwrap();
+            pass(
+                v4(SCAN4, 17, 0, 0, &udp(CONNECTED)),
+                "udp from the connected peer",
+            );
+            let stranger = udp_from(5353, CONNECTED);
+            take(v4(SCAN4, 17, 0, 0, &stranger), "udp from another port");
+
+            // TCP: a listener in the range (an incoming SYN is the host's), a connection in
+            // both families, one in TIME-WAIT; nothing at all on CLOSED. (The connections
+            // are from ephemeral ports, which this filter's range covers.)
+            let _listener = TcpListener::bind((Ipv6Addr::UNSPECIFIED, LISTENING)).unwrap();
+            pass(
+                v4(SCAN4, 6, 0, 0, &tcp(LISTENING, SYN)),
+                "SYN to a host listener",
+            );
+            pass(
+                v6(SCAN6, 6, &tcp(LISTENING, SYN)),
+                "SYN6 to a dual-stack listener",
+            );
+            take(v4(SCAN4, 6, 0, 0, &tcp(CLOSED, SYN)), "SYN to no listener");
+            let server4 = TcpListener::bind((remote4, 80)).unwrap();
+            let server6 = TcpListener::bind((remote6, 80)).unwrap();
+            let client4 = TcpStream::connect((remote4, 80)).unwrap();
+            let client6 = TcpStream::connect((remote6, 80)).unwrap();
+            let (port4, port6) = (
+                client4.local_addr().unwrap().port(),
+                client6.local_addr().unwrap().port(),
+            );
+            assert_eq!(client4.local_addr().unwrap().ip(), SCAN4);
+            assert_eq!(client6.local_addr().unwrap().ip(), SCAN6);
+            let (accepted4, _) = server4.accept().unwrap();
+            let (_accepted6, _) = server6.accept().unwrap();
+            for flags in [ACK, PSH | ACK, SYN | ACK, RST] {
+                let what = format!("flags {flags:#04x} of a host connection");
+                pass(v4(SCAN4, 6, 0, 0, &tcp(port4, flags)), &what);
+                pass(v6(SCAN6, 6, &tcp(port6, flags)), &what);
+                take(v4(SCAN4, 6, 0, 0, &tcp(CLOSED, flags)), "no connection");
+            }
+            // ICMP errors about the host's flows in the range go to the OS too.
+            let frag_needed = |quoted: &[u8]| v4(SCAN4, 1, 0, 0, &error(3, 4, quoted));
+            let too_big = |quoted: &[u8]| v6(SCAN6, 58, &error(2, 0, quoted));
+            let seg4 = ip4(SCAN4, 6, 0x4000, &tcp_from(port4, 80, ACK));
+            let seg6 = ip6(SCAN6, 6, &tcp_from(port6, 80, ACK));
+            pass(frag_needed(&seg4), "frag needed for a host connection");
+            pass(too_big(&seg6), "packet too big for a host connection");
+            take(
+                frag_needed(&ip4(SCAN4, 6, 0, &tcp_from(CLOSED, 80, SYN))),
+                "a probe's",
+            );
+            take(
+                too_big(&ip6(SCAN6, 6, &tcp_from(CLOSED, 80, SYN))),
+                "a probe's (v6)",
+            );
+            pass(
+                frag_needed(&ip4(SCAN4, 17, 0, &udp_from(BOUND4, 53))),
+                "unreachable about a bound UDP port",
+            );
+            take(
+                frag_needed(&ip4(SCAN4, 17, 0, &udp_from(CLOSED, 53))),
+                "a udp probe's",
+            );
+
+            // The client closes first and waits in TIME-WAIT: still the host's.
+            drop(client4);
+            drop(accepted4);
+            assert!(wait_time_wait(port4), "no TIME-WAIT on port {port4}");
+            pass(v4(SCAN4, 6, 0, 0, &tcp(port4, FIN | ACK)), "TIME-WAIT");
+            drop(client6);
+        });
+        // Without spare_host_sockets (a receiver holding its own port) the lookup is skipped.
+        let holding = FilterSpec {
+            spare_host_sockets: false,
+            ..spec()
+        };
+        with_filter(holding, |f| {
+            let (take, _) = judge(f);
+            let _udp = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, BOUND4)).unwrap();
+            take(
+                v4(SCAN4, 17, 0, 0, &udp(BOUND4)),
+                "udp to its own held port",
+            );
         });
     }
 }

@@ -9,6 +9,22 @@
 // the OS stack (XDP_PASS), as does every frame of a queue with no socket in
 // `xsks_map`.
 //
+// The host shares the address, so the filter takes nothing the host's own
+// traffic needs:
+// - ICMP echo replies only with the identifier of sonde's echo requests (the
+//   host's ping uses another);
+// - ICMP errors only when the datagram they quote is one of sonde's probes:
+//   sent from sonde's address, and TCP or UDP from a port of the range (of a
+//   protocol taken) or an echo request with sonde's identifier. The errors the
+//   host's TCP needs (fragmentation needed, packet too big) quote its own
+//   segments, from its own ports;
+// - with SPARE_HOST_SOCKETS, no TCP or UDP frame (nor an error quoting one)
+//   whose flow a socket of the host owns: the kernel's socket tables are asked
+//   (bpf_skc_lookup_tcp finds listeners, connections and TIME-WAIT too;
+//   bpf_sk_lookup_udp bound and connected sockets) in the namespace of the
+//   interface, before a frame is taken. An application may bind a port of
+//   sonde's range itself (resolvers pick source ports up to 65535).
+//
 // Fragments: only a first fragment carries the transport header, so only a
 // first fragment can be recognised as a reply (and is taken if it is one);
 // later fragments (offset != 0) always go to the OS stack, which will never
@@ -30,12 +46,20 @@
 #define TAKE_ICMP (1u << 2)
 #define TAKE_ICMP6 (1u << 3)
 #define TAKE_TCP_ALL (1u << 4) // every TCP segment
+#define TAKE_ECHO (1u << 5) // echo replies carrying filter_cfg.echo_id
+#define SPARE_HOST_SOCKETS (1u << 6) // pass the flows of the host's sockets
 
 #define TCP_SYN 0x02
 #define TCP_RST 0x04
 #define TCP_ACK 0x10
 
 #define IPPROTO_ICMPV6_ 58
+#define ICMP_ECHO_REPLY 0
+#define ICMP_ECHO_REQUEST 8
+#define ICMPV6_ECHO_REQUEST 128
+#define ICMPV6_ECHO_REPLY 129
+// Every ICMP and ICMPv6 message starts with 8 bytes; an error's quote follows.
+#define ICMP_HEAD_LEN 8
 #define IPV4_FRAG_OFFSET 0x1fff
 #define IPV6_FRAG_OFFSET 0xfff8
 
@@ -55,6 +79,8 @@ struct filter_cfg {
 	__u32 protos;    // TAKE_* bits
 	__u16 port_lo;   // TCP/UDP destination port range, host order, inclusive
 	__u16 port_hi;
+	__u16 echo_id;   // with TAKE_ECHO: sonde's echo identifier, host order
+	__u16 reserved;
 };
 
 struct {
@@ -114,6 +140,15 @@ struct ports_hdr {
 	__be16 dest;
 };
 
+// An ICMP or ICMPv6 echo request or reply.
+struct echo_hdr {
+	__u8 type;
+	__u8 code;
+	__sum16 check;
+	__be16 id;
+	__be16 seq;
+};
+
 // TCP up to the flags byte (the struct itself is padded to 16 bytes: bound
 // checks use `&flags + 1`).
 struct tcp_head {
@@ -125,17 +160,42 @@ struct tcp_head {
 	__u8 flags;
 };
 
+static __always_inline int ipv6_is(const __u8 *a, const __u8 *b)
+{
+	__u64 a0, a1, b0, b1;
+
+	__builtin_memcpy(&a0, a, 8);
+	__builtin_memcpy(&a1, a + 8, 8);
+	__builtin_memcpy(&b0, b, 8);
+	__builtin_memcpy(&b1, b + 8, 8);
+	return a0 == b0 && a1 == b1;
+}
+
+static __always_inline int ipv6_unset(const __u8 *a)
+{
+	__u64 a0, a1;
+
+	__builtin_memcpy(&a0, a, 8);
+	__builtin_memcpy(&a1, a + 8, 8);
+	return (a0 | a1) == 0;
+}
+
+static __always_inline int in_range(__be16 port, const struct filter_cfg *cfg)
+{
+	__u16 p = bpf_ntohs(port);
+
+	return p >= cfg->port_lo && p <= cfg->port_hi;
+}
+
 // Whether a TCP or UDP header at `l4` goes to a port of the range.
 static __always_inline int port_in_range(void *l4, void *end,
 					 const struct filter_cfg *cfg)
 {
 	struct ports_hdr *ports = l4;
-	__u16 dport;
 
 	if ((void *)(ports + 1) > end)
 		return 0;
-	dport = bpf_ntohs(ports->dest);
-	return dport >= cfg->port_lo && dport <= cfg->port_hi;
+	return in_range(ports->dest, cfg);
 }
 
 // Whether the TCP segment at `l4` is one sonde takes: any segment to the
@@ -157,55 +217,194 @@ static __always_inline int tcp_takes(void *l4, void *end,
 	       (tcp->flags & TCP_RST);
 }
 
+// Whether a socket of the host owns the TCP or UDP flow that a packet from
+// `remote`:`rport` to `local`:`lport` belongs to (addresses in the frame, 16
+// bytes if `v6` else 4; ports as on the wire). Asked in the namespace of the
+// interface the frame arrived on (for a test run: the caller's).
+static __always_inline int host_owns(struct xdp_md *ctx, __u8 proto, int v6,
+				     const void *remote, const void *local,
+				     __be16 rport, __be16 lport)
+{
+	struct bpf_sock_tuple tuple = {};
+	struct bpf_sock *sk;
+	__u32 size;
+
+	if (v6) {
+		__builtin_memcpy(tuple.ipv6.saddr, remote, 16);
+		__builtin_memcpy(tuple.ipv6.daddr, local, 16);
+		tuple.ipv6.sport = rport;
+		tuple.ipv6.dport = lport;
+		size = sizeof(tuple.ipv6);
+	} else {
+		__builtin_memcpy(&tuple.ipv4.saddr, remote, 4);
+		__builtin_memcpy(&tuple.ipv4.daddr, local, 4);
+		tuple.ipv4.sport = rport;
+		tuple.ipv4.dport = lport;
+		size = sizeof(tuple.ipv4);
+	}
+	if (proto == IPPROTO_TCP)
+		sk = bpf_skc_lookup_tcp(ctx, &tuple, size, BPF_F_CURRENT_NETNS,
+					0);
+	else
+		sk = bpf_sk_lookup_udp(ctx, &tuple, size, BPF_F_CURRENT_NETNS,
+				       0);
+	if (!sk)
+		return 0;
+	bpf_sk_release(sk);
+	return 1;
+}
+
+// Whether sonde takes the TCP segment or UDP datagram at `l4` (from `remote`
+// to `local`): one it asked for, to its ports, of no socket of the host.
+static __always_inline int flow_takes(struct xdp_md *ctx,
+				      const struct filter_cfg *cfg, __u8 proto,
+				      int v6, const void *remote,
+				      const void *local, void *l4, void *end)
+{
+	struct ports_hdr *ports = l4;
+
+	if (proto == IPPROTO_TCP) {
+		if (!tcp_takes(l4, end, cfg))
+			return 0;
+	} else if (!(cfg->protos & TAKE_UDP) || !port_in_range(l4, end, cfg)) {
+		return 0;
+	}
+	if (!(cfg->protos & SPARE_HOST_SOCKETS))
+		return 1;
+	if ((void *)(ports + 1) > end)
+		return 0;
+	return !host_owns(ctx, proto, v6, remote, local, ports->source,
+			  ports->dest);
+}
+
+// Whether the echo message at `l4` is of `type` and carries sonde's
+// identifier.
+static __always_inline int echo_is_ours(void *l4, void *end, __u8 type,
+					const struct filter_cfg *cfg)
+{
+	struct echo_hdr *echo = l4;
+
+	if (!(cfg->protos & TAKE_ECHO) || (void *)(echo + 1) > end)
+		return 0;
+	return echo->type == type && bpf_ntohs(echo->id) == cfg->echo_id;
+}
+
+// Whether the transport header at `l4`, quoted by an ICMP error about a
+// datagram sent from `local` to `remote`, is one of sonde's probes: TCP or
+// UDP (of a protocol sonde takes) from a port of the range, whose flow no
+// socket of the host owns, or an echo request with sonde's identifier.
+static __always_inline int quoted_probe(struct xdp_md *ctx,
+					const struct filter_cfg *cfg,
+					__u8 proto, int v6,
+					const void *remote, const void *local,
+					void *l4, void *end)
+{
+	struct ports_hdr *ports = l4;
+
+	switch (proto) {
+	case IPPROTO_TCP:
+		if (!(cfg->protos & (TAKE_TCP_SYNACK_RST | TAKE_TCP_ALL)))
+			return 0;
+		break;
+	case IPPROTO_UDP:
+		if (!(cfg->protos & TAKE_UDP))
+			return 0;
+		break;
+	case IPPROTO_ICMP:
+		return !v6 && echo_is_ours(l4, end, ICMP_ECHO_REQUEST, cfg);
+	case IPPROTO_ICMPV6_:
+		return v6 && echo_is_ours(l4, end, ICMPV6_ECHO_REQUEST, cfg);
+	default:
+		return 0;
+	}
+	if ((void *)(ports + 1) > end || !in_range(ports->source, cfg))
+		return 0;
+	if (!(cfg->protos & SPARE_HOST_SOCKETS))
+		return 1;
+	return !host_owns(ctx, proto, v6, remote, local, ports->dest,
+			  ports->source);
+}
+
+// Whether the IPv4 datagram quoted at `quoted` by an ICMP error is one of
+// sonde's probes (see quoted_probe): from sonde's address, and no later
+// fragment (which has no transport header).
+static __always_inline int quotes_probe4(struct xdp_md *ctx,
+					 const struct filter_cfg *cfg,
+					 void *quoted, void *end)
+{
+	struct ipv4_hdr *ip = quoted;
+	__u32 ihl;
+
+	if ((void *)(ip + 1) > end)
+		return 0;
+	if ((ip->ver_ihl >> 4) != 4 || ip->saddr != cfg->ipv4)
+		return 0;
+	if (ip->frag_off & bpf_htons(IPV4_FRAG_OFFSET))
+		return 0;
+	ihl = (ip->ver_ihl & 0x0f) * 4;
+	if (ihl < sizeof(*ip))
+		return 0;
+	return quoted_probe(ctx, cfg, ip->protocol, 0, &ip->daddr, &ip->saddr,
+			    quoted + ihl, end);
+}
+
+// The same for an IPv6 datagram quoted by an ICMPv6 error. sonde's probes
+// carry no extension headers: a quote with any is not one of them.
+static __always_inline int quotes_probe6(struct xdp_md *ctx,
+					 const struct filter_cfg *cfg,
+					 void *quoted, void *end)
+{
+	struct ipv6_hdr *ip6 = quoted;
+
+	if ((void *)(ip6 + 1) > end)
+		return 0;
+	if ((ip6->ver_tc_flow & bpf_htonl(0xf0000000)) !=
+		    bpf_htonl(0x60000000) ||
+	    !ipv6_is(ip6->saddr, cfg->ipv6))
+		return 0;
+	return quoted_probe(ctx, cfg, ip6->nexthdr, 1, ip6->daddr, ip6->saddr,
+			    ip6 + 1, end);
+}
+
 // Whether the transport header at `l4` (protocol `proto`, of the address
-// family given by `v6`) is one sonde takes.
-static __always_inline int takes(__u8 proto, int v6, void *l4, void *end,
-				 const struct filter_cfg *cfg)
+// family given by `v6`, in a packet from `remote` to `local`) is one sonde
+// takes.
+static __always_inline int takes(struct xdp_md *ctx,
+				 const struct filter_cfg *cfg, __u8 proto,
+				 int v6, const void *remote, const void *local,
+				 void *l4, void *end)
 {
 	__u8 *type = l4;
 
 	switch (proto) {
 	case IPPROTO_TCP:
-		return tcp_takes(l4, end, cfg);
 	case IPPROTO_UDP:
-		return (cfg->protos & TAKE_UDP) && port_in_range(l4, end, cfg);
+		return flow_takes(ctx, cfg, proto, v6, remote, local, l4, end);
 	case IPPROTO_ICMP:
 		if (v6 || !(cfg->protos & TAKE_ICMP) || (void *)(type + 1) > end)
 			return 0;
-		// Echo reply and the errors that quote a datagram; requests
-		// (echo, timestamp, ...) stay with the OS, which answers them.
-		return *type == 0 || *type == 3 || *type == 4 || *type == 11 ||
-		       *type == 12;
+		// sonde's echo replies, and the errors that quote one of its
+		// probes; requests (echo, timestamp, ...) stay with the OS,
+		// which answers them.
+		if (*type == ICMP_ECHO_REPLY)
+			return echo_is_ours(l4, end, ICMP_ECHO_REPLY, cfg);
+		if (*type == 3 || *type == 4 || *type == 11 || *type == 12)
+			return quotes_probe4(ctx, cfg, l4 + ICMP_HEAD_LEN, end);
+		return 0;
 	case IPPROTO_ICMPV6_:
 		if (!v6 || !(cfg->protos & TAKE_ICMP6) ||
 		    (void *)(type + 1) > end)
 			return 0;
-		// Errors (1-4) and echo reply (129); neighbour discovery, MLD
-		// and echo requests stay with the OS.
-		return (*type >= 1 && *type <= 4) || *type == 129;
+		// Echo reply and errors (1-4) as for ICMP; neighbour discovery,
+		// MLD and echo requests stay with the OS.
+		if (*type == ICMPV6_ECHO_REPLY)
+			return echo_is_ours(l4, end, ICMPV6_ECHO_REPLY, cfg);
+		if (*type >= 1 && *type <= 4)
+			return quotes_probe6(ctx, cfg, l4 + ICMP_HEAD_LEN, end);
+		return 0;
 	default:
 		return 0;
 	}
-}
-
-static __always_inline int ipv6_is(const __u8 *a, const __u8 *b)
-{
-	__u64 a0, a1, b0, b1;
-
-	__builtin_memcpy(&a0, a, 8);
-	__builtin_memcpy(&a1, a + 8, 8);
-	__builtin_memcpy(&b0, b, 8);
-	__builtin_memcpy(&b1, b + 8, 8);
-	return a0 == b0 && a1 == b1;
-}
-
-static __always_inline int ipv6_unset(const __u8 *a)
-{
-	__u64 a0, a1;
-
-	__builtin_memcpy(&a0, a, 8);
-	__builtin_memcpy(&a1, a + 8, 8);
-	return (a0 | a1) == 0;
 }
 
 static __always_inline int is_ipv6_ext(__u8 next)
@@ -251,7 +450,7 @@ static __always_inline void *ipv6_transport(struct ipv6_hdr *ip6, void *end,
 	return cursor;
 }
 
-static __always_inline int matches(void *data, void *end,
+static __always_inline int matches(struct xdp_md *ctx, void *data, void *end,
 				   const struct filter_cfg *cfg)
 {
 	struct ethhdr *eth = data;
@@ -274,7 +473,8 @@ static __always_inline int matches(void *data, void *end,
 		ihl = (ip->ver_ihl & 0x0f) * 4;
 		if (ihl < sizeof(*ip))
 			return 0;
-		return takes(ip->protocol, 0, l3 + ihl, end, cfg);
+		return takes(ctx, cfg, ip->protocol, 0, &ip->saddr, &ip->daddr,
+			     l3 + ihl, end);
 	}
 	if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6_hdr *ip6 = l3;
@@ -290,7 +490,8 @@ static __always_inline int matches(void *data, void *end,
 		l4 = ipv6_transport(ip6, end, &proto);
 		if (!l4)
 			return 0;
-		return takes(proto, 1, l4, end, cfg);
+		return takes(ctx, cfg, proto, 1, ip6->saddr, ip6->daddr, l4,
+			     end);
 	}
 	return 0;
 }
@@ -303,7 +504,7 @@ int sonde_reply_filter(struct xdp_md *ctx)
 	__u32 zero = 0;
 	struct filter_cfg *cfg = bpf_map_lookup_elem(&filter_cfg, &zero);
 
-	if (!cfg || !matches(data, end, cfg))
+	if (!cfg || !matches(ctx, data, end, cfg))
 		return XDP_PASS;
 	// No socket on this queue: the frame goes to the OS instead.
 	return bpf_redirect_map(&xsks_map, ctx->rx_queue_index, XDP_PASS);

@@ -86,6 +86,9 @@ fn open_frames(
                 icmp: false,
                 icmp6: false,
                 ports: (local.port(), local.port()),
+                echo_id: None,
+                // The port is held by a kernel socket of ours (hold_port), which would win.
+                spare_host_sockets: false,
             };
             let (tx, rx0) = sonde_io::open_xdp_pair(&cfg, &spec)?;
             let mut rxs = vec![rx0];

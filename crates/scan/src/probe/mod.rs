@@ -164,6 +164,10 @@ trait Module<F: Family>: Send + Sync {
     fn bpf_filter(&self) -> String;
     /// Whether replies come in packets of `protocol` (so later fragments of it are counted).
     fn answers_in(&self, protocol: IpProtocol) -> bool;
+    /// The identifier every echo request of the module carries, if it sends echo requests.
+    fn echo_ident(&self) -> Option<u16> {
+        None
+    }
     /// Validates and classifies a received packet, a whole one or a first fragment.
     fn classify(&self, rx: &Received<'_, F>, now_us: u32) -> Verdict;
 }
@@ -253,6 +257,14 @@ impl Probe {
         } else {
             self.v4.is_some()
         }
+    }
+
+    /// The identifier of the scan's ICMP echo requests (`icmp_echo`; the same in both
+    /// families): the only echo replies that can be the scan's carry it. None for the modules
+    /// that send no echo request.
+    pub fn echo_ident(&self) -> Option<u16> {
+        let v4 = self.v4.as_ref().and_then(|m| m.echo_ident());
+        v4.or_else(|| self.v6.as_ref().and_then(|m| m.echo_ident()))
     }
 
     /// Writes the probe for (`target`, `port`) into `buf` and returns its length: 0 when there

@@ -587,6 +587,62 @@ fn echo_reply_validates_and_forgery_does_not<F: TestFamily>() {
     assert!(is_invalid(&m, &forged));
 }
 
+/// The identifier is the scan's, the same for every target and both families (what the XDP
+/// reply filter checks); the sequence number and the echoed check word still vary per target.
+fn echo_requests_carry_the_scans_identifier<F: TestFamily>() {
+    let m = module::<F>(ModuleKind::IcmpEcho);
+    let ident = m.echo_ident().expect("icmp_echo has an identifier");
+    let id_at = F::L4_AT + 4;
+    let mut seqs = Vec::new();
+    for i in 0..50u16 {
+        let mut target = F::TARGET.into();
+        if let IpAddr::V4(a) = &mut target {
+            *a = Ipv4Addr::from(u32::from(*a) + u32::from(i));
+        } else if let IpAddr::V6(a) = &mut target {
+            *a = Ipv6Addr::from(u128::from(*a) + u128::from(i));
+        }
+        let mut buf = vec![0u8; sonde_craft::MAX_FRAME];
+        let n = m.write(&mut buf, target, 0, SENT_AT);
+        let echo = &buf[id_at..n];
+        assert_eq!(u16::from_be_bytes([echo[0], echo[1]]), ident, "target {i}");
+        seqs.push((echo[2], echo[3], echo[8..12].to_vec()));
+    }
+    seqs.sort();
+    seqs.dedup();
+    assert!(
+        seqs.len() > 45,
+        "sequence and check word hardly vary: {seqs:?}"
+    );
+    let both = ProbeSetup {
+        src_ip: Some(V4::OURS),
+        src_ip6: Some(V6::OURS),
+        ..base_setup()
+    };
+    assert_eq!(
+        probe_with(ModuleKind::IcmpEcho, &both).echo_ident(),
+        Some(ident)
+    );
+    assert_ne!(
+        other_key::<F>(ModuleKind::IcmpEcho).echo_ident(),
+        Some(ident)
+    );
+    for kind in [ModuleKind::TcpSyn, ModuleKind::Udp, ModuleKind::Dns] {
+        assert_eq!(module::<F>(kind).echo_ident(), None, "{kind}");
+    }
+    // A reply must echo the check word too.
+    let (_, reply) = echo_and_reply::<F>(&m);
+    let mut forged = reply.clone();
+    forged[F::L4_AT + ICMP_HEADER_LEN + 5] ^= 1;
+    assert!(is_invalid(&m, &forged));
+    let ip = sent::<F>(&m, 0, F::ICMP);
+    let mut short = ip[l4_at::<F>()..][..ICMP_HEADER_LEN + 4].to_vec();
+    short[0] = F::ECHO_REPLY;
+    short[2..4].fill(0);
+    F::fill_icmp_checksum(&mut short, F::TARGET, F::OURS);
+    let short = answer::<F>(F::TARGET, F::ICMP, &short);
+    assert!(is_invalid(&m, &short), "a reply without its check word");
+}
+
 fn echo_errors_validate_through_the_quoted_request<F: TestFamily>() {
     let m = module::<F>(ModuleKind::IcmpEcho);
     let (request, _) = echo_and_reply::<F>(&m);
@@ -611,6 +667,15 @@ fn echo_errors_validate_through_the_quoted_request<F: TestFamily>() {
     let mut forged = request.clone();
     forged[l4_at::<F>() + 4] ^= 1; // another identifier quoted
     let error = icmp_error::<F>(F::ROUTER, F::TIME_EXCEEDED, 0, F::quote(&forged));
+    assert!(is_invalid(&m, &error));
+    // A quote that reaches the check word must carry the right one.
+    valid(
+        &m,
+        &icmp_error::<F>(F::ROUTER, F::TIME_EXCEEDED, 0, &request),
+    );
+    let mut forged = request.clone();
+    forged[l4_at::<F>() + ICMP_HEADER_LEN + 4] ^= 1;
+    let error = icmp_error::<F>(F::ROUTER, F::TIME_EXCEEDED, 0, &forged);
     assert!(is_invalid(&m, &error));
     // Other ICMP errors (here a parameter problem) are not replies to this module.
     let problem = icmp_error::<F>(F::ROUTER, F::PARAM_PROBLEM, 0, F::quote(&request));
@@ -870,6 +935,7 @@ for_both_families!(
     rst_frames_are_well_formed,
     tcp_first_fragment_validates,
     echo_reply_validates_and_forgery_does_not,
+    echo_requests_carry_the_scans_identifier,
     echo_errors_validate_through_the_quoted_request,
     udp_reply_and_port_unreachable_validate,
     dns_response_id_must_match,
