@@ -232,7 +232,9 @@ impl PathChanges {
 impl Drop for PathChanges {
     fn drop(&mut self) {
         if let Err(e) = self.undo_all() {
-            eprintln!("sonde intercept: {e:#}");
+            // Not eprintln: after a hang-up stderr may be gone, and a failed write must not
+            // end sonde (a panic aborts) before the rest is undone.
+            let _ = writeln!(std::io::stderr(), "sonde intercept: {e:#}");
         }
     }
 }

@@ -39,15 +39,13 @@ fn rule_sets(rules: &[Rule], link: Link, threads: usize) -> anyhow::Result<Vec<R
         .collect()
 }
 
-/// Ctrl-C, SIGTERM, SIGHUP (a dropped terminal) and SIGQUIT set `stop`; the threads see it
-/// within one wait (20 ms), and everything sonde changed is undone. Installed before the first
-/// change, so no signal can end sonde between a change and its undo.
+/// Ctrl-C, SIGTERM, SIGHUP (a dropped terminal) and SIGQUIT set `stop` (the set every
+/// long-running command uses); the threads see it within one wait (20 ms), and everything sonde
+/// changed is undone. Installed before the first change, so no signal can end sonde between a
+/// change and its undo.
 fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
     let stop = Arc::new(AtomicBool::new(false));
-    for signal in [SIGINT, SIGTERM, SIGHUP, SIGQUIT] {
-        signal_hook::flag::register(signal, stop.clone())?;
-    }
+    sonde_engine::stop::set_on_stop_signals(&stop)?;
     Ok(stop)
 }
 
