@@ -599,6 +599,8 @@ mod tests {
                 icmp: false,
                 icmp6: false,
                 ports: (40000, 40010),
+                echo_id: None,
+                spare_host_sockets: true,
             };
             let rx = AnyRx::open_filtered(BackendKind::Xdp, &cfg, &spec, "").unwrap();
             assert!(xdp_attached("pa"));
