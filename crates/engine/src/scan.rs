@@ -107,6 +107,8 @@ pub fn run(
 ) -> anyhow::Result<ScanSummary> {
     let plan = Arc::new(plan);
     let counts = Arc::new(Counts::default());
+    // One clock for senders and receiver: a probe carries the sender's reading and its reply
+    // is compared with the receiver's, so any offset between two clocks would enter every RTT.
     let clock = Instant::now();
     let io = open_queues(&plan.run, &ReplyFilter::for_probe(&plan.run, &plan.probe))?;
     let receiver = Receiver::open(&plan, io.receivers, writer, counts.clone(), clock)?;
@@ -126,8 +128,8 @@ pub fn run(
     let send_start = Instant::now();
     let send_result = send(
         &plan,
-        io.senders,
-        feeds,
+        clock,
+        io.senders.into_iter().zip(feeds).collect(),
         stop,
         &counts,
         &states,
@@ -211,22 +213,20 @@ fn per(ns: u64, n: u64) -> f64 {
     ns as f64 / n.max(1) as f64
 }
 
-/// Runs the sender threads to the end (or the stop), ticking the status line meanwhile;
-/// returns when each sender finished.
+/// Runs the sender threads, one per (queue, feed) lane, to the end (or the stop), ticking the
+/// status line meanwhile; returns when each sender finished. `clock` is the receiver's.
 fn send(
     plan: &ScanPlan,
-    queues: Vec<AnyTx>,
-    feeds: Vec<Feed>,
+    clock: Instant,
+    lanes: Vec<(AnyTx, Feed)>,
     stop: &Stop,
     counts: &Counts,
     states: &Mutex<Vec<Option<ThreadCheckpoint>>>,
     status: &mut StatusLine<ScanStatus>,
 ) -> anyhow::Result<Vec<Instant>> {
-    let clock = Instant::now();
     std::thread::scope(|scope| {
-        let handles: Vec<_> = queues
+        let handles: Vec<_> = lanes
             .into_iter()
-            .zip(feeds)
             .enumerate()
             .map(|(t, (tx, feed))| {
                 scope.spawn(move || {
