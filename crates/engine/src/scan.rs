@@ -579,35 +579,6 @@ impl Handler<'_> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::arrival;
-
-    #[test]
-    fn a_kernel_stamp_dates_the_frame_back() {
-        let now_epoch_ns = 1_700_000_000_000_000_000;
-        // Stamped 3.5 ms before the batch was read: the frame arrived 3,500 µs earlier.
-        let stamped = Some(now_epoch_ns - 3_500_000);
-        assert_eq!(
-            arrival(10_000, now_epoch_ns, stamped),
-            (6_500, now_epoch_ns / 1000 - 3_500)
-        );
-        // The senders' clock wraps at 2^32 µs; so does the arithmetic.
-        assert_eq!(
-            arrival(1_000, now_epoch_ns, stamped).0,
-            1_000u32.wrapping_sub(3_500)
-        );
-        // No stamp, a stamp from the future, or one too old to trust: the batch's reading.
-        let batch = (10_000, now_epoch_ns / 1000);
-        assert_eq!(arrival(10_000, now_epoch_ns, None), batch);
-        assert_eq!(arrival(10_000, now_epoch_ns, Some(now_epoch_ns + 1)), batch);
-        assert_eq!(
-            arrival(10_000, now_epoch_ns, Some(now_epoch_ns - 2_000_000_000)),
-            batch
-        );
-    }
-}
-
 /// The scan's part of the status line: send and receive rates, validation, drops, hit rate.
 struct ScanStatus {
     counts: Arc<Counts>,
@@ -688,5 +659,34 @@ impl StatusSource for ScanStatus {
     fn seconds_left(&self) -> Option<f64> {
         let left = self.total.saturating_sub(self.counts.sent.get());
         (self.send_rate > 0.0).then(|| left as f64 / self.send_rate)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::arrival;
+
+    #[test]
+    fn a_kernel_stamp_dates_the_frame_back() {
+        let now_epoch_ns = 1_700_000_000_000_000_000;
+        // Stamped 3.5 ms before the batch was read: the frame arrived 3,500 µs earlier.
+        let stamped = Some(now_epoch_ns - 3_500_000);
+        assert_eq!(
+            arrival(10_000, now_epoch_ns, stamped),
+            (6_500, now_epoch_ns / 1000 - 3_500)
+        );
+        // The senders' clock wraps at 2^32 µs; so does the arithmetic.
+        assert_eq!(
+            arrival(1_000, now_epoch_ns, stamped).0,
+            1_000u32.wrapping_sub(3_500)
+        );
+        // No stamp, a stamp from the future, or one too old to trust: the batch's reading.
+        let batch = (10_000, now_epoch_ns / 1000);
+        assert_eq!(arrival(10_000, now_epoch_ns, None), batch);
+        assert_eq!(arrival(10_000, now_epoch_ns, Some(now_epoch_ns + 1)), batch);
+        assert_eq!(
+            arrival(10_000, now_epoch_ns, Some(now_epoch_ns - 2_000_000_000)),
+            batch
+        );
     }
 }

@@ -54,10 +54,10 @@ pub struct StagesArgs {
     /// Send rate in probes per second; 0 = as fast as possible. Default: full speed for tx
     /// and scan; 200000 for rx, a rate a lab on one CPU answers in full, so the receiver is
     /// not starved by the sender on the same CPU.
-    #[arg(short = 'r', long)]
+    #[arg(short = 'r', long, allow_negative_numbers = true, value_parser = crate::runargs::rate_value)]
     rate: Option<f64>,
     /// Runs without and with instrumentation per batch size (alternating; each side pooled).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    #[arg(long, default_value_t = 3, value_parser = crate::runargs::number_from(1u32, 20))]
     runs: u32,
     /// Seconds to keep receiving after the last probe.
     #[arg(long, default_value_t = 1.0)]
