@@ -270,7 +270,7 @@ fn syn_to_an_open_port_gets_a_syn_ack_with_the_options_offered() {
 fn syn4_offering(dst: Ipv4Addr, offered: &[u8]) -> Vec<u8> {
     let mut t = syn_segment(OPEN, 7)[..20].to_vec();
     t.extend_from_slice(offered);
-    while t.len() % 4 != 0 {
+    while !t.len().is_multiple_of(4) {
         t.push(1);
     }
     t[12] = ((t.len() / 4) as u8) << 4;
