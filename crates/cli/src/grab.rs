@@ -45,7 +45,15 @@ fn close_parser() -> impl TypedValueParser<Value = CloseMode> {
     })
 }
 
+/// The shared run options in grab's words: `-r` paces new connections, and what grab has no
+/// use for (a cooldown: it waits for every connection to end; sender threads: one engine
+/// thread owns every connection) is not offered.
 #[derive(Args)]
+#[command(
+    mut_arg("rate", |a| a.help("New connections per second (first SYNs; retries are not counted); 0 = as fast as possible")),
+    mut_arg("cooldown", |a| a.hide(true)),
+    mut_arg("threads", |a| a.hide(true)),
+)]
 pub struct GrabArgs {
     #[command(flatten)]
     run: RunArgs,
@@ -92,7 +100,7 @@ pub struct GrabArgs {
     #[arg(long, default_value_t = 100_000)]
     max_outstanding: usize,
     /// Extra SYNs to a target that has not answered (1 s, then 2 s, 4 s, …).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=8))]
+    #[arg(long, default_value_t = 2, value_parser = crate::runargs::number_from(0u8, 8))]
     syn_retries: u8,
     /// Seconds from the handshake to the first reply byte.
     #[arg(long, default_value_t = 5.0)]
@@ -262,7 +270,7 @@ fn announce(args: &GrabArgs, plan: &GrabPlan<AnyApp>, notes: &[String]) {
     };
     eprintln!(
         "grab: {}, {} over {} from {} on {}, at {rate}, at most {} open at once",
-        run.space.describe(),
+        run.space.describe_as("connection", "connections"),
         plan.app.kind().name(),
         match args.backend {
             GrabBackend::Xdp => "sonde's TCP on AF_XDP",
@@ -281,7 +289,7 @@ fn announce(args: &GrabArgs, plan: &GrabPlan<AnyApp>, notes: &[String]) {
 fn report(args: &GrabArgs, s: &GrabSummary) -> anyhow::Result<()> {
     if !args.run.quiet {
         to_stderr(format_args!(
-            "grab: {} targets in {}: {} success ({}), {} refused, {} no answer, {} data timeouts, {} resets, {} closed; cpu {:.2} s user, {:.2} s system = {:.1} µs per success; peak {} open",
+            "grab: {} connections in {}: {} success ({}), {} refused, {} no answer, {} data timeouts, {} resets, {} closed; cpu {:.2} s user, {:.2} s system = {:.1} µs per success; peak {} open",
             s.completed + s.syn_timeouts,
             human_seconds(s.wall_s),
             s.success,

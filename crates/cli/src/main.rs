@@ -61,7 +61,7 @@ pub fn say(text: impl std::fmt::Display) {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| usage_error(e));
     let result = match cli.command {
         Command::Lab(args) => cmd::lab::run(args),
         Command::Blast(args) => cmd::blast::run(args),
@@ -80,5 +80,100 @@ fn main() {
         // tcpdump's status for an expression that does not compile.
         let bad_expression = err.downcast_ref::<capture::BadExpression>().is_some();
         std::process::exit(if bad_expression { 2 } else { 1 });
+    }
+}
+
+/// Help and version as clap prints them; a usage error in sonde's one line (`sonde: error: …`,
+/// clap's first paragraph joined), with clap's exit status: no tips that would turn a value
+/// into something else.
+fn usage_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        e.exit();
+    }
+    eprintln!("sonde: error: {}", one_line(&e.render().to_string()));
+    std::process::exit(e.exit_code());
+}
+
+/// The first paragraph of clap's message, on one line, without its `error: `.
+fn one_line(message: &str) -> String {
+    let words: Vec<&str> = message
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let line = words.join(" ");
+    line.strip_prefix("error: ").unwrap_or(&line).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_number_parser_gives_its_field_type() {
+        // clap checks a parser's type against its field only when parsing.
+        for args in [
+            &[
+                "scan",
+                "--threads",
+                "2",
+                "--batch",
+                "8",
+                "--probes",
+                "2",
+                "-r",
+                "5",
+                "x",
+            ][..],
+            &["grab", "--syn-retries", "1", "-r", "0", "x"],
+            &["blast", "--size", "100", "--batch", "8", "--threads", "1"],
+            &["bench", "tx", "--runs", "2"],
+            &["profile", "tx", "--lab", "x", "--runs", "2", "-r", "1000"],
+            &["profile", "stack", "--reps", "5"],
+        ] {
+            let argv = std::iter::once("sonde").chain(args.iter().copied());
+            if let Err(e) = Cli::try_parse_from(argv) {
+                panic!("{args:?}: {e}");
+            }
+        }
+    }
+
+    /// The error line of `sonde ARGS`.
+    fn error_of(args: &[&str]) -> String {
+        let argv = std::iter::once("sonde").chain(args.iter().copied());
+        let e = Cli::try_parse_from(argv).err().expect("a usage error");
+        one_line(&e.render().to_string())
+    }
+
+    #[test]
+    fn usage_errors_are_one_line_in_words() {
+        let rate = error_of(&["scan", "-r", "-5", "198.18.0.0/24"]);
+        assert!(rate.contains("'-5'") && rate.contains("--rate"), "{rate}");
+        assert!(rate.contains("0 or more"), "{rate}");
+        let grab_rate = error_of(&["grab", "-r", "-5", "198.18.0.0/24"]);
+        assert!(grab_rate.contains("0 or more"), "{grab_rate}");
+        let rates = error_of(&["latency", "run", "--to", "198.18.0.1:7", "--rates", "-5"]);
+        assert!(rates.contains("above 0"), "{rates}");
+        let threads = error_of(&["scan", "--threads", "65", "198.18.0.0/24"]);
+        assert!(threads.contains("from 1 to 64"), "{threads}");
+        for e in [&rate, &grab_rate, &rates, &threads] {
+            assert!(!e.contains("..="), "Rust range syntax: {e}");
+            assert!(!e.contains('\n') && !e.contains("tip"), "{e}");
+        }
+        // A missing value names what is missing, on the same line.
+        let missing = error_of(&["latency", "run"]);
+        assert!(missing.contains("--to"), "{missing}");
     }
 }

@@ -50,12 +50,12 @@ pub struct RunArgs {
     #[arg(long)]
     pub confirm_large_scan: bool,
     /// Send rate in packets per second over all threads; 0 = as fast as possible.
-    #[arg(short = 'r', long, default_value_t = 10_000.0)]
+    #[arg(short = 'r', long, default_value_t = 10_000.0, allow_negative_numbers = true, value_parser = rate_value)]
     pub rate: f64,
-    /// Seed of the target order. Shards of one scan must share it (--shards needs it).
+    /// Seed of the target order. Every shard of a run must share it (--shards needs it).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Split the scan into N shards, e.g. one per machine; each covers its share exactly once
+    /// Split the run into N shards, e.g. one per machine; each covers its share exactly once
     /// when all use the same --seed. Without --shards/--shard, a Slurm array or Kubernetes
     /// indexed job sets them.
     #[arg(long)]
@@ -65,7 +65,7 @@ pub struct RunArgs {
     pub shard: Option<u32>,
     /// Sender threads, each pinned and on its own queue of the interface; they split this
     /// shard further.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    #[arg(long, default_value_t = 1, value_parser = number_from(1u32, 64))]
     pub threads: u32,
     /// Stop after this many targets (of this shard).
     #[arg(short = 'n', long)]
@@ -110,7 +110,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "auto")]
     pub xdp_mode: XdpMode,
     /// Frames per batch handed to the kernel.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    #[arg(long, default_value_t = 64, value_parser = number_from(1u32, 4096))]
     pub batch: u32,
     /// Continue an interrupted run from its checkpoint: give the same command (options the
     /// checkpoint fixes may be left out) and another -o, or --append.
@@ -217,9 +217,10 @@ pub fn resolve(
     dryrun: bool,
 ) -> anyhow::Result<Resolved> {
     let resume = args.resume.as_deref().map(Checkpoint::load).transpose()?;
+    let probes_ports = !matches!(ports, Ports::None);
     let (ports, default_ports) = match ports {
         Ports::None => (Some(vec![0]), vec![0]),
-        Ports::Given(text, default) => (text.map(parse_ports).transpose()?, vec![default]),
+        Ports::Given(text, default) => (text.map(port_list).transpose()?, vec![default]),
     };
     let request = TargetRequest {
         tokens: args.targets.clone(),
@@ -233,6 +234,9 @@ pub fn resolve(
         lab: place.scope(),
     };
     let plan = plan_targets(&request)?;
+    if probes_ports && plan.space.ports().contains(&0) {
+        bail!("the input file names port 0, which cannot be probed: give -p PORTS, or leave those lines out");
+    }
     let shard = shard_from_env(args.shards, args.shard)?.unwrap_or((0, 1));
     let seed = match (&resume, args.seed) {
         (Some(c), _) => c.seed,
@@ -424,4 +428,35 @@ pub fn checked_rate(rate: f64) -> anyhow::Result<f64> {
         bail!("invalid --rate {rate}: give packets per second, or 0 for as fast as possible");
     }
     Ok(rate)
+}
+
+/// `--rate`'s parser: a number, 0 or more (a negative one reaches it as a number, not as a
+/// flag, thanks to `allow_negative_numbers`), refused in one line.
+pub fn rate_value(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(rate) if rate >= 0.0 && rate.is_finite() => Ok(rate),
+        _ => Err("give a rate of 0 or more per second (0: as fast as possible)".into()),
+    }
+}
+
+/// A parser of whole numbers from `low` to `high`, whose refusal says so in words (clap's own
+/// shows Rust's range syntax).
+pub fn number_from<T>(low: T, high: T) -> impl Fn(&str) -> Result<T, String> + Clone
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy + Send + Sync + 'static,
+{
+    move |text: &str| match text.trim().parse::<T>() {
+        Ok(n) if low <= n && n <= high => Ok(n),
+        _ => Err(format!("give a whole number from {low} to {high}")),
+    }
+}
+
+/// The ports of -p: port 0 is no port a probe or a connection can reach (a module that probes
+/// no port, as icmp_echo, takes no -p).
+fn port_list(text: &str) -> anyhow::Result<Vec<u16>> {
+    let ports = parse_ports(text)?;
+    if ports.contains(&0) {
+        bail!("-p {text}: port 0 cannot be probed; give ports from 1 to 65535");
+    }
+    Ok(ports)
 }

@@ -387,3 +387,105 @@ fn bad_grab_input_gets_one_clear_line() {
         );
     }
 }
+
+/// What follows `marker` in `line`, up to the next `;` or `,` (e.g. "105 success (15 conn/s)").
+fn clause<'a>(line: &'a str, marker: &str) -> &'a str {
+    let at = line
+        .find(marker)
+        .unwrap_or_else(|| panic!("no {marker:?} in {line}"));
+    let rest = &line[at..];
+    rest.split([';', ',']).next().unwrap().trim()
+}
+
+#[test]
+fn grab_status_line_and_summary_count_the_same_connections() {
+    if !can_run_labs() {
+        return;
+    }
+    // A quarter of the hosts answer; the rest end as "no answer" after the SYN timeout, well
+    // after the successes: the figures must not change meaning when they land.
+    let lab = Lab::up(&[
+        "--population",
+        "198.18.72.0/24",
+        "--responsive",
+        "0.25",
+        "--tcp-open",
+        "80",
+    ]);
+    let (out_file, summary) = (lab.file("g.ndjson"), lab.file("g.json"));
+    let out = sonde(&[
+        "grab",
+        "--lab",
+        &lab.name,
+        "--no-default-blocklist",
+        "198.18.72.0/24",
+        "-p",
+        "80",
+        "-M",
+        "banner",
+        "-r",
+        "0",
+        "--syn-retries",
+        "0",
+        "-o",
+        &out_file,
+        "--summary-json",
+        &summary,
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let s = json(&summary);
+    let success = s["success"].as_u64().unwrap();
+    assert!(success > 0 && success < 256, "{s}");
+    // The plan line counts connections.
+    let plan = err.lines().next().unwrap();
+    assert!(
+        plan.contains("256 addresses × 1 port = 256 connections") && !plan.contains("probe"),
+        "{plan}"
+    );
+    // The last status line and the summary say the same: every connection done, and the
+    // same successes at the same rate.
+    let status: Vec<&str> = err.lines().filter(|l| l.contains("; done ")).collect();
+    let last = status
+        .last()
+        .unwrap_or_else(|| panic!("no status line: {err}"));
+    let summary_line = err
+        .lines()
+        .find(|l| l.starts_with("grab: 256 connections in "))
+        .unwrap_or_else(|| panic!("no summary line: {err}"));
+    assert!(last.contains("done 256 of 256 connections"), "{last}");
+    let successes = format!("{success} success (");
+    assert_eq!(
+        clause(last, &successes),
+        clause(summary_line, &successes),
+        "{last}\n{summary_line}"
+    );
+    // No share that flips when the timeouts land: counts only.
+    for line in &status {
+        assert!(!line.contains('%') || line.contains("% ("), "{line}");
+        assert!(
+            !line.contains("success ") || !line.contains(" %;"),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn grab_help_speaks_of_connections_and_hides_what_grab_ignores() {
+    let out = sonde(&["grab", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let rate = help
+        .split("--rate")
+        .nth(1)
+        .and_then(|r| r.split("\n  -").next())
+        .unwrap_or_default();
+    assert!(
+        rate.contains("connections per second") && !rate.contains("packets"),
+        "{rate}"
+    );
+    for ignored in ["--cooldown", "--threads"] {
+        assert!(!help.contains(ignored), "grab -h offers {ignored}");
+    }
+    assert!(!help.contains("of one scan"), "{help}");
+}

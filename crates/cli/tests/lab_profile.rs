@@ -59,6 +59,20 @@ fn profile_scan_writes_every_stage_a_plot_and_the_check() {
         table.contains("measured CPU (plain)") && table.contains("ratio"),
         "{table}"
     );
+    // The check ends the table with a plain mark, and every run sent --count probes.
+    let last = table.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("check passed") || last.starts_with("check FAILED"),
+        "{table}"
+    );
+    let per_run = table
+        .lines()
+        .find(|l| l.starts_with("packets per run"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(
+        per_run.split_whitespace().skip(3).all(|n| n == "8000"),
+        "{per_run}"
+    );
 
     let csv = std::fs::read_to_string(format!("{out}/profile-scan.csv")).unwrap();
     let mut lines = csv.lines();

@@ -506,3 +506,92 @@ fn dryrun_prints_every_frame_and_sends_nothing() {
         "a new validation key for every run"
     );
 }
+
+/// The `q` quantile (0 to 1) of a scan's `rtt_us` column, in microseconds.
+fn rtt_quantile_us(path: &str, q: f64) -> f64 {
+    let mut reader = csv::Reader::from_path(path).unwrap();
+    let column = reader
+        .headers()
+        .unwrap()
+        .iter()
+        .position(|h| h == "rtt_us")
+        .expect("an rtt_us column");
+    let mut rtts: Vec<u64> = reader
+        .records()
+        .filter_map(|r| r.unwrap()[column].parse().ok())
+        .collect();
+    assert!(!rtts.is_empty(), "no rtt_us in {path}");
+    rtts.sort_unstable();
+    rtts[((rtts.len() - 1) as f64 * q) as usize] as f64
+}
+
+/// The largest `rtt_us` of a scan.
+fn max_rtt_us(path: &str) -> u64 {
+    let mut reader = csv::Reader::from_path(path).unwrap();
+    reader
+        .records()
+        .filter_map(|r| r.unwrap()[1].parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// `ping`'s average RTT to `addr` from the lab's scanner namespace, in microseconds.
+fn ping_rtt_us(lab: &Lab, addr: &str) -> f64 {
+    let ns = format!("sonde-{}-scan", lab.name);
+    let out = Command::new("ip")
+        .args([
+            "netns", "exec", &ns, "ping", "-c", "5", "-i", "0.2", "-q", addr,
+        ])
+        .output()
+        .expect("running ping");
+    let text = String::from_utf8_lossy(&out.stdout);
+    // rtt min/avg/max/mdev = 0.046/0.058/0.068/0.008 ms
+    let figures = text
+        .lines()
+        .find(|l| l.contains("min/avg/max"))
+        .and_then(|l| l.split('=').nth(1))
+        .unwrap_or_else(|| panic!("no RTT line from ping: {text}"));
+    let avg: f64 = figures.trim().split('/').nth(1).unwrap().parse().unwrap();
+    avg * 1000.0
+}
+
+#[test]
+fn scan_rtts_agree_with_ping() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&[
+        "--population",
+        "198.18.64.0/22",
+        "--responsive",
+        "0.5",
+        "--tcp-open",
+        "80",
+    ]);
+    for (module, ports) in [("tcp_syn", &["-p", "80"][..]), ("icmp_echo", &[])] {
+        let results = lab.file(&format!("{module}.csv"));
+        let mut args = vec!["198.18.64.0/22", "-M", module, "-r", "2000", "-c", "1"];
+        args.extend_from_slice(ports);
+        args.extend_from_slice(&["-f", "saddr,rtt_us", "-o", &results]);
+        let out = lab.scan(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let scan = rtt_quantile_us(&results, 0.5);
+        let ping = ping_rtt_us(&lab, &addresses(&results)[0]);
+        eprintln!("{module}: median rtt_us {scan}, ping {ping:.0} us");
+        // The lab answers in tens of microseconds. Neither the set-up time (tens of
+        // milliseconds) nor the packet ring's hand-over of a block (up to a few) may enter it.
+        assert!(
+            (scan - ping).abs() <= 2000.0,
+            "{module}: median rtt_us {scan} against ping's {ping:.0} us"
+        );
+        // The packet ring hands replies over a block at a time, up to 4 ms late (a jiffy at
+        // HZ=250): only the kernel's arrival stamps keep that out of most RTTs, not the median.
+        let p90 = rtt_quantile_us(&results, 0.9);
+        assert!(
+            p90 <= ping + 2500.0,
+            "{module}: 90th percentile rtt_us {p90} against ping's {ping:.0} us"
+        );
+        // No reply is dated before its probe (that would wrap to about 2^32 µs).
+        assert!(max_rtt_us(&results) < 1_000_000, "{module}: {results}");
+    }
+}

@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 
 mod common;
-use common::{can_run_labs, stderr, Lab};
+use common::{can_run_labs, sonde, stderr, Lab};
 
 /// The line a successful score prints.
 fn score_line(lab: &Lab, args: &[&str]) -> String {
@@ -449,4 +449,142 @@ fn grab_results_score_completed_bodies_silence_and_certificates() {
         line.ends_with("[grab: port 80,443 within 198.18.60.0/26]"),
         "{line}"
     );
+}
+
+#[test]
+fn a_scan_of_one_family_is_scored_on_that_family_and_both_count_as_answering() {
+    if !can_run_labs() {
+        return;
+    }
+    // As the README's lab: an IPv4 and an IPv6 population, then an IPv4 scan.
+    let lab = Lab::named();
+    let up = sonde(&[
+        "lab",
+        "up",
+        "--name",
+        &lab.name,
+        "--population",
+        "198.18.62.0/24",
+        "--population6",
+        "2001:2::/120",
+        "--responsive",
+        "0.4",
+        "--tcp-open",
+        "80",
+    ]);
+    assert!(up.status.success(), "lab up: {}", stderr(&up));
+    let echo = truth_addrs(&lab, &[], 0, "echo");
+    let (v4, v6): (Vec<&String>, Vec<&String>) =
+        echo.iter().partition(|a| inside(a, "198.18.0.0/15"));
+    assert!(!v4.is_empty() && !v6.is_empty());
+    // `lab up` and `lab status` count both populations' answering addresses.
+    let answering = format!("({} addresses answer", echo.len());
+    assert!(stderr(&up).contains(&answering), "{}", stderr(&up));
+    assert!(
+        stderr(&up).contains("198.18.62.0/24 and 2001:2::/120"),
+        "{}",
+        stderr(&up)
+    );
+    assert_eq!(lab.status()["responsive_count"], echo.len() as u64);
+
+    let results = lab.file("v4.csv");
+    let out = lab.scan(&[
+        "198.18.62.0/24",
+        "-p",
+        "80",
+        "-r",
+        "0",
+        "-c",
+        "1",
+        "-o",
+        &results,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let open = truth_addrs(&lab, &[], 80, "synack");
+    let open4 = open.iter().filter(|a| inside(a, "198.18.0.0/15")).count() as u64;
+    let out = lab.score_output(&[&results]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let line = String::from_utf8_lossy(&out.stdout).trim_end().to_string();
+    assert_eq!(counts(&line), (open4, open4, 0), "{line}");
+    assert!(line.ends_with("within 198.18.62.0/24]"), "{line}");
+    // One line says what was left out, and how to score it.
+    let err = stderr(&out);
+    let note: Vec<&str> = err.lines().collect();
+    assert_eq!(note.len(), 1, "{note:?}");
+    assert!(
+        note[0].contains("2001:2::/120") && note[0].contains("--within"),
+        "{note:?}"
+    );
+    // Asked for both, both count.
+    let line = score_line(&lab, &["--within", "198.18.62.0/24,2001:2::/120", &results]);
+    assert_eq!(counts(&line), (open4, open.len() as u64, 0), "{line}");
+}
+
+#[test]
+fn truth_status_and_exec_speak_plainly() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&[
+        "--population",
+        "198.18.63.0/28",
+        "--responsive",
+        "0.5",
+        "--tcp-open",
+        "80,443",
+    ]);
+    // --ports 80 lists port 80 and nothing else; port 0 (echo) only when asked for.
+    let rows = lab.truth(&["--ports", "80"]);
+    assert_eq!(rows.len(), 16);
+    assert!(rows.iter().all(|r| r[1] == "80"), "{rows:?}");
+    let rows = lab.truth(&["--ports", "0,80"]);
+    assert_eq!(rows.len(), 32);
+    assert!(
+        rows.iter().any(|r| r[1] == "0" && r[2] == "echo"),
+        "{rows:?}"
+    );
+    // The default: echo and the open ports.
+    assert_eq!(lab.truth(&[]).len(), 48);
+    // Status text has no raw JSON nulls or lists.
+    let out = sonde(&["lab", "status", "--name", &lab.name]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("null"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["tcp_open", "80,", "443"]),
+        "{text}"
+    );
+
+    // A program that is not there: sonde's one error line, not ip's words.
+    let out = sonde(&[
+        "lab",
+        "exec",
+        "--name",
+        &lab.name,
+        "--",
+        "sonde-no-such-program",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("sonde: error: ") && err.contains("sonde-no-such-program"),
+        "{err}"
+    );
+
+    // A bridge lab has no truth, and says so rather than "not up".
+    let bridge = Lab::named();
+    let up = sonde(&["lab", "up", "--name", &bridge.name, "--bridge"]);
+    assert!(up.status.success(), "{}", stderr(&up));
+    let out = sonde(&["lab", "truth", "--name", &bridge.name]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("bridge lab") && !err.contains("not up"),
+        "{err}"
+    );
+    let out = sonde(&["lab", "status", "--name", &bridge.name]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("null"));
 }

@@ -299,3 +299,82 @@ fn bad_target_cpus_and_responders_get_one_line_errors() {
         );
     }
 }
+
+#[test]
+fn port_0_is_refused_by_scan_and_grab_in_one_line() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&["--population", "198.18.76.0/28", "--tcp-open", "80"]);
+    let list = lab.file("pairs.txt");
+    std::fs::write(&list, "198.18.76.1:0\n198.18.76.2:0\n").unwrap();
+    let out_file = lab.file("out.csv");
+    for (tool, extra) in [
+        ("scan", &["-p", "0"][..]),
+        ("scan", &["-p", "0-10"]),
+        ("scan", &["-I", &list]),
+        ("scan", &["-M", "udp", "-p", "0"]),
+        ("grab", &["-p", "0"]),
+        ("grab", &["-I", &list]),
+    ] {
+        let mut args = vec![tool, "--lab", &lab.name, "--no-default-blocklist", "-q"];
+        if !extra.contains(&"-I") {
+            args.push("198.18.76.0/28");
+        }
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["-o", &out_file]);
+        let out = sonde(&args);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.starts_with("sonde: error: ") && err.contains("port 0"),
+            "{args:?}: {err}"
+        );
+        assert!(
+            !std::path::Path::new(&out_file).exists(),
+            "{args:?} wrote rows"
+        );
+    }
+    // A module that means no port still scans (icmp_echo's port 0 is the host).
+    let out = sonde(&[
+        "scan",
+        "--lab",
+        &lab.name,
+        "--no-default-blocklist",
+        "-q",
+        "198.18.76.0/28",
+        "-M",
+        "icmp_echo",
+        "-r",
+        "0",
+        "-c",
+        "1",
+        "-o",
+        &out_file,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn bad_numbers_get_one_line_in_words() {
+    for (args, needle) in [
+        (&["scan", "-r", "-5", "198.18.0.0/24"][..], "--rate"),
+        (&["grab", "-r", "-5", "198.18.0.0/24"], "--rate"),
+        (
+            &["latency", "run", "--to", "198.18.0.1:7", "--rates", "-5"],
+            "--rates",
+        ),
+        (&["scan", "--threads", "0", "198.18.0.0/24"], "from 1 to 64"),
+        (&["scan", "--dryrun", "198.18.0.0/33"], "from 0 to 32"),
+    ] {
+        let out = sonde(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.starts_with("sonde: error: ") && err.contains(needle) && !err.contains("..="),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -4,7 +4,8 @@
 //! duplicates and writes rows; the calling thread shows the status line.
 //!
 //! Where a packet is built: `sonde_scan::probe` (`Probe::write`); sent: [`Sender::run`];
-//! received: [`Receiver::run`]; classified: `Probe::classify`, then [`Receiver::handle`].
+//! received: [`Receiver::run`] (timed by `arrival`); classified: `Probe::classify`, then
+//! [`Receiver::handle`].
 
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -108,6 +109,8 @@ pub fn run(
 ) -> anyhow::Result<ScanSummary> {
     let plan = Arc::new(plan);
     let counts = Arc::new(Counts::default());
+    // One clock for senders and receiver: a probe carries the sender's reading and its reply
+    // is compared with the receiver's, so any offset between two clocks would enter every RTT.
     let clock = Instant::now();
     let io = open_queues(&plan.run, &ReplyFilter::for_probe(&plan.run, &plan.probe))?;
     let receiver = Receiver::open(&plan, io.receivers, writer, counts.clone(), clock)?;
@@ -132,8 +135,8 @@ pub fn run(
     let send_start = Instant::now();
     let send_result = send(
         &plan,
-        io.senders,
-        feeds,
+        clock,
+        io.senders.into_iter().zip(feeds).collect(),
         stop,
         &counts,
         &states,
@@ -217,22 +220,20 @@ fn per(ns: u64, n: u64) -> f64 {
     ns as f64 / n.max(1) as f64
 }
 
-/// Runs the sender threads to the end (or the stop), ticking the status line meanwhile;
-/// returns when each sender finished.
+/// Runs the sender threads, one per (queue, feed) lane, to the end (or the stop), ticking the
+/// status line meanwhile; returns when each sender finished. `clock` is the receiver's.
 fn send(
     plan: &ScanPlan,
-    queues: Vec<AnyTx>,
-    feeds: Vec<Feed>,
+    clock: Instant,
+    lanes: Vec<(AnyTx, Feed)>,
     stop: &Stop,
     counts: &Counts,
     states: &Mutex<Vec<Option<ThreadCheckpoint>>>,
     status: &mut StatusLine<ScanStatus>,
 ) -> anyhow::Result<Vec<Instant>> {
-    let clock = Instant::now();
     std::thread::scope(|scope| {
-        let handles: Vec<_> = queues
+        let handles: Vec<_> = lanes
             .into_iter()
-            .zip(feeds)
             .enumerate()
             .map(|(t, (tx, feed))| {
                 scope.spawn(move || {
@@ -432,9 +433,11 @@ impl Receiver {
 
     /// One batch from the receivers (waiting up to 50 ms for it), handled.
     fn pass(&mut self) -> anyhow::Result<()> {
-        // Clocks are read once per batch, when its first frame is handed over (not before the
-        // wait for it, which would make RTTs negative).
-        let mut stamp: Option<(u32, u64)> = None;
+        // Clocks are read once per receiver's batch, when its first frame is handed over: not
+        // before the wait for it, nor before another receiver's batch was taken, either of
+        // which would date replies before their probes. A frame the kernel stamped on arrival
+        // is timed by its stamp instead (see `arrival`).
+        let mut stamp: Option<(usize, u32, u64)> = None;
         let mut error = None;
         let clock = self.clock;
         let Receiver {
@@ -455,17 +458,17 @@ impl Receiver {
             resets,
             reset_synacks: rst.is_some(),
         };
-        let handled = sonde_io::rx_many(rxs, 256, Duration::from_millis(50), |_, frame| {
+        let wait = Duration::from_millis(50);
+        let handled = sonde_io::rx_many_stamped(rxs, 256, wait, |queue, frame, kernel_ns| {
             // `sonde profile`: what came since the last mark is the backend's work.
             stages::mark(Stage::Poll);
-            let (now_us, epoch_us) = *stamp.get_or_insert_with(|| {
-                let epoch = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| d.as_micros() as u64);
-                (clock.elapsed().as_micros() as u32, epoch)
-            });
+            let (_, now_us, now_epoch_ns) = match stamp {
+                Some(s) if s.0 == queue => s,
+                _ => *stamp.insert(read_clocks(queue, clock)),
+            };
+            let (at_us, epoch_us) = arrival(now_us, now_epoch_ns, kernel_ns);
             stages::mark(Stage::Timestamp);
-            if let Err(e) = handler.handle(frame, now_us, epoch_us) {
+            if let Err(e) = handler.handle(frame, at_us, epoch_us) {
                 error.get_or_insert(e);
             }
         })?;
@@ -496,6 +499,31 @@ impl Receiver {
         }
         self.resets.clear();
         Ok(())
+    }
+}
+
+/// The batch of receiver `queue`: the senders' clock (µs) and the wall clock (ns since the
+/// Unix epoch), read now.
+fn read_clocks(queue: usize, clock: Instant) -> (usize, u32, u64) {
+    let epoch_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    (queue, clock.elapsed().as_micros() as u32, epoch_ns)
+}
+
+/// When a frame arrived, on the senders' clock (µs, as probes carry it) and in µs since the
+/// Unix epoch, from the batch's readings of both clocks (`now_us`, `now_epoch_ns`) and the
+/// kernel's arrival stamp, if any (ns since the epoch). A packet ring hands frames over a block
+/// at a time, up to a few milliseconds after they arrived: without its stamp every RTT would
+/// carry that wait. A stamp from the future or more than a second old (the wall clock was set
+/// meanwhile) is not trusted: then the batch's reading counts.
+fn arrival(now_us: u32, now_epoch_ns: u64, kernel_ns: Option<u64>) -> (u32, u64) {
+    const TRUSTED_AGE_NS: u64 = 1_000_000_000;
+    match kernel_ns.and_then(|k| Some((k, now_epoch_ns.checked_sub(k)?))) {
+        Some((k, age_ns)) if age_ns <= TRUSTED_AGE_NS => {
+            (now_us.wrapping_sub((age_ns / 1000) as u32), k / 1000)
+        }
+        _ => (now_us, now_epoch_ns / 1000),
     }
 }
 
@@ -637,5 +665,34 @@ impl StatusSource for ScanStatus {
     fn seconds_left(&self) -> Option<f64> {
         let left = self.total.saturating_sub(self.counts.sent.get());
         (self.send_rate > 0.0).then(|| left as f64 / self.send_rate)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::arrival;
+
+    #[test]
+    fn a_kernel_stamp_dates_the_frame_back() {
+        let now_epoch_ns = 1_700_000_000_000_000_000;
+        // Stamped 3.5 ms before the batch was read: the frame arrived 3,500 µs earlier.
+        let stamped = Some(now_epoch_ns - 3_500_000);
+        assert_eq!(
+            arrival(10_000, now_epoch_ns, stamped),
+            (6_500, now_epoch_ns / 1000 - 3_500)
+        );
+        // The senders' clock wraps at 2^32 µs; so does the arithmetic.
+        assert_eq!(
+            arrival(1_000, now_epoch_ns, stamped).0,
+            1_000u32.wrapping_sub(3_500)
+        );
+        // No stamp, a stamp from the future, or one too old to trust: the batch's reading.
+        let batch = (10_000, now_epoch_ns / 1000);
+        assert_eq!(arrival(10_000, now_epoch_ns, None), batch);
+        assert_eq!(arrival(10_000, now_epoch_ns, Some(now_epoch_ns + 1)), batch);
+        assert_eq!(
+            arrival(10_000, now_epoch_ns, Some(now_epoch_ns - 2_000_000_000)),
+            batch
+        );
     }
 }

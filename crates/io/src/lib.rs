@@ -58,7 +58,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub use iface::{queue_count, queue_counts, QueueCounts};
-pub use many::rx_many;
+pub use many::{rx_many, rx_many_stamped};
 pub use nfqueue::{
     queue_counters, BatchStats, NfQueue, NfVerdict, NfqConfig, QueueCounters, QueuedPacket,
     SkipCounts,

@@ -30,6 +30,19 @@ pub fn rx_many<F: FnMut(usize, &[u8])>(
     timeout: Duration,
     mut on_frame: F,
 ) -> io::Result<usize> {
+    rx_many_stamped(rxs, max_each, timeout, |i, frame, _| on_frame(i, frame))
+}
+
+/// [`rx_many`], with the kernel's arrival time of each frame where the backend keeps one (a
+/// packet ring stamps every frame, in nanoseconds since the Unix epoch): `on_frame(i, frame,
+/// stamp)`. A ring hands frames over a block at a time, milliseconds after they arrived, so
+/// what times a reply must read this stamp rather than the clock.
+pub fn rx_many_stamped<F: FnMut(usize, &[u8], Option<u64>)>(
+    rxs: &mut [AnyRx],
+    max_each: usize,
+    timeout: Duration,
+    mut on_frame: F,
+) -> io::Result<usize> {
     let got = sweep(rxs, max_each, &mut on_frame)?;
     if got > 0 || rxs.is_empty() || max_each == 0 || timeout.is_zero() {
         return Ok(got);
@@ -41,14 +54,19 @@ pub fn rx_many<F: FnMut(usize, &[u8])>(
 }
 
 /// One pass over all receivers without waiting.
-fn sweep<F: FnMut(usize, &[u8])>(
+fn sweep<F: FnMut(usize, &[u8], Option<u64>)>(
     rxs: &mut [AnyRx],
     max_each: usize,
     on_frame: &mut F,
 ) -> io::Result<usize> {
     let mut got = 0;
     for (i, rx) in rxs.iter_mut().enumerate() {
-        got += rx.rx_batch(max_each, Duration::ZERO, |frame| on_frame(i, frame))?;
+        got += match rx {
+            AnyRx::Ring(ring) => ring.rx_packets(max_each, Duration::ZERO, |p| {
+                on_frame(i, p.data, Some(p.ts_ns))
+            })?,
+            other => other.rx_batch(max_each, Duration::ZERO, |frame| on_frame(i, frame, None))?,
+        };
     }
     Ok(got)
 }

@@ -215,6 +215,7 @@ pub struct LabStatus {
     pub gateway_mac: String,
     pub population: String,
     pub responsive: f64,
+    /// How many addresses answer, IPv4 and IPv6 populations together.
     pub responsive_count: u64,
     pub tcp_open: Vec<u16>,
     pub seed: u64,

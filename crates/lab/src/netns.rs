@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::fs::{self, File};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 
@@ -141,6 +141,10 @@ pub fn exec(name: &str, argv: &[String]) -> Result<ExitStatus> {
     let (program, args) = argv
         .split_first()
         .ok_or_else(|| anyhow!("nothing to run in lab {name:?}: give a command"))?;
+    // `ip netns exec` would say so in its own words, without sonde's error line.
+    if find_program(program).is_none() {
+        bail!("cannot run {program:?} in lab {name:?}: no such program (give its path, or one on PATH)");
+    }
     Command::new("ip")
         .args(["netns", "exec", &scan_ns(name), program])
         .args(args)
@@ -148,9 +152,39 @@ pub fn exec(name: &str, argv: &[String]) -> Result<ExitStatus> {
         .map_err(|e| spawn_error("ip", &e))
 }
 
+/// Where `program` is, as the shell finds it: a path when it has a slash, else the first
+/// executable file of that name on PATH.
+fn find_program(program: &str) -> Option<PathBuf> {
+    let executable = |p: &Path| {
+        fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let path = PathBuf::from(program);
+        return executable(&path).then_some(path);
+    }
+    if program.is_empty() {
+        return None;
+    }
+    let dirs = std::env::var_os("PATH")?;
+    std::env::split_paths(&dirs)
+        .map(|dir| dir.join(program))
+        .find(|p| executable(p))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn programs_are_found_as_the_shell_finds_them() {
+        assert!(find_program("sh").is_some());
+        assert_eq!(find_program("/bin/sh"), Some(PathBuf::from("/bin/sh")));
+        assert_eq!(find_program("sonde-no-such-program"), None);
+        assert_eq!(find_program("/nonexistent/prog"), None);
+        assert_eq!(find_program(""), None);
+        // A folder is not a program.
+        assert_eq!(find_program("/bin"), None);
+    }
 
     #[test]
     fn namespace_names_round_trip() {

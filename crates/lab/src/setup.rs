@@ -260,7 +260,7 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
         gateway_mac,
         population: pop.net.to_string(),
         responsive: cfg.responsive,
-        responsive_count: pop.responsive().count() as u64,
+        responsive_count: truth.responsive_count(),
         tcp_open: cfg.open_ports(),
         seed: cfg.seed,
         queues: cfg.queues,

@@ -10,7 +10,6 @@ use anyhow::{anyhow, Result};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 use crate::config::{LabConfig, LabStatus, DNS_PORT, HTTPS_PORT, HTTP_PORT, LINK_NET};
-use crate::state;
 
 /// 2^64 / golden ratio: SplitMix64's increment.
 const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -261,9 +260,10 @@ impl Truth {
         }
     }
 
-    /// The truth of lab `name` (which must be up).
+    /// The truth of lab `name` (which must be up, and a scanner lab: a bridge lab has no
+    /// population).
     pub fn of_lab(name: &str) -> Result<Truth> {
-        Truth::from_status(&state::load(name)?)
+        Truth::from_status(&crate::setup::status(name)?)
     }
 
     pub fn from_status(st: &LabStatus) -> Result<Truth> {
@@ -309,6 +309,13 @@ impl Truth {
     pub fn addresses(&self) -> impl Iterator<Item = IpAddr> + '_ {
         let six = self.pop6.iter().flat_map(|p| p.addresses().map(IpAddr::V6));
         self.pop.addresses().map(IpAddr::V4).chain(six)
+    }
+
+    /// How many addresses answer, both populations together (what `lab up` and `lab status`
+    /// report).
+    pub fn responsive_count(&self) -> u64 {
+        let six = self.pop6.map_or(0, |p| p.responsive().count());
+        (self.pop.responsive().count() + six) as u64
     }
 
     /// Whether `addr` answers at all (inside a population and picked by the hash).
@@ -394,32 +401,41 @@ pub fn truth(name: &str, ports: Option<&[u16]>, out: &mut dyn Write) -> Result<u
     truth_csv(name, ports, &[], out)
 }
 
-/// Writes the ground truth CSV of lab `name` (see `write_truth`): `tcp_ports` defaults to the
-/// lab's open ports; no UDP rows unless `udp_ports` names some. Returns the number of rows
-/// after the header. A write error keeps its `io::Error` in the chain (so a caller can tell a
-/// closed pipe).
+/// Writes the ground truth CSV of lab `name` (see `write_truth`): `ports` are the rows per
+/// address, port 0 for ICMP echo and the others TCP; by default port 0 and the lab's open
+/// ports. No UDP rows unless `udp_ports` names some. Returns the number of rows after the
+/// header. A write error keeps its `io::Error` in the chain (so a caller can tell a closed
+/// pipe).
 pub fn truth_csv(
     name: &str,
-    tcp_ports: Option<&[u16]>,
+    ports: Option<&[u16]>,
     udp_ports: &[u16],
     out: &mut dyn Write,
 ) -> Result<u64> {
     let truth = Truth::of_lab(name)?;
-    let tcp_ports = tcp_ports.unwrap_or(&truth.open).to_vec();
-    write_truth(&truth, &tcp_ports, udp_ports, out).map_err(|e| {
+    let ports = match ports {
+        Some(given) => given.to_vec(),
+        None => std::iter::once(ECHO_PORT)
+            .chain(truth.open.clone())
+            .collect(),
+    };
+    write_truth(&truth, &ports, udp_ports, out).map_err(|e| {
         anyhow::Error::new(e).context(format!("cannot write the ground truth of lab {name:?}"))
     })
 }
 
+/// The truth's port for ICMP echo: the host itself.
+pub const ECHO_PORT: u16 = 0;
+
 /// `addr,port,answer,service` rows, addresses ascending (the IPv4 population, then the IPv6
-/// one if any). For each address: port 0 is ICMP echo (`echo` or `none`); then each of
-/// `tcp_ports` (`synack` where something listens, `rst` elsewhere); then each of `udp_ports`
-/// (`dns` on 53 with a DNS server, `unreach` elsewhere). Every row of an address that does not
-/// answer says `none`. `service` is `http`, `https`, `silent`, `dns` or empty. This is what the
-/// lab does with loss 0.
+/// one if any). For each address, each of `ports` in the order given: port 0 is ICMP echo
+/// (`echo` or `none`), the others TCP (`synack` where something listens, `rst` elsewhere);
+/// then each of `udp_ports` (`dns` on 53 with a DNS server, `unreach` elsewhere). Every row of
+/// an address that does not answer says `none`. `service` is `http`, `https`, `silent`, `dns`
+/// or empty. This is what the lab does with loss 0.
 pub(crate) fn write_truth(
     truth: &Truth,
-    tcp_ports: &[u16],
+    ports: &[u16],
     udp_ports: &[u16],
     out: &mut dyn Write,
 ) -> io::Result<u64> {
@@ -431,14 +447,18 @@ pub(crate) fn write_truth(
             let (answer, service) = (e.answer.as_str(), e.service.as_str());
             writeln!(w, "{addr},{port},{answer},{service}")
         };
-        row(&mut w, 0, truth.echo(addr))?;
-        for &port in tcp_ports {
-            row(&mut w, port, truth.tcp(addr, port))?;
+        for &port in ports {
+            let expect = if port == ECHO_PORT {
+                truth.echo(addr)
+            } else {
+                truth.tcp(addr, port)
+            };
+            row(&mut w, port, expect)?;
         }
         for &port in udp_ports {
             row(&mut w, port, truth.udp(addr, port))?;
         }
-        rows += 1 + tcp_ports.len() as u64 + udp_ports.len() as u64;
+        rows += ports.len() as u64 + udp_ports.len() as u64;
     }
     w.flush()?;
     Ok(rows)
@@ -501,7 +521,7 @@ mod tests {
     fn truth_rows() {
         let p = pop("198.18.0.0/30", 5, 0.5);
         let mut out = Vec::new();
-        let rows = write_truth(&truth_of(p, None, &[80]), &[80, 22], &[], &mut out).unwrap();
+        let rows = write_truth(&truth_of(p, None, &[80]), &[0, 80, 22], &[], &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "addr,port,answer,service");
@@ -524,6 +544,21 @@ mod tests {
             };
             assert_eq!(got, want, "{addr}");
         }
+    }
+
+    #[test]
+    fn truth_rows_are_the_ports_asked_for() {
+        let p = pop("198.18.0.0/30", 5, 1.0);
+        let mut out = Vec::new();
+        let rows = write_truth(&truth_of(p, None, &[80]), &[80], &[], &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(rows, 4);
+        assert!(
+            text.lines()
+                .skip(1)
+                .all(|l| l.split(',').nth(1) == Some("80")),
+            "a row of another port than 80: {text}"
+        );
     }
 
     fn pop6(net: &str, seed: u64, share: f64) -> Population6 {
@@ -573,7 +608,7 @@ mod tests {
         let p = pop("198.18.0.0/31", 5, 0.5);
         let p6 = pop6("2001:2::ff00/126", 5, 0.5);
         let mut out = Vec::new();
-        let rows = write_truth(&truth_of(p, Some(p6), &[80]), &[80, 22], &[], &mut out).unwrap();
+        let rows = write_truth(&truth_of(p, Some(p6), &[80]), &[0, 80, 22], &[], &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(rows, 3 * (2 + 4));
@@ -606,7 +641,7 @@ mod tests {
         let p = pop("198.18.0.0/16", 1, 0.1);
         let start = std::time::Instant::now();
         let t = truth_of(p, None, &[80, 443]);
-        let rows = write_truth(&t, &[80, 443], &[], &mut io::sink()).unwrap();
+        let rows = write_truth(&t, &[0, 80, 443], &[], &mut io::sink()).unwrap();
         assert_eq!(rows, 3 * 65536);
         assert!(start.elapsed().as_secs_f64() < 2.0, "{:?}", start.elapsed());
     }
@@ -660,7 +695,7 @@ mod tests {
             ..truth_of(p, Some(p6), &[22, 80, 443])
         };
         let mut out = Vec::new();
-        let rows = write_truth(&t, &[80, 443, 22, 53, 7], &[53, 9999], &mut out).unwrap();
+        let rows = write_truth(&t, &[0, 80, 443, 22, 53, 7], &[53, 9999], &mut out).unwrap();
         assert_eq!(rows, 32 * 8);
         let text = String::from_utf8(out).unwrap();
         let silent: Vec<IpAddr> = t.silent().collect();

@@ -243,7 +243,7 @@ fn kernel_sink_answers_as_the_truth_says() {
         "a failed second up changed the lab"
     );
 
-    let rows = truth_rows(&name, Some(&[80, 22]));
+    let rows = truth_rows(&name, Some(&[0, 80, 22]));
     let echo: Vec<IpAddr> = rows.iter().filter(|r| r.2 == "echo").map(|r| r.0).collect();
     assert_eq!(echo.len() as u64, st.responsive_count);
     let silent = rows
@@ -315,8 +315,12 @@ fn ipv6_population_answers_as_the_truth_says() {
     assert_eq!(st.gateway_ip6, Some("2001:2:0:ffff::fe".parse().unwrap()));
 
     // Truth: the 8 IPv4 addresses, then the 256 IPv6 ones ascending.
-    let rows = truth_rows(&name, Some(&[80, 22]));
+    let rows = truth_rows(&name, Some(&[0, 80, 22]));
     assert_eq!(rows.len(), 3 * (8 + 256));
+    // Both populations count among the addresses that answer.
+    let echo = rows.iter().filter(|r| r.2 == "echo").count();
+    assert_eq!(st.responsive_count, echo as u64);
+    assert!(rows.iter().any(|r| r.0.is_ipv6() && r.2 == "echo"));
     let v6: Vec<_> = rows[3 * 8..].iter().collect();
     assert!(rows[..3 * 8].iter().all(|r| r.0.is_ipv4()));
     for (i, chunk) in v6.chunks(3).enumerate() {

@@ -5,8 +5,9 @@
 // XDP_TX, so the lab's targets cost next to nothing:
 //
 //   TCP SYN        -> SYN-ACK on an open port (MSS, and SACK-permitted,
-//                     timestamps and window scale when the SYN offers them;
-//                     the timestamp echoes the SYN's), RST|ACK on a closed one
+//                     timestamps and window scale when the SYN offers them,
+//                     laid out and padded byte for byte as Linux does; the
+//                     timestamp echoes the SYN's), RST|ACK on a closed one
 //   ICMP echo      -> echo reply (ICMPv6 likewise)
 //   UDP            -> ICMP (ICMPv6) port unreachable quoting the whole datagram
 //
@@ -367,6 +368,56 @@ static __always_inline void *resize(struct xdp_md *ctx, __u32 len)
 	return (void *)(long)ctx->data;
 }
 
+// The SYN-ACK's options as Linux writes them (tcp_options_write), only those
+// the SYN offered, so the header is exactly as long as Linux's: MSS; then
+// SACK-permitted and timestamps sharing a word when both are there, or two
+// NOPs before either alone; then NOP and window scale. Into `w` (20 bytes,
+// zeroed by the caller); returns the number of 4-byte words, 1 to 5.
+static __always_inline __u32 syn_ack_options(const struct syn_options *o,
+					     __u16 mss, __u8 wscale, __u8 *w)
+{
+	__u32 words = 1;
+
+	w[0] = 2;
+	w[1] = 4;
+	w[2] = mss >> 8;
+	w[3] = mss & 0xff;
+	if (o->ts) {
+		__u32 now = bpf_ktime_get_ns() / 1000000;
+
+		w[4] = o->sack ? 4 : 1;
+		w[5] = o->sack ? 2 : 1;
+		w[6] = 8;
+		w[7] = 10;
+		w[8] = now >> 24;
+		w[9] = now >> 16;
+		w[10] = now >> 8;
+		w[11] = now;
+		w[12] = o->tsval >> 24;
+		w[13] = o->tsval >> 16;
+		w[14] = o->tsval >> 8;
+		w[15] = o->tsval;
+		words = 4;
+	} else if (o->sack) {
+		w[4] = 1;
+		w[5] = 1;
+		w[6] = 4;
+		w[7] = 2;
+		words = 2;
+	}
+	if (o->wscale) {
+		// At a constant offset in each case, for the verifier.
+		__u8 *ws = words == 4 ? w + 16 : words == 2 ? w + 8 : w + 4;
+
+		ws[0] = 1;
+		ws[1] = 3;
+		ws[2] = 3;
+		ws[3] = wscale;
+		words++;
+	}
+	return words;
+}
+
 // SYN-ACK (open port) or RST|ACK (closed): the header `th` (`hl` bytes of
 // a `seg_len`-byte segment) is read, then the frame becomes the reply.
 static __always_inline int answer_syn(struct xdp_md *ctx,
@@ -375,6 +426,8 @@ static __always_inline int answer_syn(struct xdp_md *ctx,
 				      __u32 hl, __u32 seg_len, void *end)
 {
 	struct syn_options o = {};
+	__u8 options[20] __attribute__((aligned(4))) = {};
+	__u32 option_words = 0;
 	__u16 sport = th->source, dport = th->dest;
 	__u32 seq = bpf_ntohl(th->seq);
 	__u8 flags = th->flags, reply_flags;
@@ -390,7 +443,9 @@ static __always_inline int answer_syn(struct xdp_md *ctx,
 	if (open) {
 		read_syn_options(ctx, (void *)(th + 1) - (void *)(long)ctx->data,
 				 hl - TCP_LEN, &o);
-		tcp_len = TCP_LEN + (o.ts ? 20 : 12);
+		option_words = syn_ack_options(&o, pr->v6 ? MSS6 : MSS4,
+					       cfg->wscale, options);
+		tcp_len = TCP_LEN + 4 * option_words;
 		// A keyed hash of the connection: different for every probe,
 		// the same for a repeated one.
 		reply_seq = mix64(cfg->key ^ ISN_SALT ^
@@ -403,7 +458,7 @@ static __always_inline int answer_syn(struct xdp_md *ctx,
 		// ECN asked for with ECE|CWR is agreed, as with tcp_ecn=2.
 		if ((flags & (TCP_ECE | TCP_CWR)) == (TCP_ECE | TCP_CWR))
 			reply_flags |= TCP_ECE;
-		window = cfg->window[(pr->v6 << 1 | (tcp_len == TCP_LEN + 20)) & 3];
+		window = cfg->window[(pr->v6 << 1 | o.ts) & 3];
 	} else {
 		// Linux's reset: seq 0, acking the SYN and any data it held.
 		tcp_len = TCP_LEN;
@@ -439,53 +494,18 @@ static __always_inline int answer_syn(struct xdp_md *ctx,
 	rt->check = 0;
 	rt->urg_ptr = 0;
 	opt = (__u8 *)(rt + 1);
-	if (open) {
-		// Linux's layout: MSS, SACK-permitted (or two NOPs), timestamps
-		// (only when offered), NOP, window scale (or NOPs).
-		__u16 mss = pr->v6 ? MSS6 : MSS4;
-		__u8 *at;
-
-		if ((void *)(opt + 12) > end)
-			return XDP_DROP;
-		opt[0] = 2;
-		opt[1] = 4;
-		opt[2] = mss >> 8;
-		opt[3] = mss & 0xff;
-		at = opt + 4;
-		if (tcp_len != TCP_LEN + 20) {
-			at[0] = 1;
-			at[1] = 1;
-			at += 2;
-		}
-		at[0] = o.sack ? 4 : 1;
-		at[1] = o.sack ? 2 : 1;
-		at += 2;
-		if (tcp_len == TCP_LEN + 20) {
-			__u32 now = bpf_ktime_get_ns() / 1000000;
-
-			if ((void *)(opt + 20) > end)
+	// The options word by word, each store checked against `end` (the frame is
+	// exactly the reply's length); the checksum sums them from `options`, so
+	// nothing past the fixed header is read back.
+#pragma unroll
+	for (__u32 i = 0; i < 5; i++) {
+		if (i < option_words) {
+			if ((void *)(opt + 4 * i + 4) > end)
 				return XDP_DROP;
-			opt[6] = 8;
-			opt[7] = 10;
-			opt[8] = now >> 24;
-			opt[9] = now >> 16;
-			opt[10] = now >> 8;
-			opt[11] = now;
-			opt[12] = o.tsval >> 24;
-			opt[13] = o.tsval >> 16;
-			opt[14] = o.tsval >> 8;
-			opt[15] = o.tsval;
-			at = opt + 16;
+			__builtin_memcpy(opt + 4 * i, options + 4 * i, 4);
 		}
-		if ((void *)(at + 4) > end)
-			return XDP_DROP;
-		at[0] = 1;
-		at[1] = o.wscale ? 3 : 1;
-		at[2] = o.wscale ? 3 : 1;
-		at[3] = o.wscale ? cfg->wscale : 1;
 	}
-	// tcp_len is 20, 32 or 40, each checked against `end` above.
-	sum = sum_words(rt, tcp_len / 2);
+	sum = sum_words(rt, TCP_LEN / 2) + sum_words(options, 10);
 	sum += pr->pseudo + bpf_htons(IPPROTO_TCP) + bpf_htons(tcp_len);
 	rt->check = ~fold(sum);
 	return XDP_TX;

@@ -75,11 +75,11 @@ mod targets {
     fn bad_prefix_length_names_token() {
         assert_eq!(
             error_of(&["198.18.0.0/16", "198.18.0.0/33"]),
-            r#"invalid target "198.18.0.0/33": prefix length must be 0..=32"#
+            r#"invalid target "198.18.0.0/33": prefix length must be from 0 to 32"#
         );
         assert_eq!(
             error_of(&["2001:db8::/129"]),
-            r#"invalid target "2001:db8::/129": prefix length must be 0..=128"#
+            r#"invalid target "2001:db8::/129": prefix length must be from 0 to 128"#
         );
         assert!(error_of(&["198.18.0.0/"])
             .starts_with(r#"invalid target "198.18.0.0/": prefix length"#));
@@ -143,7 +143,7 @@ mod targets {
         let bad = TempFile::new("bad", "198.18.0.0/30\n# fine\n198.18.0.0/40\n");
         let message = format!("{:#}", read_target_file(&bad.0).unwrap_err());
         let expected = format!(
-            r#"{}:3: invalid target "198.18.0.0/40": prefix length must be 0..=32"#,
+            r#"{}:3: invalid target "198.18.0.0/40": prefix length must be from 0 to 32"#,
             bad.0.display()
         );
         assert_eq!(message, expected);

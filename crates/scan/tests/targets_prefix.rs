@@ -181,7 +181,7 @@ mod targets {
         assert_eq!(
             message,
             format!(
-                r#"{}:2: invalid prefix "10.0.0.0/99": prefix length must be 0..=32"#,
+                r#"{}:2: invalid prefix "10.0.0.0/99": prefix length must be from 0 to 32"#,
                 path.display()
             )
         );

@@ -55,7 +55,7 @@ struct TxArgs {
     count: u64,
     /// Passes over the whole sweep; each point reports its median (passes are interleaved so
     /// drift on a noisy machine hits every point alike).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
+    #[arg(long, default_value_t = 3, value_parser = crate::runargs::number_from(1u32, 50))]
     runs: u32,
     /// Folder for bench-tx.csv, bench-tx-pps.png and bench-tx-cpu.png.
     #[arg(long, default_value = "out")]

@@ -32,7 +32,7 @@ pub struct LabTarget {
     #[arg(long)]
     pub dst_mac: Option<MacAddr>,
     /// Frame size in bytes without FCS, 60 to 1514.
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u16).range(60..=1514))]
+    #[arg(long, default_value_t = 60, value_parser = crate::runargs::number_from(60u16, 1514))]
     pub size: u16,
     /// Destination TCP/UDP ports, cycled through with the addresses (default: the lab's open ports).
     #[arg(long, value_delimiter = ',')]
@@ -50,10 +50,10 @@ pub struct BlastArgs {
     #[arg(long, default_value = "xdp")]
     backend: BackendKind,
     /// Frames handed to the kernel per batch.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    #[arg(long, default_value_t = 64, value_parser = crate::runargs::number_from(1u32, 4096))]
     batch: u32,
     /// Sender threads, one per queue, each pinned to a CPU.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    #[arg(long, default_value_t = 1, value_parser = crate::runargs::number_from(1u32, 64))]
     threads: u32,
     /// Frames to send (default 1,000,000 unless --duration is given).
     #[arg(long, conflicts_with = "duration")]

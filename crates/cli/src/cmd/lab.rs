@@ -39,16 +39,17 @@ enum LabCommand {
     /// Print the ground truth as CSV: addr,port,answer,service, what each address will answer
     /// (with no loss).
     ///
-    /// One block of rows per address, IPv4 population then IPv6, ascending: port 0 (ICMP echo:
-    /// echo or none), then each TCP port of --ports (synack or rst), then each UDP port of
-    /// --udp-ports (dns where a DNS server answers, unreach for ICMP port unreachable). Every
-    /// row of an address that does not answer says none. `service` says who answers: http or
+    /// One block of rows per address, IPv4 population then IPv6, ascending: each port of
+    /// --ports (0 is ICMP echo: echo or none; the others TCP: synack or rst), then each UDP
+    /// port of --udp-ports (dns where a DNS server answers, unreach for ICMP port unreachable).
+    /// Every row of an address that does not answer says none. `service` says who answers: http or
     /// https (nginx, lab up --http), silent (the handshake completes, then nothing is ever
     /// sent), dns (unbound, lab up --dns), or empty.
     Truth {
         #[command(flatten)]
         name: NameArg,
-        /// TCP ports to list (default: the lab's open TCP ports).
+        /// Ports to list: 0 for ICMP echo, the others TCP (default: 0 and the lab's open TCP
+        /// ports).
         #[arg(long, value_delimiter = ',')]
         ports: Option<Vec<u16>>,
         /// UDP ports to list too (default: none).
@@ -271,10 +272,13 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
         let list: Vec<String> = cpus.iter().map(usize::to_string).collect();
         extra.push_str(&format!(", lab on CPU {}", list.join(",")));
     }
+    let mut population = status.population.clone();
+    if let Some(six) = &status.population6 {
+        population.push_str(&format!(" and {six}"));
+    }
     eprintln!(
-        "lab \"{}\" is up: population {} ({} addresses answer{extra}), scanner {} on {} in {}",
+        "lab \"{}\" is up: population {population} ({} addresses answer{extra}), scanner {} on {} in {}",
         status.name,
-        status.population,
         status.responsive_count,
         status.scan_ip,
         status.scan_if,
@@ -324,7 +328,23 @@ fn lab_status(name: &str, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     for (key, v) in value.as_object().into_iter().flatten() {
-        crate::say(format!("{key:<16} {}", v.to_string().trim_matches('"')));
+        if let Some(text) = status_value(v) {
+            crate::say(format!("{key:<17} {text}"));
+        }
     }
     Ok(())
+}
+
+/// A status value as a person reads it: strings bare, lists comma separated; None for what
+/// the lab does not have (JSON null), which is left out.
+fn status_value(v: &serde_json::Value) -> Option<String> {
+    match v {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Array(items) => {
+            let items: Vec<String> = items.iter().filter_map(status_value).collect();
+            Some(items.join(", "))
+        }
+        other => Some(other.to_string()),
+    }
 }

@@ -38,7 +38,8 @@ pub struct ScoreArgs {
     #[arg(long, value_enum)]
     answer: Option<AnswerArg>,
     /// Count only the truth inside these prefixes, the range that was scanned (default: the
-    /// lab's populations). Results outside them are left out.
+    /// lab's populations that hold a result: an IPv4 scan is not scored on the IPv6
+    /// population). Results outside them are left out.
     #[arg(long, value_delimiter = ',')]
     within: Vec<IpNet>,
     /// The results' format (default: from the extension, else from the content).
@@ -137,10 +138,18 @@ pub fn run(args: ScoreArgs) -> Result<()> {
         Some(m) => m,
         None => results.module(&args.results, args.answer)?,
     };
+    let scope = Scope::new(&args.within, &truth, &results);
+    if !scope.left_out.is_empty() {
+        eprintln!(
+            "note: scoring {} only: the results hold no address in {} (give --within to score it too)",
+            scope.describe(),
+            nets_text(&scope.left_out)
+        );
+    }
     let line = if module == Module::Grab {
-        score_grab(&args, &status, &truth, &results)?.to_string()
+        score_grab(&args, &scope, &status, &truth, &results)?.to_string()
     } else {
-        let scan = score_scan(&args, module, &truth, &results)?;
+        let scan = score_scan(&args, &scope, module, &truth, &results)?;
         if args.within.is_empty() && !results.rows.is_empty() && scan.found * 2 < scan.expected {
             let span = covering_prefixes(results.rows.iter().filter_map(|r| r.addr));
             eprintln!(
@@ -421,26 +430,47 @@ impl fmt::Display for ScanScore {
     }
 }
 
-/// Where the truth is counted: the given prefixes, or the lab's populations.
+/// Where the truth is counted: the given prefixes, or the lab's populations that the results
+/// reach (a scan of the IPv4 population says nothing of the IPv6 one).
 struct Scope {
     nets: Vec<IpNet>,
     /// Whether the user gave the prefixes (then results outside them are left out; otherwise
     /// a result outside the populations is a false positive).
     given: bool,
+    /// The populations left out because no result lies in them.
+    left_out: Vec<IpNet>,
 }
 
 impl Scope {
-    fn new(within: &[IpNet], truth: &Truth) -> Scope {
-        if within.is_empty() {
-            Scope {
-                nets: truth.populations(),
-                given: false,
-            }
-        } else {
-            Scope {
+    fn new(within: &[IpNet], truth: &Truth, results: &Results) -> Scope {
+        if !within.is_empty() {
+            return Scope {
                 nets: within.iter().map(IpNet::trunc).collect(),
                 given: true,
-            }
+                left_out: Vec::new(),
+            };
+        }
+        let populations = truth.populations();
+        let reached = |net: &IpNet| {
+            results
+                .rows
+                .iter()
+                .any(|r| r.addr.is_some_and(|a| net.contains(&a)))
+        };
+        let (nets, left_out): (Vec<IpNet>, Vec<IpNet>) =
+            populations.iter().partition(|net| reached(net));
+        if nets.is_empty() {
+            // No result in any population: nothing tells what was scanned, so all of it counts.
+            return Scope {
+                nets: populations,
+                given: false,
+                left_out: Vec::new(),
+            };
+        }
+        Scope {
+            nets,
+            given: false,
+            left_out,
         }
     }
 
@@ -454,9 +484,14 @@ impl Scope {
     }
 
     fn describe(&self) -> String {
-        let nets: Vec<String> = self.nets.iter().map(IpNet::to_string).collect();
-        nets.join(", ")
+        nets_text(&self.nets)
     }
+}
+
+/// `198.18.0.0/16, 2001:2::/116`.
+fn nets_text(nets: &[IpNet]) -> String {
+    let nets: Vec<String> = nets.iter().map(IpNet::to_string).collect();
+    nets.join(", ")
 }
 
 /// What a scan is scored on: the answers that count, the ports, and whether it is about the
@@ -582,13 +617,13 @@ impl Target {
 
 fn score_scan(
     args: &ScoreArgs,
+    scope: &Scope,
     module: Module,
     truth: &Truth,
     results: &Results,
 ) -> Result<ScanScore> {
     let target = Target::new(args, module, results)?;
-    let scope = Scope::new(&args.within, truth);
-    let expected = target.expected(truth, &scope)?;
+    let expected = target.expected(truth, scope)?;
     let (mut found, mut false_positives) = (HashSet::new(), HashSet::new());
     for row in results.rows.iter().filter(|r| target.counts(r)) {
         let Some(addr) = row.addr.filter(|a| scope.scores(*a)) else {
@@ -617,7 +652,7 @@ fn score_scan(
         expected: expected.len(),
         found: found.len(),
         false_positives: false_positives.len(),
-        scored: target.describe(module, &scope),
+        scored: target.describe(module, scope),
     })
 }
 
@@ -817,14 +852,14 @@ struct GrabLab<'a> {
 
 fn score_grab(
     args: &ScoreArgs,
+    scope: &Scope,
     status: &LabStatus,
     truth: &Truth,
     results: &Results,
 ) -> Result<GrabScore> {
     let ports = grab_ports(args, results)?;
-    let scope = Scope::new(&args.within, truth);
     let port_list: Vec<String> = ports.iter().map(u16::to_string).collect();
-    let (live, silent) = grab_targets(truth, &scope, &ports);
+    let (live, silent) = grab_targets(truth, scope, &ports);
     if live.is_empty() {
         bail!(
             "the truth has no live hosts for port {} within {}: check --port/--within",

@@ -34,7 +34,7 @@ pub struct RunArgs {
     #[arg(long)]
     to: SocketAddrV4,
     /// Messages per second, one run each, in order: e.g. 10k,20k,30k,40k (k = thousand).
-    #[arg(long, value_delimiter = ',', value_parser = parse_rate, default_value = "10k,20k,30k,40k")]
+    #[arg(long, value_delimiter = ',', value_parser = parse_rate, default_value = "10k,20k,30k,40k", allow_negative_numbers = true)]
     rates: Vec<f64>,
     /// Seconds per rate.
     #[arg(long, default_value_t = 10.0)]

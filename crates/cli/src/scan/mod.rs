@@ -45,7 +45,7 @@ pub struct ScanArgs {
     #[arg(short = 'B', long)]
     bandwidth: Option<String>,
     /// Probes per target.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    #[arg(long, default_value_t = 1, value_parser = crate::runargs::number_from(1u32, 16))]
     probes: u32,
     /// Output fields, comma separated (* for all); default: the module's set (--list-fields).
     #[arg(short = 'f', long)]

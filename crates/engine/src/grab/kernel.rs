@@ -23,7 +23,7 @@ use sonde_meter::{peak_rss_bytes, Stopwatch};
 use sonde_scan::output::RowWriter;
 use sonde_tcp::{CloseMode, Outcome, ReplyCursor, Status};
 
-use super::{GrabApp, GrabCounts, GrabPlan, GrabRow, GrabStatus, GrabSummary};
+use super::{success_rate, GrabApp, GrabCounts, GrabPlan, GrabRow, GrabStatus, GrabSummary};
 use crate::feed::Feed;
 use crate::pace::Pacer;
 use crate::status::{Phase, StatusLine};
@@ -118,22 +118,26 @@ pub fn run<A: GrabApp>(
         status.tick(Phase::Sending { done }, false)?;
     }
     writer.finish().context("finishing the output")?;
-    status.tick(Phase::Done, true)?;
-    let cpu = watch.cpu();
     let wall = watch.wall().as_secs_f64();
     let success = counts.success.get();
+    let conn_per_s = success_rate(success, wall);
+    status.source_mut().run_ended(conn_per_s);
+    status.tick(Phase::Done, true)?;
+    let cpu = watch.cpu();
+    let syn_timeouts = pool.tally(Status::SynTimeout);
     Ok(GrabSummary {
         targets: plan.run.space.len(),
         syn_sent: counts.syn_sent.get(),
         established: pool.established,
-        completed: counts.finished.get(),
+        // As the user-space engine counts: the targets that answered (syn_timeouts did not).
+        completed: counts.finished.get() - syn_timeouts,
         success,
         refused: pool.tally(Status::Refused),
-        syn_timeouts: pool.tally(Status::SynTimeout),
+        syn_timeouts,
         timeouts: pool.tally(Status::DataTimeout),
         resets: pool.tally(Status::Reset),
         closed: pool.tally(Status::Closed),
-        conn_per_s: success as f64 / wall.max(1e-9),
+        conn_per_s,
         wall_s: wall,
         cpu_user_s: cpu.user.as_secs_f64(),
         cpu_sys_s: cpu.system.as_secs_f64(),

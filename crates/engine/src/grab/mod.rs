@@ -191,13 +191,20 @@ impl Row for GrabRow<'_> {
     }
 }
 
-/// Grab's part of the status line: connections per second, outstanding, success share,
-/// retransmissions, drops.
+/// Grab's part of the status line: connections done (every target ends as one: success,
+/// refused, no answer, timeout …), successes and their rate, open connections, SYNs,
+/// retransmissions, drops. The rate is of successes, as the summary's `conn_per_s`: over the
+/// last second while running, and the summary's own figure on the last line.
 pub(crate) struct GrabStatus {
     pub counts: Arc<GrabCounts>,
     total: u64,
+    last_success: u64,
     last_finished: u64,
     rate: f64,
+    /// Connections ended per second over the last tick, for the time left.
+    finish_rate: f64,
+    /// The whole run's success rate, once it has ended.
+    final_rate: Option<f64>,
     pub syn_retransmitted: u64,
     pub syn_timeouts: u64,
     pub invalid: u64,
@@ -208,8 +215,11 @@ impl GrabStatus {
         GrabStatus {
             counts,
             total,
+            last_success: 0,
             last_finished: 0,
             rate: 0.0,
+            finish_rate: 0.0,
+            final_rate: None,
             syn_retransmitted: 0,
             syn_timeouts: 0,
             invalid: 0,
@@ -219,21 +229,36 @@ impl GrabStatus {
     pub fn done_fraction(&self) -> f64 {
         self.counts.finished.get() as f64 / self.total.max(1) as f64
     }
+
+    /// The run has ended: the last line shows the summary's rate, `success_per_s`.
+    pub fn run_ended(&mut self, success_per_s: f64) {
+        self.final_rate = Some(success_per_s);
+    }
+}
+
+/// Successes per second over `wall_s` seconds: the summary's `conn_per_s`, and the status
+/// line's last rate.
+pub fn success_rate(success: u64, wall_s: f64) -> f64 {
+    success as f64 / wall_s.max(1e-9)
 }
 
 impl StatusSource for GrabStatus {
     fn csv_header(&self) -> &'static str {
-        "finished,conn_per_s,outstanding,success,syn_sent,syn_retransmitted,retransmits_received,drops"
+        "finished,success,success_per_s,outstanding,syn_sent,syn_retransmitted,retransmits_received,drops"
     }
 
     fn sample(&mut self, tick: &Tick) -> (String, String) {
         let c = &self.counts;
-        let finished = c.finished.get();
-        self.rate = (finished - self.last_finished) as f64 / tick.dt;
-        self.last_finished = finished;
-        let success = 100.0 * c.success.get() as f64 / finished.max(1) as f64;
+        let (finished, success) = (c.finished.get(), c.success.get());
+        self.rate = match self.final_rate {
+            Some(rate) => rate,
+            None => (success - self.last_success) as f64 / tick.dt,
+        };
+        self.finish_rate = (finished - self.last_finished) as f64 / tick.dt;
+        (self.last_success, self.last_finished) = (success, finished);
         let text = format!(
-            "done {finished} at {}; open {}; success {success:.2} %; SYNs {} ({} again); retransmits in {}; drops {}",
+            "done {finished} of {} connections; {success} success ({}); open {}; SYNs {} ({} again); retransmits in {}; drops {}",
+            self.total,
             per_second(self.rate, "conn"),
             c.outstanding.get(),
             c.syn_sent.get(),
@@ -242,10 +267,9 @@ impl StatusSource for GrabStatus {
             c.drops.get()
         );
         let row = format!(
-            "{finished},{:.0},{},{},{},{},{},{}",
+            "{finished},{success},{:.0},{},{},{},{},{}",
             self.rate,
             c.outstanding.get(),
-            c.success.get(),
             c.syn_sent.get(),
             self.syn_retransmitted,
             c.retransmits.get(),
@@ -256,6 +280,6 @@ impl StatusSource for GrabStatus {
 
     fn seconds_left(&self) -> Option<f64> {
         let left = self.total.saturating_sub(self.counts.finished.get());
-        (self.rate > 0.0).then(|| left as f64 / self.rate)
+        (self.finish_rate > 0.0).then(|| left as f64 / self.finish_rate)
     }
 }

@@ -22,7 +22,7 @@ use sonde_scan::reply::Value;
 use sonde_tcp::{App, Engine, Outcome, ReplyCursor, Rx, Status, SynRetries};
 use sonde_wire::{arp, ethernet, EtherType, MacAddr};
 
-use super::{GrabApp, GrabCounts, GrabPlan, GrabRow, GrabStatus, GrabSummary};
+use super::{success_rate, GrabApp, GrabCounts, GrabPlan, GrabRow, GrabStatus, GrabSummary};
 use crate::checkpoint::Checkpoint;
 use crate::feed::Feed;
 use crate::pace::Pacer;
@@ -106,10 +106,12 @@ pub fn run<A: GrabApp>(
         ..
     } = looper;
     writer.finish().context("finishing the output")?;
-    status.tick(Phase::Done, true)?;
-    let cpu = watch.cpu();
     let stats = engine.stats();
     let wall = watch.wall().as_secs_f64();
+    let conn_per_s = success_rate(stats.success, wall);
+    status.source_mut().run_ended(conn_per_s);
+    status.tick(Phase::Done, true)?;
+    let cpu = watch.cpu();
     let cpu_s = cpu.total().as_secs_f64();
     Ok(GrabSummary {
         targets: plan.run.space.len(),
@@ -131,7 +133,7 @@ pub fn run<A: GrabApp>(
         invalid: stats.invalid + status.source().invalid,
         late_segments: stats.late,
         drops: status.source().counts.drops.get(),
-        conn_per_s: stats.success as f64 / wall.max(1e-9),
+        conn_per_s,
         wall_s: wall,
         cpu_user_s: cpu.user.as_secs_f64(),
         cpu_sys_s: cpu.system.as_secs_f64(),
@@ -280,10 +282,16 @@ impl<A: GrabApp> Looper<'_, A> {
             invalid,
             ..
         } = self;
-        let now = clock.elapsed().as_micros() as u64;
+        // The clock is read once per receiver's batch, when its first frame is handed over:
+        // a reading from before the wait would date the replies early (and shorten RTTs).
+        let mut stamp: Option<(usize, u64)> = None;
         let arp_for = plan.arp_for;
         let space = &plan.run.space;
-        let n = sonde_io::rx_many(rxs, 256, wait, |_, frame| {
+        let n = sonde_io::rx_many(rxs, 256, wait, |queue, frame| {
+            let now = match stamp {
+                Some((q, now)) if q == queue => now,
+                _ => stamp.insert((queue, clock.elapsed().as_micros() as u64)).1,
+            };
             if let Some(ip) = arp_for {
                 if let Some(asker) = arp_request_for(frame, ip) {
                     arps.push(asker);

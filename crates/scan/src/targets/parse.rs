@@ -61,7 +61,7 @@ fn parse_prefix(addr: &str, len: &str) -> Result<Block, String> {
         .parse::<u8>()
         .ok()
         .filter(|&len| len <= max_len)
-        .ok_or_else(|| format!("prefix length must be 0..={max_len}"))?;
+        .ok_or_else(|| format!("prefix length must be from 0 to {max_len}"))?;
     Ok(match addr {
         IpAddr::V4(a) => {
             let host = u32::MAX.checked_shr(len.into()).unwrap_or(0);
@@ -276,14 +276,15 @@ pub fn parse_ports(text: &str) -> Result<Vec<u16>> {
                     .zip(parse_port(high))
                     .filter(|(low, high)| low <= high)
                     .ok_or_else(|| {
-                        anyhow!("invalid port range {token:?}: must be LOW-HIGH with 0 <= LOW <= HIGH <= 65535")
+                        anyhow!("invalid port range {token:?}: must be LOW-HIGH, LOW at most HIGH, both up to 65535")
                     })?;
                 ports.extend(low..=high);
             }
-            None => ports
-                .push(parse_port(token).ok_or_else(|| {
-                    anyhow!("invalid port {token:?}: must be a number 0..=65535")
-                })?),
+            None => {
+                ports.push(parse_port(token).ok_or_else(|| {
+                    anyhow!("invalid port {token:?}: must be a number up to 65535")
+                })?)
+            }
         }
     }
     ports.sort_unstable();

@@ -175,11 +175,17 @@ impl TargetSpace {
 
     /// For the operator: `65,536 addresses × 1 port = 65,536 probes`.
     pub fn describe(&self) -> String {
+        self.describe_as("probe", "probes")
+    }
+
+    /// [`describe`](Self::describe) with the tool's own word for a target, e.g.
+    /// `1,024 addresses × 1 port = 1,024 connections`.
+    pub fn describe_as(&self, one: &str, many: &str) -> String {
         format!(
             "{} × {} = {}",
             counted(self.addresses().into(), "address", "addresses"),
             counted(self.ports.len() as u128, "port", "ports"),
-            counted(self.len.into(), "probe", "probes"),
+            counted(self.len.into(), one, many),
         )
     }
 }

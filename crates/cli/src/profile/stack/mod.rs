@@ -75,7 +75,7 @@ pub struct StackArgs {
     #[arg(long, value_delimiter = ',', default_value = "kernel,sonde")]
     path: Vec<PathKind>,
     /// Measured sends per size, path and protocol (after a short warm-up).
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    #[arg(long, default_value_t = 20, value_parser = crate::runargs::number_from(1u32, 10000))]
     reps: u32,
     /// Folder for stack.csv (medians), stack-samples.csv (every send) and stack.png.
     #[arg(long, default_value = "sonde-stack")]

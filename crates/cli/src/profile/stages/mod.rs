@@ -55,10 +55,10 @@ pub struct StagesArgs {
     /// Send rate in probes per second; 0 = as fast as possible. Default: full speed for tx
     /// and scan; 200000 for rx, a rate a lab on one CPU answers in full, so the receiver is
     /// not starved by the sender on the same CPU.
-    #[arg(short = 'r', long)]
+    #[arg(short = 'r', long, allow_negative_numbers = true, value_parser = crate::runargs::rate_value)]
     rate: Option<f64>,
     /// Runs without and with instrumentation per batch size (alternating; each side pooled).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    #[arg(long, default_value_t = 3, value_parser = crate::runargs::number_from(1u32, 20))]
     runs: u32,
     /// Seconds to keep receiving after the last probe.
     #[arg(long, default_value_t = 1.0)]
@@ -105,6 +105,8 @@ struct BatchProfile {
     /// replies received for rx).
     packets: u64,
     packets_instrumented: u64,
+    /// Packets of one instrumented run (the runs' average).
+    packets_per_run: u64,
 }
 
 #[derive(Serialize)]
@@ -134,6 +136,14 @@ pub fn run(path: Path, args: StagesArgs) -> anyhow::Result<()> {
         false => args.targets.clone(),
     };
     let size = population_size(&lab.population).filter(|_| args.targets.is_empty());
+    let (probes, targets_per_run) = run_size(args.count, size);
+    if probes * targets_per_run != args.count && size.is_some() {
+        eprintln!(
+            "sonde profile: {} probes per run ({targets_per_run} targets × {probes}), the nearest to --count {} the lab's population allows",
+            probes * targets_per_run,
+            args.count
+        );
+    }
     let mut profiles = Vec::new();
     let mut calibration = None;
     for &batch in &batches {
@@ -153,7 +163,9 @@ pub fn run(path: Path, args: StagesArgs) -> anyhow::Result<()> {
         let cal = cal.expect("at least one run");
         calibration.get_or_insert(cal);
         let (tx, rx) = (stages::take(Role::Tx), stages::take(Role::Rx));
-        profiles.push(profile(path, batch, &plain, &profiled, &tx, &rx, &cal));
+        let mut p = profile(path, batch, &plain, &profiled, &tx, &rx, &cal);
+        p.packets_per_run = p.packets_instrumented / u64::from(args.runs.max(1));
+        profiles.push(p);
     }
     let cal = calibration.expect("at least one batch size");
     let report = Report {
@@ -220,10 +232,7 @@ fn scan_args(
     population: Option<u64>,
     batch: u32,
 ) -> anyhow::Result<ScanArgs> {
-    let (probes, limit) = match population {
-        Some(size) if size < args.count => (args.count.div_ceil(size).min(16), None),
-        _ => (1, Some(args.count)),
-    };
+    let (probes, limit) = run_size(args.count, population);
     let mut argv: Vec<String> = ["scan", "--lab", &args.lab, "--no-default-blocklist", "-q"]
         .iter()
         .map(|s| s.to_string())
@@ -255,9 +264,7 @@ fn scan_args(
         "--checkpoint".into(),
         scratch(".sonde-profile.checkpoint.json"),
     ]);
-    if let Some(n) = limit {
-        argv.extend(["-n".into(), n.to_string()]);
-    }
+    argv.extend(["-n".into(), limit.to_string()]);
     if let Some(p) = &args.ports {
         argv.extend(["-p".into(), p.clone()]);
     }
@@ -271,6 +278,23 @@ fn scan_args(
         .map_err(|e| anyhow!("sonde profile: {}", e.to_string().trim()))?
         .args)
 }
+
+/// Probes per target, and targets per run, for runs of `count` probes over a population of
+/// `population` addresses (None: the targets the user gave, probed once each up to `count`).
+/// A population smaller than `count` is probed again (at most 16 times) and the run stops at
+/// `count` probes; when `count` is no multiple of the probes per target, at the multiple below.
+fn run_size(count: u64, population: Option<u64>) -> (u64, u64) {
+    match population {
+        Some(size) if size < count => {
+            let probes = count.div_ceil(size).min(MAX_PROBES);
+            (probes, (count / probes).min(size))
+        }
+        _ => (1, count),
+    }
+}
+
+/// `sonde scan --probes`' limit.
+const MAX_PROBES: u64 = 16;
 
 fn run_scan(scan: &ScanArgs, out: &FsPath) -> anyhow::Result<ScanSummary> {
     let summary = crate::scan::run_for_summary(scan);
@@ -425,6 +449,8 @@ fn profile(
             Path::Rx => profiled.received,
             _ => profiled.sent,
         },
+        // Set by the caller, which knows how many runs were pooled.
+        packets_per_run: 0,
     }
 }
 
@@ -460,12 +486,12 @@ fn table(report: &Report) -> String {
         ("= stages + kernel", |b| format!("{:.1}", b.sum_ns)),
         ("measured CPU (plain)", |b| format!("{:.1}", b.measured_ns)),
         ("ratio", |b| format!("{:.3}", b.ratio)),
-        ("within 10 %", |b| {
-            if b.within_10_percent { "yes" } else { "no" }.to_string()
+        ("10 % check", |b| {
+            check_mark(b.within_10_percent).to_string()
         }),
         ("CPU instrumented", |b| format!("{:.1}", b.instrumented_ns)),
         ("overhead taken out", |b| format!("{:.1}", b.overhead_ns)),
-        ("packets", |b| b.packets_instrumented.to_string()),
+        ("packets per run", |b| b.packets_per_run.to_string()),
     ];
     for (label, cell) in rows {
         let _ = write!(t, "{label:<22}");
@@ -474,7 +500,35 @@ fn table(report: &Report) -> String {
         }
         t.push('\n');
     }
+    t.push_str(&check_line(report.batches));
     t
+}
+
+fn check_mark(passed: bool) -> &'static str {
+    if passed {
+        "passed"
+    } else {
+        "FAILED"
+    }
+}
+
+/// The check in one line: do the stages and the kernel's rest add up to the measured CPU
+/// (within 10 %) for every batch size?
+fn check_line(batches: &[BatchProfile]) -> String {
+    let failed: Vec<String> = batches
+        .iter()
+        .filter(|b| !b.within_10_percent)
+        .map(|b| format!("batch {}: ratio {:.3}", b.batch, b.ratio))
+        .collect();
+    if failed.is_empty() {
+        "check passed: stages + kernel are within 10 % of the measured CPU for every batch size\n"
+            .to_string()
+    } else {
+        format!(
+            "check FAILED: stages + kernel are not within 10 % of the measured CPU ({})\n",
+            failed.join("; ")
+        )
+    }
 }
 
 fn write_outputs(report: &Report, out: &FsPath) -> anyhow::Result<()> {
@@ -538,6 +592,47 @@ mod tests {
             let e = parse_batches(bad).unwrap_err().to_string();
             assert!(e.contains("--batch"), "{e}");
         }
+    }
+
+    #[test]
+    fn runs_send_the_count_asked_for() {
+        // The README's `--count 100000` on a /16: 50,000 targets twice, not 65,536 twice.
+        assert_eq!(run_size(100_000, Some(65_536)), (2, 50_000));
+        assert_eq!(run_size(8_000, Some(1_024)), (8, 1_000));
+        assert_eq!(run_size(1_000, Some(65_536)), (1, 1_000));
+        assert_eq!(run_size(1_000, None), (1, 1_000));
+        // Not a multiple: the multiple below; too few addresses: 16 times each at most.
+        let (p, n) = run_size(100_001, Some(65_536));
+        assert_eq!(p * n, 100_000);
+        assert_eq!(run_size(1_000_000, Some(1_024)), (16, 1_024));
+    }
+
+    fn batch(n: u32, ratio: f64) -> BatchProfile {
+        BatchProfile {
+            batch: n,
+            stages: Vec::new(),
+            sum_ns: ratio * 100.0,
+            measured_ns: 100.0,
+            ratio,
+            within_10_percent: (ratio - 1.0).abs() <= 0.10,
+            instrumented_ns: 0.0,
+            overhead_ns: 0.0,
+            dropped_lap_share: 0.0,
+            packets: 0,
+            packets_instrumented: 0,
+            packets_per_run: 0,
+        }
+    }
+
+    #[test]
+    fn the_check_says_passed_or_failed() {
+        assert!(check_line(&[batch(1, 1.02), batch(8, 0.95)]).starts_with("check passed"));
+        let failed = check_line(&[batch(1, 1.25), batch(8, 1.0)]);
+        assert!(
+            failed.starts_with("check FAILED") && failed.contains("batch 1: ratio 1.250"),
+            "{failed}"
+        );
+        assert!(!failed.contains("batch 8"), "{failed}");
     }
 
     #[test]
