@@ -168,7 +168,11 @@ mod tests {
         assert!(rates.contains("above 0"), "{rates}");
         let threads = error_of(&["scan", "--threads", "65", "198.18.0.0/24"]);
         assert!(threads.contains("from 1 to 64"), "{threads}");
-        for e in [&rate, &grab_rate, &rates, &threads] {
+        let snaplen = error_of(&["capture", "-i", "sx0", "-w", "x.pcap", "-s", "300000"]);
+        assert!(snaplen.contains("from 0 to 262144"), "{snaplen}");
+        let batch = error_of(&["intercept", "stack", "--batch", "0", "pass"]);
+        assert!(batch.contains("from 1 to 1024"), "{batch}");
+        for e in [&rate, &grab_rate, &rates, &threads, &snaplen, &batch] {
             assert!(!e.contains("..="), "Rust range syntax: {e}");
             assert!(!e.contains('\n') && !e.contains("tip"), "{e}");
         }

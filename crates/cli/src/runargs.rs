@@ -451,6 +451,17 @@ where
     }
 }
 
+/// A parser of whole numbers of `low` or more, whose refusal says so in words.
+pub fn number_at_least<T>(low: T) -> impl Fn(&str) -> Result<T, String> + Clone
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy + Send + Sync + 'static,
+{
+    move |text: &str| match text.trim().parse::<T>() {
+        Ok(n) if low <= n => Ok(n),
+        _ => Err(format!("give a whole number of {low} or more")),
+    }
+}
+
 /// The ports of -p: port 0 is no port a probe or a connection can reach (a module that probes
 /// no port, as icmp_echo, takes no -p).
 fn port_list(text: &str) -> anyhow::Result<Vec<u16>> {

@@ -328,9 +328,11 @@ fn a_file_cut_mid_packet_is_reported_as_truncated() {
     std::fs::write(&cut, &bytes[..cut_at]).expect("write cut file");
     let cut_in_header = scratch.0.join("cut-in-record-header.pcap");
     std::fs::write(&cut_in_header, &bytes[..24 + 16 + first_len + 7]).expect("write cut file");
-    for path in [&cut, &cut_in_header] {
+    for (n, path) in [&cut, &cut_in_header].into_iter().enumerate() {
         for backend in BACKENDS {
-            let out = sonde_capture(path, &scratch.0.join("out.pcap"), backend, "ip");
+            // A file of its own for each run: an existing output is kept, not overwritten.
+            let written = scratch.0.join(format!("out-{n}-{backend}.pcap"));
+            let out = sonde_capture(path, &written, backend, "ip");
             let lines = stderr_lines(&out);
             assert!(
                 !out.status.success(),

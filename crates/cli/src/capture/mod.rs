@@ -73,7 +73,7 @@ pub struct CaptureArgs {
     force: bool,
     /// Bytes kept of each packet (the rest is cut; the file records the length on the wire);
     /// 0 keeps whole packets (262144 bytes), as tcpdump's `-s 0`.
-    #[arg(short = 's', long, default_value_t = 262_144, value_name = "SNAPLEN", value_parser = clap::value_parser!(u32).range(0..=262_144))]
+    #[arg(short = 's', long, default_value_t = 262_144, value_name = "SNAPLEN", value_parser = crate::runargs::number_from(0u32, 262_144))]
     snaplen: u32,
     /// Stop after writing this many packets (at least 1).
     #[arg(short = 'c', long, value_name = "COUNT")]
@@ -86,14 +86,14 @@ pub struct CaptureArgs {
     backend: Backend,
     /// Capture threads: rings in a PACKET_FANOUT group (flow hash) or AF_XDP queues shared out;
     /// one output file in timestamp order within a merge window of about 130 ms.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    #[arg(long, default_value_t = 1, value_parser = crate::runargs::number_from(1u32, 64))]
     threads: u32,
     /// MiB of ring shared with the kernel per thread (ring, pcap); the writer queue adds
     /// 32 MiB per thread.
-    #[arg(long, default_value_t = 64, value_name = "M", value_parser = clap::value_parser!(u64).range(2..=4096))]
+    #[arg(long, default_value_t = 64, value_name = "M", value_parser = crate::runargs::number_from(2u64, 4096))]
     buffer_mb: u64,
     /// Start a new file (NAME.1.EXT, NAME.2.EXT, …) after this many MiB.
-    #[arg(long, value_name = "M", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "M", value_parser = crate::runargs::number_at_least(1u64))]
     rotate_mb: Option<u64>,
     /// Write the run's figures here as JSON.
     #[arg(long, value_name = "FILE")]

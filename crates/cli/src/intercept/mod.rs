@@ -76,11 +76,11 @@ struct Common {
     #[arg(long = "rules", value_name = "FILE")]
     rules_file: Option<PathBuf>,
     /// Threads; each flow is always handled by the same one.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    #[arg(long, default_value_t = 1, value_parser = crate::runargs::number_from(1u16, 64))]
     threads: u16,
     /// Most packets taken (and, in stack mode, given verdicts) with one system call.
     /// 1 is the per-packet baseline.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    #[arg(long, default_value_t = 64, value_parser = crate::runargs::number_from(1u16, 1024))]
     batch: u16,
     /// If sonde dies, let traffic through unfiltered (NFQUEUE's queue bypass, and a guard
     /// process removes sonde's rules and tables). The default stops traffic until
