@@ -10,14 +10,15 @@
 //!
 //! After every input the engine's timers run, and every frame it writes must be a well-formed
 //! Ethernet/IP/TCP frame of at most 1514 bytes with correct checksums, exactly as many as
-//! `tx_pending` said; outcomes never carry more than `max_bytes`.
+//! `tx_pending` said; outcomes never carry more than `max_bytes`, and a `truncated` one is a
+//! `success` of exactly `max_bytes`.
 #![no_main]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use libfuzzer_sys::fuzz_target;
 use sonde_craft::cookie::Validator;
-use sonde_tcp::{App, CloseMode, Config, Engine};
+use sonde_tcp::{App, CloseMode, Config, Engine, Status};
 use sonde_wire::{
     ethernet, ipv4, ipv6, tcp, ChecksumMode, EtherType, IpPair, IpProtocol, MacAddr, TcpFlags,
 };
@@ -168,6 +169,9 @@ fn drain(engine: &mut Engine<Http>, max_bytes: usize) {
     engine.drain_outcomes(|outcome, bytes| {
         assert_eq!(bytes.len() as u64, outcome.bytes);
         assert!(bytes.len() <= max_bytes);
+        if outcome.truncated {
+            assert_eq!((outcome.status, bytes.len()), (Status::Success, max_bytes));
+        }
     });
 }
 

@@ -4,17 +4,25 @@
 //! - A SYN-ACK whose ACK matches the cookie creates the connection; the handshake's ACK and the
 //!   request are queued at once (the request in the ACK with `request_in_ack`).
 //! - Received data goes into the connection's buffer in order; data ahead of a gap is kept
-//!   and merged when the gap fills. ACKs are delayed (every second segment or
-//!   `delayed_ack_us`), immediate for out-of-order data, filled holes, duplicates and FIN, and
-//!   carry SACK blocks while holes exist.
+//!   and merged when the gap fills, and so is a FIN ahead of a gap. ACKs are immediate for
+//!   the first segments of a reply (quick ACKs), then delayed (every second segment or
+//!   `delayed_ack_us`); immediate for out-of-order data, filled holes, duplicates and FIN;
+//!   and carry SACK blocks while holes exist, as many as fit the peer's MSS with the data.
+//! - Segments are checked as RFC 9293, 7323 and 5961 ask: PAWS (one tick of slack), the
+//!   receive window (whose ACK field still counts when our window is zero), an RST only at
+//!   the next expected sequence number, an ACK only of what we sent. An RST or SYN elsewhere in
+//!   the window and an ACK out of range get a challenge ACK, at most
+//!   [`CHALLENGE_ACKS_PER_SECOND`] for the whole engine.
 //! - The request is retransmitted on an RTO from the handshake's RTT (min 200 ms, doubling,
-//!   at most `max_retransmits`), or probed byte by byte while the peer's window is zero. The
-//!   schedule is derived from the SYN-ACK's time, `since + RTO·(2^(k+1) − 1)` for the k-th
-//!   retransmission, so it needs no stored send time.
-//! - A connection ends as `Success` (the app says the reply is complete, `max_bytes` reached,
-//!   or the server's FIN after data), `Closed` (FIN before data), `Reset` (RST) or
-//!   `DataTimeout`; its outcome is queued at once and closed by one RST, or by FIN with a
-//!   bounded wait for the peer's ACK and FIN.
+//!   at most `max_retransmits`), or probed byte by byte while the peer's window is zero
+//!   (probes back off the same way but do not count against `max_retransmits`). The
+//!   schedule is derived from the SYN-ACK's time, `since + RTO·(2^(k+1) − 1)` after k
+//!   retransmissions and probes, so it needs no stored send time.
+//! - A connection ends as `Success` (the app says the reply is complete, `max_bytes` reached
+//!   — then `truncated` —, or the server's FIN after data), `Closed` (FIN before data),
+//!   `Reset` (RST) or `DataTimeout`; its outcome is queued at once and closed by one RST, or by
+//!   FIN with a bounded wait for the peer's ACK and FIN (new data meanwhile gets an RST, as
+//!   RFC 1122 4.2.2.13 asks).
 //!
 //! Segments to send are queued as small descriptors and rendered by [`Engine::write_tx`]
 //! straight into the caller's buffer, from the connection's state at that moment (so an ACK
@@ -41,6 +49,8 @@ const INITIAL_RTO_US: u64 = 1_000_000;
 /// Times are kept as the low 32 bits of µs and compared as differences (71 minutes), so no
 /// timeout may exceed this.
 const MAX_TIMEOUT_US: u64 = 30 * 60 * 1_000_000;
+/// PAWS takes a TSval up to this many ticks behind TS.Recent (Linux's `TCP_PAWS_WINDOW`).
+const PAWS_SLACK: i32 = 1;
 /// RFC 1122: an ACK is delayed at most 500 ms.
 const MAX_DELAYED_ACK_US: u64 = 500_000;
 const TIMESTAMPS_LEN: u32 = 12;
@@ -48,6 +58,17 @@ const TIMESTAMPS_LEN: u32 = 12;
 const DEFAULT_MSS_V4: u16 = 536;
 const DEFAULT_MSS_V6: u16 = 1220;
 const MIN_PEER_MSS: u16 = 64;
+/// RFC 5961's challenge ACKs the engine sends per second at most, all connections together
+/// (Linux's `net.ipv4.tcp_challenge_ack_limit` defaults to 1000): forged segments must not
+/// turn into a flood of ACKs.
+pub const CHALLENGE_ACKS_PER_SECOND: u32 = 1000;
+/// The first in-order data segments of a reply are ACKed at once, not delayed (Linux's quick
+/// ACKs at the start, up to 16): a server that waits for an ACK before sending more (Nagle, a
+/// small first window) is not held up by our delayed-ACK timer.
+const QUICK_ACKS: u8 = 16;
+/// A data segment's SACK option: two NOPs, kind and length, then 8 bytes a block.
+const SACK_OPTION_LEN: u32 = 4;
+const SACK_BLOCK_LEN: u32 = 8;
 
 /// What a connection's cookie gives: our ISN and our port. Computed once per received segment
 /// or timer event and carried by the descriptors, so rendering needs no SipHash.
@@ -133,6 +154,9 @@ pub struct Engine<A: App> {
     stats: Stats,
     /// The index position of the connection whose segment is being handled.
     hint: Option<usize>,
+    /// Challenge ACKs left in the current second, and that second (µs / 10^6).
+    challenges_left: u32,
+    challenge_second: u64,
 }
 
 impl<A: App> Engine<A> {
@@ -159,6 +183,8 @@ impl<A: App> Engine<A> {
             request: vec![0; MAX_REQUEST_LEN],
             stats: Stats::default(),
             hint: None,
+            challenges_left: CHALLENGE_ACKS_PER_SECOND,
+            challenge_second: 0,
             link,
             cfg,
             app,
@@ -241,7 +267,7 @@ impl<A: App> Engine<A> {
                 self.hint = Some(pos);
                 match self.table.slab[idx as usize].state() {
                     State::Open => self.on_open(idx, ck, &seg, now_us),
-                    State::Closing => self.on_closing(idx, ck, &seg),
+                    State::Closing => self.on_closing(idx, ck, &seg, now_us),
                 }
                 self.hint = None;
                 Rx::Segment
@@ -325,7 +351,7 @@ impl<A: App> Engine<A> {
         for idx in live {
             if self.conn(idx).state() == State::Open {
                 let ck = self.cookie(idx);
-                self.finish(idx, ck, Status::DataTimeout, now_us);
+                self.finish(idx, ck, Status::DataTimeout, now_us, false);
             }
             if !self.conn(idx).has(Bits::DEAD) {
                 self.free(idx);
@@ -435,10 +461,11 @@ impl<A: App> Engine<A> {
             port: seg.port,
             sport: seg.our_port,
             status: Status::Refused,
-            rtt_us: echo_rtt(seg, now_us).map(u64::from),
+            rtt_us: echo_rtt(seg, now_us, self.cfg.syn_span_us).map(u64::from),
             t_first_byte_us: None,
             t_total_us: 0,
             bytes: 0,
+            truncated: false,
             retransmits_received: 0,
             ooo_segments: 0,
         };
@@ -469,7 +496,12 @@ impl<A: App> Engine<A> {
             IpAddr::V4(_) => DEFAULT_MSS_V4,
             IpAddr::V6(_) => DEFAULT_MSS_V6,
         };
-        let mss = t.max_seg_size.unwrap_or(default_mss).max(MIN_PEER_MSS);
+        // An MSS option of 0 says nothing: as if absent (as Linux reads it).
+        let mss = t
+            .max_seg_size
+            .filter(|&mss| mss != 0)
+            .unwrap_or(default_mss)
+            .max(MIN_PEER_MSS);
         bits.put(Bits::MSS, u32::from(mss));
         // The SYN-ACK's window is never scaled.
         bits.put(Bits::WND, u32::from(t.window_len));
@@ -479,7 +511,7 @@ impl<A: App> Engine<A> {
             rcv_nxt: t.seq_number.wrapping_add(1),
             ts_recent: t.timestamp.map_or(0, |ts| ts.0),
             since_us: now_us as u32,
-            rtt_us: echo_rtt(seg, now_us).unwrap_or(NIL),
+            rtt_us: echo_rtt(seg, now_us, self.cfg.syn_span_us).unwrap_or(NIL),
             buf: NIL,
             timer_next: NIL,
             timer_prev: UNLINKED,
@@ -511,7 +543,7 @@ impl<A: App> Engine<A> {
     /// A segment of an open connection.
     fn on_open(&mut self, idx: u32, ck: Cookie, seg: &Seg, now_us: u64) {
         if seg.has(TcpFlags::SYN) {
-            self.on_dup_synack(idx, ck, seg);
+            self.on_dup_synack(idx, ck, seg, now_us);
             return;
         }
         if self.paws_rejects(idx, seg) {
@@ -519,23 +551,28 @@ impl<A: App> Engine<A> {
             return;
         }
         let allowance = self.rcv_allowance(idx);
-        let d = i64::from(seg.tcp.seq_number.wrapping_sub(self.conn(idx).rcv_nxt) as i32);
-        if !acceptable(d, seg, allowance) {
-            if !seg.has(TcpFlags::RST) {
-                self.count_duplicate(idx, d, seg);
-                self.queue_ack(idx, ck);
-            }
-            return;
-        }
+        let d = self.seq_offset(idx, seg);
+        let in_window = acceptable(d, seg, allowance);
         if seg.has(TcpFlags::RST) {
-            self.finish(idx, ck, Status::Reset, now_us);
+            self.on_rst(idx, ck, d, in_window, now_us);
             return;
         }
+        if !in_window {
+            // Our window is zero: no data fits, but the ACK field of a segment at RCV.NXT
+            // still counts (RFC 9293 3.10.7.4), so an acknowledged request is not sent again.
+            if let (0, 0, Some(ack)) = (d, allowance, seg.tcp.ack_number) {
+                self.on_ack(idx, ck, ack, seg);
+            }
+            self.count_duplicate(idx, d, seg);
+            self.queue_ack(idx, ck);
+            return;
+        }
+        // RFC 9293: a segment without ACK is dropped.
         let Some(ack) = seg.tcp.ack_number else {
             return;
         };
         if !self.on_ack(idx, ck, ack, seg) {
-            self.queue_ack(idx, ck);
+            self.challenge_ack(idx, ck, now_us);
             return;
         }
         self.update_ts_recent(idx, d, seg);
@@ -544,9 +581,44 @@ impl<A: App> Engine<A> {
         }
     }
 
+    /// The sequence number of a segment less `rcv_nxt`, as a signed distance.
+    fn seq_offset(&self, idx: u32, seg: &Seg) -> i64 {
+        i64::from(seg.tcp.seq_number.wrapping_sub(self.conn(idx).rcv_nxt) as i32)
+    }
+
+    /// An RST of a connection (RFC 5961 3.2): it resets only at exactly RCV.NXT; elsewhere in
+    /// the window it gets a challenge ACK (a genuine peer answers it with an RST that fits);
+    /// outside, it is dropped. The connection is freed, or reported `Reset` while open.
+    fn on_rst(&mut self, idx: u32, ck: Cookie, d: i64, in_window: bool, now_us: u64) {
+        if d == 0 {
+            match self.conn(idx).state() {
+                State::Open => self.finish(idx, ck, Status::Reset, now_us, false),
+                State::Closing => self.free(idx),
+            }
+        } else if in_window {
+            self.challenge_ack(idx, ck, now_us);
+        }
+    }
+
+    /// Queues a challenge ACK (RFC 5961), within the engine's budget per second.
+    fn challenge_ack(&mut self, idx: u32, ck: Cookie, now_us: u64) {
+        let second = now_us / 1_000_000;
+        if second != self.challenge_second {
+            self.challenge_second = second;
+            self.challenges_left = CHALLENGE_ACKS_PER_SECOND;
+        }
+        if self.challenges_left == 0 {
+            self.stats.challenge_acks_limited += 1;
+            return;
+        }
+        self.challenges_left -= 1;
+        self.stats.challenge_acks += 1;
+        self.queue_ack(idx, ck);
+    }
+
     /// A SYN on an established connection: a retransmitted SYN-ACK means our handshake ACK
-    /// (and the request with it) was lost; anything else gets an ACK.
-    fn on_dup_synack(&mut self, idx: u32, ck: Cookie, seg: &Seg) {
+    /// (and the request with it) was lost; anything else gets a challenge ACK (RFC 5961 4).
+    fn on_dup_synack(&mut self, idx: u32, ck: Cookie, seg: &Seg, now_us: u64) {
         let conn = self.conn(idx);
         let in_order = self.in_order(idx);
         let irs = conn.rcv_nxt.wrapping_sub(in_order).wrapping_sub(1);
@@ -569,27 +641,37 @@ impl<A: App> Engine<A> {
             self.queue_handshake_ack(idx, ck);
             let sent = self.queue_request(idx, ck, acked, limit);
             self.stats.retransmits_sent += sent;
-        } else {
+        } else if same {
             self.queue_ack(idx, ck);
+        } else {
+            self.challenge_ack(idx, ck, now_us);
         }
     }
 
     /// PAWS (RFC 7323): a segment whose timestamp is older than the last one seen is an old
-    /// duplicate.
+    /// duplicate. One tick of slack, as Linux allows (`TCP_PAWS_WINDOW`): a peer whose
+    /// clock is read per CPU may send one tick back.
     fn paws_rejects(&self, idx: u32, seg: &Seg) -> bool {
         let conn = self.conn(idx);
         match seg.tcp.timestamp {
             Some((tsval, _)) if conn.has(Bits::TS_OK) && !seg.has(TcpFlags::RST) => {
-                (tsval.wrapping_sub(conn.ts_recent) as i32) < 0
+                (tsval.wrapping_sub(conn.ts_recent) as i32) < -PAWS_SLACK
             }
             _ => false,
         }
     }
 
+    /// RFC 7323 4.3: TS.Recent takes a newer TSval only from a segment at or before the last
+    /// ACK we sent (`SEG.SEQ ≤ Last.ACK.sent`), so that a delayed ACK echoes the first of the
+    /// segments it covers. Last.ACK.sent is `rcv_nxt` unless an ACK is still owed, in which
+    /// case it lies before `rcv_nxt` by an unknown amount and no segment is counted as at or
+    /// before it (TS.Recent then waits for the next segment after that ACK).
     fn update_ts_recent(&mut self, idx: u32, d: i64, seg: &Seg) {
         let conn = self.conn_mut(idx);
+        let ack_owed = conn.has(Bits::ACK_PENDING) || conn.has(Bits::ACK_QUEUED);
         if let Some((tsval, _)) = seg.tcp.timestamp {
-            if conn.has(Bits::TS_OK) && d <= 0 {
+            let newer = tsval.wrapping_sub(conn.ts_recent) as i32 >= 0;
+            if conn.has(Bits::TS_OK) && d <= 0 && !ack_owed && newer {
                 conn.ts_recent = tsval;
             }
         }
@@ -608,17 +690,17 @@ impl<A: App> Engine<A> {
         }
     }
 
-    /// The ACK field of an open connection's segment; false when it acknowledges what we never
-    /// sent (the segment is then dropped and answered with an ACK).
+    /// The ACK field of an open connection's segment; false when it lies outside
+    /// `SND.UNA − bytes acked … SND.NXT` (RFC 5961 5.2 with Linux's bound: nothing before our
+    /// first byte, nothing we never had to send), and the segment is then dropped with a
+    /// challenge ACK. An old ACK inside is ignored; the segment counts.
     fn on_ack(&mut self, idx: u32, ck: Cookie, ack: u32, seg: &Seg) -> bool {
         let conn = self.conn(idx);
         let (acked, req_len, old_limit) = (conn.acked(), conn.req_len(), conn.send_limit());
-        let advance = ack.wrapping_sub(ck.iss.wrapping_add(1).wrapping_add(acked));
-        if (advance as i32) < 0 {
-            return true; // an old ACK: ignore the field
-        }
+        let una = ck.iss.wrapping_add(1).wrapping_add(acked);
+        let advance = ack.wrapping_sub(una);
         if advance > req_len - acked {
-            return false;
+            return una.wrapping_sub(ack) <= acked; // an old ACK: ignore the field
         }
         let scale = if conn.has(Bits::WS_OK) {
             conn.bits.get(Bits::PEER_WS)
@@ -654,23 +736,31 @@ impl<A: App> Engine<A> {
                 let bytes = &seg.payload[(from - start) as usize..(to - start) as usize];
                 placed = self.place(idx, from as u32, bytes, now_us);
             }
-            ack_now |= to < end || placed.duplicate || placed.out_of_order || placed.filled_hole;
+            ack_now |= to < end
+                || placed.duplicate
+                || placed.out_of_order
+                || placed.filled_hole
+                || (placed.advanced && self.quick_ack(idx));
         }
-        let in_order = self.in_order(idx);
-        // The FIN counts only in order, after all of the segment's data. One ahead of a gap
-        // (the data before it was lost; a sender's tail-loss probe is often the FIN alone) is
-        // answered at once with a duplicate ACK, so the sender learns what is missing.
+        let in_order = i64::from(self.in_order(idx));
+        // The FIN counts in order, after all of the segment's data. One ahead of a gap (the
+        // data before it was lost; a sender's tail-loss probe is often the FIN alone) is kept
+        // until the gap fills, and answered at once with a duplicate ACK, so the sender learns
+        // what is missing. One beyond the window, or before data we have, is not a FIN.
         if seg.has(TcpFlags::FIN) {
-            if to == end && end == i64::from(in_order) {
-                let conn = self.conn_mut(idx);
-                conn.rcv_nxt = conn.rcv_nxt.wrapping_add(1);
-                conn.bits.set(Bits::FIN_RCVD, true);
+            if to == end && end == in_order {
+                self.fin_in_order(idx);
             } else {
+                if to == end && end > in_order {
+                    self.hold_fin(idx, end as u32);
+                }
                 ack_now = true;
             }
+        } else if placed.advanced {
+            self.take_held_fin(idx);
         }
-        if let Some(status) = self.completion(idx, placed.advanced) {
-            self.finish(idx, ck, status, now_us);
+        if let Some((status, truncated)) = self.completion(idx, placed.advanced) {
+            self.finish(idx, ck, status, now_us, truncated);
             return;
         }
         if ack_now {
@@ -680,14 +770,58 @@ impl<A: App> Engine<A> {
         }
     }
 
+    /// Whether in-order data is ACKed at once: the first [`QUICK_ACKS`] segments of a reply.
+    fn quick_ack(&mut self, idx: u32) -> bool {
+        let rx = self.pool.get_mut(self.table.slab[idx as usize].buf);
+        let quick = rx.quick_acks < QUICK_ACKS;
+        rx.quick_acks = rx.quick_acks.saturating_add(1);
+        quick
+    }
+
+    /// The peer's FIN is in order: it counts in `rcv_nxt`.
+    fn fin_in_order(&mut self, idx: u32) {
+        let conn = &mut self.table.slab[idx as usize];
+        conn.rcv_nxt = conn.rcv_nxt.wrapping_add(1);
+        conn.bits.set(Bits::FIN_RCVD, true);
+        if conn.buf != NIL {
+            self.pool.get_mut(conn.buf).fin_at = None;
+        }
+    }
+
+    /// Keeps a FIN at reply offset `at`, ahead of a gap (taking a buffer if there is none).
+    fn hold_fin(&mut self, idx: u32, at: u32) {
+        let buf = self.buffer(idx);
+        self.pool.get_mut(buf).fin_at = Some(at);
+    }
+
+    /// Counts a held FIN once the data before it is in order (forgets it if data went past it:
+    /// that was no FIN).
+    fn take_held_fin(&mut self, idx: u32) {
+        let buf = self.conn(idx).buf;
+        if buf == NIL {
+            return;
+        }
+        let rx = self.pool.get_mut(buf);
+        match rx.fin_at {
+            Some(at) if at == rx.in_order => self.fin_in_order(idx),
+            Some(at) if at < rx.in_order => rx.fin_at = None,
+            _ => {}
+        }
+    }
+
+    /// The connection's buffer, taken from the pool if it has none yet.
+    fn buffer(&mut self, idx: u32) -> u32 {
+        let conn = &mut self.table.slab[idx as usize];
+        if conn.buf == NIL {
+            conn.buf = self.pool.take();
+        }
+        conn.buf
+    }
+
     /// Stores data in the connection's buffer (taken now if this is its first data).
     fn place(&mut self, idx: u32, from: u32, bytes: &[u8], now_us: u64) -> Placed {
         let before = self.in_order(idx);
-        let mut buf = self.conn(idx).buf;
-        if buf == NIL {
-            buf = self.pool.take();
-            self.conn_mut(idx).buf = buf;
-        }
+        let buf = self.buffer(idx);
         let placed = self.pool.place(buf, from, bytes);
         let rx = self.pool.get_mut(buf);
         if placed.new_data {
@@ -710,63 +844,82 @@ impl<A: App> Engine<A> {
         placed
     }
 
-    /// The connection's status if its reply is complete now.
-    fn completion(&self, idx: u32, advanced: bool) -> Option<Status> {
+    /// The connection's status if its reply is complete now, and whether it was cut at
+    /// `max_bytes` (only when neither the app nor the server's FIN says it is whole).
+    fn completion(&self, idx: u32, advanced: bool) -> Option<(Status, bool)> {
         let conn = self.conn(idx);
         let in_order = self.in_order(idx);
-        if advanced {
-            let data = &self.pool.get(conn.buf).data[..in_order as usize];
-            if in_order as usize >= self.cfg.max_bytes || self.app.is_complete(data) {
-                return Some(Status::Success);
-            }
+        let data = match conn.buf {
+            NIL => &[][..],
+            buf => &self.pool.get(buf).data[..in_order as usize],
+        };
+        if advanced && self.app.is_complete(data) {
+            return Some((Status::Success, false));
         }
         if conn.has(Bits::FIN_RCVD) {
-            return Some(if in_order > 0 {
+            let status = if in_order > 0 {
                 Status::Success
             } else {
                 Status::Closed
-            });
+            };
+            return Some((status, false));
+        }
+        if advanced && in_order as usize >= self.cfg.max_bytes {
+            return Some((Status::Success, true));
         }
         None
     }
 
-    /// A segment of a closing connection: the peer's ACK of our FIN, its FIN, or more data
-    /// (acknowledged and dropped, so that the server can finish and close).
-    fn on_closing(&mut self, idx: u32, ck: Cookie, seg: &Seg) {
-        if seg.has(TcpFlags::SYN) || self.paws_rejects(idx, seg) {
+    /// A segment of a closing connection: the peer's ACK of our FIN, or its FIN. New data
+    /// gets an RST (RFC 1122 4.2.2.13: data after our close is lost, and the server should
+    /// know at once rather than retransmit into our close timeout); old data is ACKed again.
+    fn on_closing(&mut self, idx: u32, ck: Cookie, seg: &Seg, now_us: u64) {
+        if seg.has(TcpFlags::SYN) {
+            self.challenge_ack(idx, ck, now_us);
+            return;
+        }
+        if self.paws_rejects(idx, seg) {
             self.queue_ack(idx, ck);
             return;
         }
-        let d = i64::from(seg.tcp.seq_number.wrapping_sub(self.conn(idx).rcv_nxt) as i32);
-        if !acceptable(d, seg, self.cfg.rcv_window) {
-            if !seg.has(TcpFlags::RST) {
-                self.queue_ack(idx, ck);
-            }
+        let d = self.seq_offset(idx, seg);
+        let in_window = acceptable(d, seg, self.cfg.rcv_window);
+        if seg.has(TcpFlags::RST) {
+            self.on_rst(idx, ck, d, in_window, now_us);
             return;
         }
-        if seg.has(TcpFlags::RST) {
+        if !in_window {
+            self.queue_ack(idx, ck);
+            return;
+        }
+        let Some(ack) = seg.tcp.ack_number else {
+            return;
+        };
+        let conn = self.conn(idx);
+        let fin_seq = ck.iss.wrapping_add(1).wrapping_add(conn.req_len());
+        let snd_nxt = fin_seq.wrapping_add(u32::from(conn.has(Bits::FIN_SENT)));
+        // Nothing before our first byte, nothing after what we sent (RFC 5961 5.2).
+        if ack.wrapping_sub(ck.iss.wrapping_add(1)) > snd_nxt.wrapping_sub(ck.iss.wrapping_add(1)) {
+            self.challenge_ack(idx, ck, now_us);
+            return;
+        }
+        self.update_ts_recent(idx, d, seg);
+        // Data in the window always reaches past RCV.NXT: it is new.
+        if !seg.payload.is_empty() {
+            // The RST takes its sequence number from the segment's ACK: exactly what the
+            // server expects next, whether or not it has our FIN.
+            self.queue_rst(seg, ack, None);
             self.free(idx);
             return;
         }
-        let fin_seq = ck
-            .iss
-            .wrapping_add(1)
-            .wrapping_add(self.conn(idx).req_len());
-        self.update_ts_recent(idx, d, seg);
         let conn = self.conn_mut(idx);
-        if seg.tcp.ack_number == Some(fin_seq.wrapping_add(1)) && conn.has(Bits::FIN_SENT) {
+        if ack == fin_seq.wrapping_add(1) && conn.has(Bits::FIN_SENT) {
             conn.bits.set(Bits::FIN_ACKED, true);
         }
         let mut ack_now = false;
-        if d == 0 && !conn.has(Bits::FIN_RCVD) {
-            conn.rcv_nxt = conn.rcv_nxt.wrapping_add(seg.payload.len() as u32);
-            ack_now = !seg.payload.is_empty();
-            if seg.has(TcpFlags::FIN) {
-                conn.rcv_nxt = conn.rcv_nxt.wrapping_add(1);
-                conn.bits.set(Bits::FIN_RCVD, true);
-                ack_now = true;
-            }
-        } else if !seg.payload.is_empty() {
+        if d == 0 && seg.has(TcpFlags::FIN) && !conn.has(Bits::FIN_RCVD) {
+            conn.rcv_nxt = conn.rcv_nxt.wrapping_add(1);
+            conn.bits.set(Bits::FIN_RCVD, true);
             ack_now = true;
         }
         let done = conn.has(Bits::FIN_RCVD) && conn.has(Bits::FIN_ACKED);
@@ -780,9 +933,9 @@ impl<A: App> Engine<A> {
 
     // ---- ending ---------------------------------------------------------------------------
 
-    /// Reports the connection's outcome and closes it as configured (a `Reset` is not
-    /// answered).
-    fn finish(&mut self, idx: u32, ck: Cookie, status: Status, now_us: u64) {
+    /// Reports the connection's outcome (`truncated`: cut at `max_bytes`) and closes it as
+    /// configured (a `Reset` is not answered).
+    fn finish(&mut self, idx: u32, ck: Cookie, status: Status, now_us: u64, truncated: bool) {
         let conn = &mut self.table.slab[idx as usize];
         let buf = std::mem::replace(&mut conn.buf, NIL);
         let since = abs_us(now_us, conn.since_us);
@@ -795,6 +948,7 @@ impl<A: App> Engine<A> {
             t_first_byte_us: None,
             t_total_us: now_us.saturating_sub(since),
             bytes: 0,
+            truncated,
             retransmits_received: 0,
             ooo_segments: 0,
         };
@@ -863,24 +1017,22 @@ impl<A: App> Engine<A> {
         let ck = self.cookie(idx);
         let conn = self.conn(idx);
         let since = abs_us(now_us, conn.since_us);
-        let retry = conn.retries() < u32::from(self.cfg.max_retransmits)
-            && now_us >= since + rto_offset(conn);
+        let rto_passed = now_us >= self.rto_due(idx, since);
         let (state, ack_pending, fin_acked) = (
             conn.state(),
             conn.has(Bits::ACK_PENDING),
             conn.has(Bits::FIN_ACKED),
         );
-        let request_unacked = conn.acked() < conn.req_len();
         match state {
             State::Open => {
                 if now_us >= self.open_timeout(idx, now_us) {
-                    self.finish(idx, ck, Status::DataTimeout, now_us);
+                    self.finish(idx, ck, Status::DataTimeout, now_us, false);
                     return;
                 }
                 if ack_pending {
                     self.queue_ack(idx, ck);
                 }
-                if retry && request_unacked {
+                if rto_passed && self.request_resendable(idx) {
                     self.retransmit_request(idx, ck);
                 }
             }
@@ -889,7 +1041,7 @@ impl<A: App> Engine<A> {
                     self.free(idx);
                     return;
                 }
-                if retry && !fin_acked {
+                if rto_passed && self.retrying(idx) && !fin_acked {
                     self.tx.push(Tx::Fin { idx, ck });
                     self.stats.retransmits_sent += 1;
                     let bits = &mut self.conn_mut(idx).bits;
@@ -924,12 +1076,11 @@ impl<A: App> Engine<A> {
     fn next_deadline(&self, idx: u32, now_us: u64) -> u64 {
         let conn = self.conn(idx);
         let since = abs_us(now_us, conn.since_us);
-        let retrying = conn.retries() < u32::from(self.cfg.max_retransmits);
-        let rto_due = since + rto_offset(conn);
+        let rto_due = self.rto_due(idx, since);
         match conn.state() {
             State::Open => {
                 let timeout = self.open_timeout(idx, now_us);
-                if retrying && conn.acked() < conn.req_len() {
+                if self.request_resendable(idx) {
                     timeout.min(rto_due)
                 } else {
                     timeout
@@ -937,13 +1088,39 @@ impl<A: App> Engine<A> {
             }
             State::Closing => {
                 let close = since + self.cfg.close_timeout_us;
-                if retrying && !conn.has(Bits::FIN_ACKED) {
+                if self.retrying(idx) && !conn.has(Bits::FIN_ACKED) {
                     close.min(rto_due)
                 } else {
                     close
                 }
             }
         }
+    }
+
+    /// When the next retransmission (or zero-window probe) is due: `since` plus RTO·(2^(k+1) −
+    /// 1) after k of them, probes counted.
+    fn rto_due(&self, idx: u32, since: u64) -> u64 {
+        let conn = self.conn(idx);
+        let probes = match conn.buf {
+            NIL => 0,
+            buf => u32::from(self.pool.get(buf).probes),
+        };
+        let k = (conn.retries() + probes).min(40);
+        since.saturating_add(rto_us(conn).saturating_mul((2u64 << k) - 1))
+    }
+
+    /// Whether retransmissions are left (`max_retransmits`).
+    fn retrying(&self, idx: u32) -> bool {
+        self.conn(idx).retries() < u32::from(self.cfg.max_retransmits)
+    }
+
+    /// Whether the request is still to be sent again on the RTO: part of it is unacknowledged,
+    /// and either retransmissions are left or the peer's window is shut (a probe is due, and
+    /// probes do not count).
+    fn request_resendable(&self, idx: u32) -> bool {
+        let conn = self.conn(idx);
+        let zero_window = conn.send_limit() == conn.acked();
+        conn.acked() < conn.req_len() && (zero_window || self.retrying(idx))
     }
 
     /// Arms the connection's timer for its next deadline.
@@ -969,21 +1146,23 @@ impl<A: App> Engine<A> {
     fn retransmit_request(&mut self, idx: u32, ck: Cookie) {
         let conn = self.conn(idx);
         let (acked, limit) = (conn.acked(), conn.send_limit());
-        let sent = if limit > acked {
-            self.queue_request(idx, ck, acked, limit)
-        } else {
-            // Zero window: probe with the next byte.
-            self.tx.push(Tx::Data {
-                idx,
-                ck,
-                off: acked as u16,
-                len: 1,
-            });
-            1
-        };
-        self.stats.retransmits_sent += sent;
-        let bits = &mut self.conn_mut(idx).bits;
-        bits.put(Bits::RETRIES, bits.get(Bits::RETRIES) + 1);
+        if limit > acked {
+            self.stats.retransmits_sent += self.queue_request(idx, ck, acked, limit);
+            let bits = &mut self.conn_mut(idx).bits;
+            bits.put(Bits::RETRIES, bits.get(Bits::RETRIES) + 1);
+            return;
+        }
+        // Zero window: probe with the next byte.
+        self.tx.push(Tx::Data {
+            idx,
+            ck,
+            off: acked as u16,
+            len: 1,
+        });
+        self.stats.retransmits_sent += 1;
+        let buf = self.buffer(idx);
+        let rx = self.pool.get_mut(buf);
+        rx.probes = rx.probes.saturating_add(1);
     }
 
     // ---- sending --------------------------------------------------------------------------
@@ -1119,12 +1298,13 @@ impl<A: App> Engine<A> {
             Tx::Fin { .. } => (after_request, TcpFlags::FIN | TcpFlags::ACK, 0..0),
             Tx::Rst { .. } => unreachable!("RSTs are rendered by render_rst"),
         };
+        let timestamps = conn
+            .has(Bits::TS_OK)
+            .then_some((now_us as u32, conn.ts_recent));
         let tcp = Header {
             window,
-            sacks: sack_ranges,
-            timestamps: conn
-                .has(Bits::TS_OK)
-                .then_some((now_us as u32, conn.ts_recent)),
+            sacks: sacks_that_fit(conn, sack_ranges, payload.len()),
+            timestamps,
             ..Header::new(our_port, conn.port, seq, Some(conn.rcv_nxt), flags)
         };
         let port = conn.port;
@@ -1133,7 +1313,7 @@ impl<A: App> Engine<A> {
         if matches!(tx, Tx::Fin { .. }) {
             bits.set(Bits::FIN_SENT, true);
         }
-        self.stats.sack_blocks_sent += sack_ranges.iter().flatten().count() as u64;
+        self.stats.sack_blocks_sent += tcp.sacks.iter().flatten().count() as u64;
         if payload.is_empty() {
             return segment::render(&self.link, ours, target, &tcp, &[], buf);
         }
@@ -1194,12 +1374,16 @@ impl<A: App> Engine<A> {
     }
 
     /// The window field of the connection's next segment. Short of buffer memory (less than
-    /// one MSS), it is zero and the connection is marked to get a window update later.
+    /// one MSS), it is zero and the connection is marked to get a window update later. Less
+    /// than one MSS before `max_bytes`, it is one MSS: a sender puts no less than an MSS into
+    /// a smaller window until its persist timer fires (200 ms or more), and what we receive
+    /// past `max_bytes` is not kept anyway.
     fn advertised_window(&mut self, idx: u32) -> u16 {
         let allowance = self.rcv_allowance(idx);
         let conn = self.conn(idx);
+        let mss = u32::from(self.cfg.mss);
         let mut window = allowance;
-        if conn.state() == State::Open && allowance < u32::from(self.cfg.mss) {
+        if conn.state() == State::Open && allowance < mss {
             let by_config = self.by_config(self.in_order(idx));
             if allowance < by_config {
                 window = 0;
@@ -1207,11 +1391,16 @@ impl<A: App> Engine<A> {
                     self.conn_mut(idx).bits.set(Bits::STARVED, true);
                     self.starved.push(idx);
                 }
+            } else if by_config < self.cfg.rcv_window {
+                window = mss; // the last bytes before max_bytes
             }
         }
+        // Scaled, the window is rounded up, as Linux does: rounded down, the last bytes before
+        // `max_bytes` (less than one scale unit) would get a zero window, and the reply would
+        // stall there. Data past the allowance is not kept.
         let conn = self.conn(idx);
         let scaled = if conn.has(Bits::WS_OK) {
-            window >> self.cfg.wscale
+            window.div_ceil(1 << self.cfg.wscale)
         } else {
             window
         };
@@ -1237,6 +1426,30 @@ impl<A: App> Engine<A> {
     }
 }
 
+/// The SACK blocks a segment of the connection carries: all of them on a pure ACK; on a data
+/// segment only as many as fit the peer's MSS with the data and the timestamps (none when the
+/// data fills it), as the MSS bounds data and options together.
+fn sacks_that_fit(
+    conn: &Conn,
+    mut sacks: [Option<(u32, u32)>; 3],
+    payload_len: usize,
+) -> [Option<(u32, u32)>; 3] {
+    if payload_len == 0 {
+        return sacks;
+    }
+    let timestamps = if conn.has(Bits::TS_OK) {
+        TIMESTAMPS_LEN
+    } else {
+        0
+    };
+    let used = payload_len as u32 + timestamps + SACK_OPTION_LEN;
+    let fit = (conn.bits.get(Bits::MSS).saturating_sub(used) / SACK_BLOCK_LEN) as usize;
+    for block in sacks.iter_mut().skip(fit) {
+        *block = None;
+    }
+    sacks
+}
+
 /// Whether a segment lies in the receive window (RFC 9293 3.10.7.4): `d` is its sequence
 /// number minus `rcv_nxt`.
 fn acceptable(d: i64, seg: &Seg, window: u32) -> bool {
@@ -1251,12 +1464,15 @@ fn acceptable(d: i64, seg: &Seg, window: u32) -> bool {
     }
 }
 
-/// SYN to SYN-ACK from the echoed timestamp (our TSval is our clock in µs).
-fn echo_rtt(seg: &Seg, now_us: u64) -> Option<u32> {
+/// SYN to SYN-ACK from the echoed timestamp (our TSval is our clock in µs). The echo must
+/// lie between the earliest a SYN of ours can have left (`span_us` ago: the SYN retries'
+/// span) and now; anything else is no echo of ours (a middlebox's or a broken stack's), and a
+/// bogus RTT would set the RTO for the whole connection.
+fn echo_rtt(seg: &Seg, now_us: u64, span_us: u64) -> Option<u32> {
     let (_, tsecr) = seg.tcp.timestamp?;
-    // Zero means the peer echoed nothing.
+    // Zero means the peer echoed nothing. An echo from the future wraps to a huge age.
     let rtt = (now_us as u32).wrapping_sub(tsecr);
-    (tsecr != 0 && rtt < 1 << 31).then_some(rtt)
+    (tsecr != 0 && u64::from(rtt) <= span_us).then_some(rtt)
 }
 
 /// The absolute time (µs) of a 32-bit timestamp taken at or before `now_us`.
@@ -1271,11 +1487,6 @@ fn rto_us(conn: &Conn) -> u64 {
         Some(rtt) => (3 * u64::from(rtt)).clamp(MIN_RTO_US, MAX_RTO_US),
         None => INITIAL_RTO_US,
     }
-}
-
-/// From `since` to the next retransmission: RTO·(2^(k+1) − 1) after k of them.
-fn rto_offset(conn: &Conn) -> u64 {
-    rto_us(conn) * ((2u64 << conn.retries()) - 1)
 }
 
 fn check_config(cfg: &Config, app: &impl App) -> Result<(), String> {
@@ -1321,6 +1532,7 @@ fn check_config(cfg: &Config, app: &impl App) -> Result<(), String> {
         ("idle timeout", cfg.idle_timeout_us),
         ("total timeout", cfg.total_timeout_us),
         ("close timeout", cfg.close_timeout_us),
+        ("SYN span", cfg.syn_span_us),
     ] {
         if value == 0 || value > MAX_TIMEOUT_US {
             return Err(format!(

@@ -6,7 +6,8 @@
 //!   does not match the cookie is invalid and creates nothing.
 //! - **A compact connection table** keyed by the 4-tuple: 56-byte entries in a slab and an
 //!   open-addressing index, about 62.5 bytes per connection with the table full (10 M
-//!   connections: 595 MiB); receive buffers from a pool taken only when data arrives; a 1 ms
+//!   connections: 595 MiB); receive buffers from a pool taken only when data arrives (or a
+//!   FIN ahead of a gap, or zero-window probes, which keep their state there); a 1 ms
 //!   timer wheel for delayed ACKs, retransmissions and the first-byte, idle and total timeouts.
 //! - **The hot path** allocates nothing (vectors that grow are reused), takes no lock and makes
 //!   no system call: frames come in through [`Engine::on_frame`], one table probe each, and
@@ -57,7 +58,7 @@ mod tests;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub use app::{App, ReplyCursor};
-pub use engine::{Engine, MAX_REQUEST_LEN};
+pub use engine::{Engine, CHALLENGE_ACKS_PER_SECOND, MAX_REQUEST_LEN};
 pub use retry::SynRetries;
 use sonde_craft::cookie::{PortRange, Validator};
 use sonde_wire::MacAddr;
@@ -66,7 +67,7 @@ use sonde_wire::MacAddr;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Status {
     /// The reply is complete: the app said so, the server closed after sending data, or
-    /// `max_bytes` were received.
+    /// `max_bytes` were received (the outcome says `truncated`).
     Success,
     /// The target answered the SYN with an RST (port closed).
     Refused,
@@ -152,9 +153,15 @@ pub struct Config {
     /// With `CloseMode::Fin`: how long after our FIN to wait for the peer's ACK and FIN
     /// before the entry is freed anyway.
     pub close_timeout_us: u64,
-    /// Retransmissions of the request (or zero-window probes) and of the FIN, at most
-    /// (0..=15); the timeouts bound them too.
+    /// Retransmissions of the request and of the FIN, at most (0..=15); the timeouts bound
+    /// them too. Zero-window probes do not count: they go on, backing off, while the peer's
+    /// window stays shut, bounded by the timeouts.
     pub max_retransmits: u8,
+    /// How long after a target's first SYN its SYN-ACK can still come: the SYN retries' whole
+    /// span ([`SynRetries::span_us`]). The SYN-ACK's echoed timestamp gives the RTT only when
+    /// it lies within that span before now (Linux takes an echo only between the SYN's send
+    /// time and now); another echo is bogus, and the first RTO is then 1 s.
+    pub syn_span_us: u64,
     /// Bytes all receive buffers together may hold. When they do, connections advertise a
     /// zero window (no more than what they already hold) and get a window update once drained
     /// outcomes free memory. The advertised windows may add up to more than what is left, so
@@ -171,7 +178,8 @@ pub struct Config {
 impl Config {
     /// Sensible defaults around the given link addresses: MSS 1460, window scale 7, a 64 KiB
     /// window, RST close, 1 MiB per connection, timeouts 5 s / 5 s / 15 s, delayed ACK 40 ms,
-    /// close timeout 2 s, 6 retransmissions, 1 GiB of receive buffers, checksums not verified.
+    /// close timeout 2 s, 6 retransmissions, SYN-ACKs up to 7 s after the first SYN (grab's
+    /// two SYN retries: 1 + 2 + 4 s), 1 GiB of receive buffers, checksums not verified.
     pub fn new(src_mac: MacAddr, dst_mac: MacAddr, validator: Validator) -> Config {
         Config {
             src_mac,
@@ -194,6 +202,7 @@ impl Config {
             delayed_ack_us: 40_000,
             close_timeout_us: 2_000_000,
             max_retransmits: 6,
+            syn_span_us: 7_000_000,
             rx_memory_limit: 1 << 30,
             verify_checksums: false,
         }
@@ -216,6 +225,10 @@ pub struct Outcome {
     pub t_total_us: u64,
     /// Reply bytes received in order (at most `max_bytes` are kept and handed over).
     pub bytes: u64,
+    /// The reply reached `max_bytes` and was cut there: the connection ended for that reason,
+    /// before the app found the reply complete or the server closed (`bytes` is then
+    /// `max_bytes`).
+    pub truncated: bool,
     /// Segments of this connection the peer sent twice (retransmissions seen).
     pub retransmits_received: u32,
     /// Segments that arrived ahead of a gap.
@@ -268,6 +281,12 @@ pub struct Stats {
     /// Pure ACKs written (handshake ACKs, delayed and immediate ACKs, window updates).
     pub acks_sent: u64,
     pub rsts_sent: u64,
+    /// Challenge ACKs queued (RFC 5961): answers to an RST inside the window but not at the
+    /// next expected sequence number, to a SYN on an open connection, and to an ACK of what we
+    /// never sent (or from before our first byte). They count in `acks_sent` too.
+    pub challenge_acks: u64,
+    /// Challenge ACKs not sent because the engine's budget for the second was spent.
+    pub challenge_acks_limited: u64,
     /// Frames to our addresses and ports that failed validation (bad cookie, no connection,
     /// bad checksum, malformed).
     pub invalid: u64,

@@ -91,6 +91,14 @@ impl SynRetries {
         self.in_flight += 1;
     }
 
+    /// From a target's first SYN to its give-up, `first_us · (2^(retries+1) − 1)`: the longest
+    /// its SYN-ACK can take to count (the engine's [`crate::Config::syn_span_us`]).
+    pub fn span_us(&self) -> u64 {
+        (0..self.levels.len())
+            .map(|attempt| self.delay(attempt))
+            .fold(0, u64::saturating_add)
+    }
+
     /// SYNs in flight (sent, not yet given up, answered or not): for backpressure.
     pub fn in_flight(&self) -> usize {
         self.in_flight
@@ -189,6 +197,7 @@ mod tests {
         assert_eq!(poll(&mut r, 100_000_000, &[], 10), (vec![], vec![3]));
         assert_eq!(r.in_flight(), 0);
         assert_eq!(r.next_due(), None);
+        assert_eq!(r.span_us(), 7_000_000, "1 + 2 + 4 s");
     }
 
     #[test]

@@ -1,5 +1,8 @@
 //! Receive buffers: a pool of reply buffers, one taken by a connection when its first data
 //! arrives (never for connections that send none) and returned when its outcome is drained.
+//! A buffer also keeps the few things only some connections need, so that the table entry
+//! stays small: a FIN that came ahead of a gap, the quick ACKs given at the start, and the
+//! zero-window probes sent (a connection probing takes a buffer before any data).
 //!
 //! A buffer holds the reply at offsets from the peer's first data byte: `[0, in_order)` is the
 //! reply received in order; data ahead of a gap is written at its offset too and tracked as up
@@ -31,6 +34,14 @@ pub(crate) struct RxBuf {
     pub last_rx_us: u32,
     pub retransmits: u32,
     pub ooo_segments: u32,
+    /// The offset of a FIN that arrived ahead of a gap: it counts once the data before it is
+    /// in order.
+    pub fin_at: Option<u32>,
+    /// In-order data segments ACKed at once at the start of the reply (quick ACKs).
+    pub quick_acks: u8,
+    /// Zero-window probes sent: they back the retransmission timer off without using up
+    /// `max_retransmits`.
+    pub probes: u8,
 }
 
 /// What one segment's data did to a buffer.
@@ -147,6 +158,9 @@ impl RxBuf {
         self.last_rx_us = 0;
         self.retransmits = 0;
         self.ooo_segments = 0;
+        self.fin_at = None;
+        self.quick_acks = 0;
+        self.probes = 0;
     }
 }
 

@@ -614,8 +614,10 @@ pub struct Repr {
 
 impl Repr {
     /// Reads a segment carried between `ips`, verifying its checksum if
-    /// `checksums` says so. Malformed options fail the parse; unknown ones
-    /// are skipped, as are SACK blocks beyond three.
+    /// `checksums` says so. Options are read as Linux reads them: unknown ones
+    /// and known ones of the wrong length are skipped, as are SACK blocks
+    /// beyond three; a length byte below 2 or past the header ends the walk,
+    /// keeping what was read. No option makes the segment invalid.
     pub fn parse<T: AsRef<[u8]> + ?Sized>(
         packet: &Packet<&T>,
         ips: &IpPair,
@@ -640,8 +642,21 @@ impl Repr {
             timestamp: None,
             payload_len: packet.payload().len(),
         };
-        for option in packet.iter_options() {
-            repr.apply_option(option?);
+        let mut rest = packet.options();
+        while !rest.is_empty() {
+            match TcpOption::parse(rest) {
+                Ok((TcpOption::End, _)) => break,
+                Ok((option, len)) => {
+                    repr.apply_option(option);
+                    rest = &rest[len..];
+                }
+                // A known kind with the wrong length: its length byte still says where the
+                // next option starts.
+                Err(_) => match rest.get(1).map(|&len| usize::from(len)) {
+                    Some(len) if (2..=rest.len()).contains(&len) => rest = &rest[len..],
+                    _ => break,
+                },
+            }
         }
         Ok(repr)
     }
@@ -1046,17 +1061,53 @@ mod tests {
                 })
             ]
         );
-        let mut segment = segment_v4(&IPV4_TCP_SYN).0.to_vec();
-        segment[21] = 0; // MSS length 0
-        let packet = Packet::new_checked(&segment[..]).unwrap();
+    }
+
+    /// `Repr::parse` reads options as Linux does: a known option of the wrong length is
+    /// skipped and the rest still count; a length byte that cannot be followed ends the walk.
+    /// The segment stays valid either way.
+    #[test]
+    fn repr_skips_options_of_the_wrong_length() {
         let ips = IpPair::V4 {
             src: Ipv4Addr::UNSPECIFIED,
             dst: Ipv4Addr::UNSPECIFIED,
         };
+        let syn = segment_v4(&IPV4_TCP_SYN).0;
+        let whole = Repr::parse(
+            &Packet::new_checked(syn).unwrap(),
+            &ips,
+            ChecksumMode::Ignore,
+        )
+        .unwrap();
+        assert!(whole.max_seg_size.is_some() && whole.timestamp.is_some());
+        // The MSS option (the first) claims 3 bytes, as no MSS option may: it is skipped
+        // whole and the options after it are read. Its fourth byte is then read as the next
+        // kind, so the option's own last byte becomes a NOP here.
+        let mut segment = syn.to_vec();
+        assert_eq!(segment[20..22], [2, 4], "the fixture starts with MSS");
+        segment[21] = 3;
+        segment[23] = 1;
+        let parsed = Repr::parse(
+            &Packet::new_checked(&segment[..]).unwrap(),
+            &ips,
+            ChecksumMode::Ignore,
+        )
+        .unwrap();
+        assert_eq!(parsed.max_seg_size, None);
         assert_eq!(
-            Repr::parse(&packet, &ips, ChecksumMode::Ignore),
-            Err(Error::Malformed)
+            (parsed.timestamp, parsed.window_scale, parsed.sack_permitted),
+            (whole.timestamp, whole.window_scale, whole.sack_permitted)
         );
+        // Length 0 cannot be skipped: the walk ends there, the segment is still read.
+        segment[21] = 0;
+        let parsed = Repr::parse(
+            &Packet::new_checked(&segment[..]).unwrap(),
+            &ips,
+            ChecksumMode::Ignore,
+        )
+        .unwrap();
+        assert_eq!((parsed.max_seg_size, parsed.timestamp), (None, None));
+        assert_eq!(parsed.seq_number, whole.seq_number);
     }
 
     #[test]

@@ -448,6 +448,9 @@ impl<'p, A: GrabApp> Pool<'p, A> {
             t_first_byte_us: since(conn.first_byte, conn.connected),
             t_total_us: since(Some(now), conn.connected).unwrap_or(0),
             bytes: conn.bytes,
+            truncated: status == Status::Success
+                && conn.data.len() >= self.plan.tcp.max_bytes
+                && !self.plan.app.is_complete(&conn.data),
             retransmits_received: 0,
             ooo_segments: 0,
         };

@@ -87,6 +87,11 @@ pub const FIELDS: &[Field] = &[
     ),
     field("bytes", FieldType::Int, "reply bytes received in order"),
     field(
+        "truncated",
+        FieldType::Bool,
+        "the reply reached --max-bytes and was cut there",
+    ),
+    field(
         "retransmits_received",
         FieldType::Int,
         "segments the server sent twice",
@@ -178,6 +183,7 @@ impl Row for GrabRow<'_> {
             "t_first_byte_us" => int(o.t_first_byte_us),
             "t_total_us" => Value::Int(o.t_total_us),
             "bytes" => Value::Int(o.bytes),
+            "truncated" => Value::Bool(o.truncated),
             "retransmits_received" => Value::Int(o.retransmits_received.into()),
             "ooo_segments" => Value::Int(o.ooo_segments.into()),
             "timestamp" => Value::Int(self.timestamp_us),

@@ -56,7 +56,12 @@ pub fn run<A: GrabApp>(
     let feed = Feed::open(&plan.run.feed_spec(), 0, plan.run.resumed_thread(0))?;
     let total = feed.left();
     let counts = Arc::new(GrabCounts::default());
-    let engine = Engine::new(plan.tcp.clone(), AppRef(&plan.app)).map_err(anyhow::Error::msg)?;
+    let retries = SynRetries::new(plan.syn_retries, plan.syn_timeout_us);
+    let tcp = sonde_tcp::Config {
+        syn_span_us: retries.span_us(),
+        ..plan.tcp.clone()
+    };
+    let engine = Engine::new(tcp, AppRef(&plan.app)).map_err(anyhow::Error::msg)?;
     let status = StatusLine::new(
         GrabStatus::new(counts.clone(), total),
         plan.run.quiet,
@@ -64,7 +69,7 @@ pub fn run<A: GrabApp>(
         IfExists::force(plan.run.overwrite),
     )?;
     let mut looper = Looper {
-        retries: SynRetries::new(plan.syn_retries, plan.syn_timeout_us),
+        retries,
         answered: Dedup::for_space(&plan.run.space),
         pacer: Pacer::new(plan.run.rate, plan.run.batch),
         clock: Instant::now(),
@@ -454,6 +459,7 @@ impl<A: GrabApp> Looper<'_, A> {
                 t_first_byte_us: None,
                 t_total_us: 0,
                 bytes: 0,
+                truncated: false,
                 retransmits_received: 0,
                 ooo_segments: 0,
             };

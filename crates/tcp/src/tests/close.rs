@@ -224,25 +224,54 @@ fn fin_close_retransmits_then_gives_up() {
 }
 
 #[test]
-fn data_and_rst_while_closing() {
+fn rst_while_closing() {
     let mut h = fin_mode();
     h.established();
     h.input(&h.server.segment(ACK, 0, REQ, b""));
     h.tick(5_000_000); // first-byte timeout: FIN
     assert_eq!(h.outcome().0.status, Status::DataTimeout);
     assert_eq!(h.flush().last().unwrap().flags(), FIN | ACK);
-    h.input(&h.server.segment(ACK, 0, REQ + 1, b"late data"));
-    let sent = h.flush();
-    assert_eq!(sent.len(), 1);
-    assert_eq!(
-        sent[0].tcp.ack_number,
-        Some(h.server.seq(9)),
-        "acked and dropped"
-    );
-    assert_eq!(sent[0].tcp.seq_number, h.server.client_seq(REQ + 1));
-    h.input(&h.server.segment(RST, 9, REQ + 1, b""));
+    // An RST ends the closing connection (at RCV.NXT exactly).
+    h.input(&h.server.segment(RST, 0, REQ + 1, b""));
     assert_eq!(h.engine.outstanding(), 0);
     assert!(h.outcomes().is_empty());
+    assert!(h.flush().is_empty(), "an RST is not answered");
+}
+
+#[test]
+fn new_data_after_our_fin_gets_an_rst() {
+    // RFC 1122 4.2.2.13: data arriving after our close is lost; an RST says so at once, so
+    // the server stops sending instead of retransmitting into our close timeout.
+    let app = TestApp {
+        request: REQUEST.to_vec(),
+        end: Some(b"END"),
+    };
+    let mut cfg = config();
+    cfg.close = CloseMode::Fin;
+    let mut h = Harness::new(cfg, app, Server::new("198.18.0.7", 80));
+    h.established();
+    h.input(&h.server.segment(ACK, 0, REQ, b"END"));
+    assert_eq!(h.outcome().0.status, Status::Success);
+    assert_eq!(h.flush().last().unwrap().flags(), FIN | ACK);
+    // A retransmission of what we had is ACKed again; the entry stays.
+    h.input(&h.server.segment(ACK, 0, REQ, b"END"));
+    let sent = h.flush();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].flags(), ACK);
+    assert_eq!(sent[0].tcp.ack_number, Some(h.server.seq(3)));
+    assert_eq!(h.engine.outstanding(), 1);
+    // New data (the server had not seen our FIN yet: its ACK is our FIN's sequence number).
+    h.input(&h.server.segment(ACK, 3, REQ, b" and more"));
+    assert_eq!(h.engine.outstanding(), 0, "freed at once");
+    let sent = h.flush();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].flags(), RST);
+    assert_eq!(
+        sent[0].tcp.seq_number,
+        h.server.client_seq(REQ),
+        "the sequence number the server expects: its ACK"
+    );
+    assert!(h.outcomes().is_empty(), "one row per connection");
 }
 
 #[test]

@@ -409,3 +409,82 @@ fn a_retransmitted_syn_ack_is_acked_with_its_own_timestamp() {
     assert_eq!(acks[0].flags(), TcpFlags::ACK);
     assert_eq!(acks[0].tcp.timestamp.map(|ts| ts.1), Some(h.server.tsval));
 }
+
+/// Ticks 1 ms at a time for `ms` ms: when (ms from now) segments with data went out.
+fn data_sent_at(h: &mut Harness, ms: u64) -> Vec<u64> {
+    let start = h.now;
+    let mut at = Vec::new();
+    for _ in 0..ms {
+        h.tick(1000);
+        if h.flush().iter().any(|s| !s.payload.is_empty()) {
+            at.push((h.now - start) / 1000);
+        }
+    }
+    at
+}
+
+#[test]
+fn a_bogus_echo_in_the_synack_gives_no_rtt() {
+    // An echo 100 s old (our SYN left 10 ms ago): as RTT it would make the RTO 60 s. It lies
+    // outside the SYN retries' span, so it is not ours: the RTT is unknown, the RTO 1 s. So
+    // is an echo from the future, and one just past the span (7 s by default).
+    for age_us in [100_000_000i64, -5_000_000, 7_000_001] {
+        let mut h = Harness::v4();
+        h.syn();
+        h.now += 10_000;
+        h.server.client_tsval = (h.now as i64 - age_us) as u32;
+        assert!(matches!(h.input(&h.server.syn_ack()), Rx::Answered { .. }));
+        h.flush();
+        assert_eq!(data_sent_at(&mut h, 1500), [1000], "echo {age_us} µs old");
+        h.engine.abort_all(h.now);
+        assert_eq!(h.outcome().0.rtt_us, None);
+    }
+    // An echo of a SYN sent within the span is an RTT (the SYN-ACK answered a retried SYN).
+    let mut h = Harness::v4();
+    h.syn();
+    h.now += 3_000_000;
+    assert!(matches!(h.input(&h.server.syn_ack()), Rx::Answered { .. }));
+    h.engine.abort_all(h.now);
+    assert_eq!(h.outcome().0.rtt_us, Some(3_000_000));
+}
+
+#[test]
+fn an_mss_of_zero_is_no_mss() {
+    let mut server = Server::new("198.18.0.9", 80);
+    server.mss = Some(0);
+    let app = TestApp {
+        request: vec![b'x'; 1000],
+        end: None,
+    };
+    let mut h = Harness::new(config(), app, server);
+    let sent = h.established();
+    let sizes: Vec<usize> = sent.iter().map(|s| s.payload.len()).collect();
+    assert_eq!(
+        sizes,
+        [0, 524, 476],
+        "536 less 12 bytes of timestamps, as without the option"
+    );
+}
+
+#[test]
+fn an_option_of_the_wrong_length_is_skipped() {
+    let mut h = Harness::v4();
+    h.established();
+    // The server's segment carries NOP, NOP, timestamps; the NOPs become an MSS option of
+    // length 2 (an MSS option is 4 bytes). Linux skips it and reads the rest.
+    let mut frame = h
+        .server
+        .segment(TcpFlags::ACK, 0, REQUEST.len() as u32, b"data");
+    let tcp_at = 14 + 20;
+    assert_eq!(frame[tcp_at + 20..tcp_at + 23], [1, 1, 8]);
+    frame[tcp_at + 20..tcp_at + 22].copy_from_slice(&[2, 2]);
+    let ips = sonde_wire::IpPair::V4 {
+        src: "198.18.0.7".parse().unwrap(),
+        dst: OUR_IP,
+    };
+    sonde_wire::tcp::Packet::new_unchecked(&mut frame[tcp_at..]).fill_checksum(&ips);
+    assert_eq!(h.input(&frame), Rx::Segment);
+    assert_eq!(h.engine.stats().invalid, 0);
+    h.engine.abort_all(h.now);
+    assert_eq!(h.outcome().1, b"data");
+}

@@ -1,5 +1,6 @@
 //! State-machine tests against scripted peers: in-memory frames only.
 
+mod challenge;
 mod close;
 mod handshake;
 mod memory;

@@ -63,6 +63,8 @@ pub struct Sent {
     pub tcp: tcp::Repr,
     pub payload: Vec<u8>,
     pub ttl: u8,
+    /// The TCP header's length as sent (20 bytes and the options).
+    pub header_len: usize,
 }
 
 impl Sent {
@@ -72,6 +74,11 @@ impl Sent {
 
     pub fn sacks(&self) -> Vec<(u32, u32)> {
         self.tcp.sack_ranges.iter().flatten().copied().collect()
+    }
+
+    /// Data and options together: what the peer's MSS bounds.
+    pub fn data_and_options(&self) -> usize {
+        self.payload.len() + self.header_len - 20
     }
 }
 
@@ -119,6 +126,7 @@ pub fn read_sent(frame: &[u8]) -> Sent {
         tcp: repr,
         payload: packet.payload().to_vec(),
         ttl,
+        header_len: packet.header_len(),
     }
 }
 

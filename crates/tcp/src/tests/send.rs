@@ -122,3 +122,100 @@ fn an_ack_of_unsent_data_is_answered_and_ignored() {
     );
     assert_eq!(h.engine.buffers_in_use(), 0);
 }
+
+#[test]
+fn segments_with_sack_blocks_fit_the_peers_mss() {
+    // MSS 100 with timestamps: 88 bytes of request a segment. While data ahead of a gap is
+    // held, the retransmissions' SACK blocks must not push a segment past the MSS.
+    let mut server = Server::new("198.18.0.9", 80);
+    server.mss = Some(100);
+    let request: Vec<u8> = (0..=255u8).collect();
+    let app = TestApp {
+        request: request.clone(),
+        end: None,
+    };
+    let mut h = Harness::new(config(), app, server);
+    let sent = h.established();
+    assert_eq!(sent.len(), 4);
+    // Three ranges ahead of a gap, the request still unacknowledged.
+    for off in [100, 300, 500] {
+        h.input(&h.server.segment(ACK, off, 0, &[b'x'; 50]));
+    }
+    let acks = h.flush();
+    assert_eq!(
+        acks.last().unwrap().sacks().len(),
+        3,
+        "pure ACKs carry every block"
+    );
+    let mut resent = Vec::new();
+    for _ in 0..250 {
+        h.tick(1000);
+        resent.extend(h.flush().into_iter().filter(|s| !s.payload.is_empty()));
+    }
+    assert_eq!(resent.len(), 3, "the request again at the RTO");
+    for s in &resent {
+        assert!(
+            s.data_and_options() <= 100,
+            "{} bytes of data and {} of header",
+            s.payload.len(),
+            s.header_len
+        );
+    }
+    let joined: Vec<u8> = resent.iter().flat_map(|s| s.payload.clone()).collect();
+    assert_eq!(joined, request);
+    // Even the last (80 bytes and 12 of timestamps) leaves 8: a SACK option needs 12.
+    assert!(resent.iter().all(|s| s.sacks().is_empty()));
+}
+
+#[test]
+fn zero_window_probes_do_not_use_up_max_retransmits() {
+    let mut cfg = config();
+    cfg.max_retransmits = 1;
+    cfg.first_byte_timeout_us = 20_000_000;
+    cfg.total_timeout_us = 30_000_000;
+    let mut server = Server::new("198.18.0.7", 80);
+    server.window = 0;
+    let mut h = Harness::new(cfg, TestApp::http(), server);
+    assert!(matches!(h.handshake(10_000), crate::Rx::Answered { .. }));
+    h.flush();
+    // RTO 200 ms: probes at 200, 600 and 1400 ms, though only one retransmission is allowed.
+    let probes = retransmissions(&mut h, 1500);
+    assert_eq!(probes, [200, 600, 1400]);
+    // The window opens: the request goes, and still has its one retransmission: after the
+    // backoff so far, at 200·(2^4 − 1) = 3000 ms from the SYN-ACK.
+    h.server.window = 1;
+    h.input(&h.server.segment(ACK, 0, 0, b""));
+    let sent = h.flush();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].payload, REQUEST);
+    let again = retransmissions(&mut h, 8000);
+    assert_eq!(again, [1500], "once, 3000 ms after the SYN-ACK");
+    assert_eq!(h.engine.outstanding(), 1);
+}
+
+#[test]
+fn an_acked_request_is_not_sent_again_when_our_window_is_zero() {
+    // Our receive memory is full: the window we advertise is zero. The server's next segment
+    // (a window probe) is not acceptable, but its ACK field, which acknowledges the request,
+    // still counts (RFC 9293 3.10.7.4): no needless retransmission at the RTO.
+    let mut cfg = config();
+    cfg.rx_memory_limit = 1000;
+    cfg.wscale = 0;
+    cfg.rcv_window = 0xffff;
+    let mut h = Harness::new(cfg, TestApp::http(), Server::new("198.18.0.7", 80));
+    h.established();
+    // A banner before the server read the request: it does not acknowledge it.
+    h.input(&h.server.segment(ACK, 0, 0, &[b'b'; 1000]));
+    let sent = h.flush();
+    assert_eq!(sent.last().unwrap().tcp.window_len, 0);
+    h.input(&h.server.segment(ACK, 1000, REQ, b"x"));
+    let sent = h.flush();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0].tcp.ack_number,
+        Some(h.server.seq(1000)),
+        "x is not kept"
+    );
+    assert!(retransmissions(&mut h, 1000).is_empty());
+    assert_eq!(h.engine.stats().retransmits_sent, 0);
+}
