@@ -846,17 +846,27 @@ impl<A: App> Engine<A> {
 
     /// The connection's status if its reply is complete now, and whether it was cut at
     /// `max_bytes` (only when neither the app nor the server's FIN says it is whole).
-    fn completion(&self, idx: u32, advanced: bool) -> Option<(Status, bool)> {
-        let conn = self.conn(idx);
+    fn completion(&mut self, idx: u32, advanced: bool) -> Option<(Status, bool)> {
         let in_order = self.in_order(idx);
-        let data = match conn.buf {
-            NIL => &[][..],
-            buf => &self.pool.get(buf).data[..in_order as usize],
+        let (buf, fin) = {
+            let conn = self.conn(idx);
+            (conn.buf, conn.has(Bits::FIN_RCVD))
         };
-        if advanced && self.app.is_complete(data) {
-            return Some((Status::Success, false));
+        if advanced {
+            // The buffer keeps the app's cursor, so each segment's check reads only what is new.
+            let complete = match buf {
+                NIL => self.app.is_complete(&[]),
+                buf => {
+                    let rx = self.pool.get_mut(buf);
+                    let data = &rx.data[..in_order as usize];
+                    self.app.is_complete_after(data, &mut rx.cursor)
+                }
+            };
+            if complete {
+                return Some((Status::Success, false));
+            }
         }
-        if conn.has(Bits::FIN_RCVD) {
+        if fin {
             let status = if in_order > 0 {
                 Status::Success
             } else {

@@ -15,6 +15,8 @@
 //! counts the bytes its buffers hold; `limit` caps that sum (connections then advertise a
 //! smaller or zero window — see the engine).
 
+use crate::app::ReplyCursor;
+
 /// Disjoint out-of-order ranges a buffer tracks; a segment that would need one more is
 /// dropped (counted as out of order), and the peer retransmits it.
 pub(crate) const MAX_RANGES: usize = 4;
@@ -42,6 +44,8 @@ pub(crate) struct RxBuf {
     /// Zero-window probes sent: they back the retransmission timer off without using up
     /// `max_retransmits`.
     pub probes: u8,
+    /// Where the app's completeness check stopped in `data` (it reads each byte once).
+    pub cursor: ReplyCursor,
 }
 
 /// What one segment's data did to a buffer.
@@ -161,6 +165,7 @@ impl RxBuf {
         self.fin_at = None;
         self.quick_acks = 0;
         self.probes = 0;
+        self.cursor = ReplyCursor::default();
     }
 }
 

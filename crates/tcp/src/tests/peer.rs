@@ -8,7 +8,7 @@ use sonde_wire::{
     ethernet, ipv4, ipv6, tcp, ChecksumMode, EtherType, IpPair, IpProtocol, MacAddr, TcpFlags,
 };
 
-use crate::{App, Config, Engine, Outcome, Rx};
+use crate::{App, Config, Engine, Outcome, ReplyCursor, Rx};
 
 pub const OUR_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 pub const GW_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
@@ -45,6 +45,20 @@ impl App for TestApp {
     fn is_complete(&self, received: &[u8]) -> bool {
         self.end.is_some_and(|end| received.ends_with(end))
     }
+
+    /// Logs each call's cursor and length (this thread's test reads them), then answers as
+    /// `is_complete`.
+    fn is_complete_after(&self, received: &[u8], cursor: &mut ReplyCursor) -> bool {
+        COMPLETENESS_CALLS.with(|calls| calls.borrow_mut().push((cursor.0, received.len())));
+        cursor.0 = received.len() as u64;
+        self.is_complete(received)
+    }
+}
+
+thread_local! {
+    /// (cursor as given, bytes given) of each `TestApp::is_complete_after` on this thread.
+    pub static COMPLETENESS_CALLS: std::cell::RefCell<Vec<(u64, usize)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 pub fn config() -> Config {

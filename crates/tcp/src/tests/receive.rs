@@ -239,6 +239,30 @@ fn app_completion_closes_without_waiting_for_fin() {
     assert_eq!(rst.tcp.seq_number, h.server.client_seq(REQ));
 }
 
+/// The app's cursor lives with the connection's reply: each check gets back what the previous
+/// one left (so an app reads each byte once), and a new connection starts from nothing.
+#[test]
+fn the_apps_cursor_is_kept_per_reply() {
+    use super::peer::COMPLETENESS_CALLS;
+    let app = TestApp {
+        request: REQUEST.to_vec(),
+        end: Some(b"</html>"),
+    };
+    let mut h = Harness::new(config(), app, Server::new("198.18.0.7", 80));
+    h.established();
+    for (off, part) in [
+        (0, &b"HTTP/1.0 200 OK\r\n"[..]),
+        (17, b"\r\n<html>"),
+        (25, b"</html>"),
+    ] {
+        h.now += 1000;
+        h.input(&h.server.segment(ACK, off, REQ, part));
+    }
+    assert_eq!(h.outcome().0.status, Status::Success);
+    let calls = COMPLETENESS_CALLS.with(|c| c.borrow().clone());
+    assert_eq!(calls, vec![(0, 17), (17, 25), (25, 32)]);
+}
+
 #[test]
 fn window_is_bounded_by_max_bytes_and_max_bytes_completes() {
     let mut cfg = config();
