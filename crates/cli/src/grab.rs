@@ -116,6 +116,12 @@ pub struct GrabArgs {
     /// sockets: the baseline).
     #[arg(long, default_value = "xdp", value_parser = grab_backend_parser())]
     backend: GrabBackend,
+    /// Take received segments without verifying their TCP and IPv4 checksums. Only for a host
+    /// whose capture point sees checksums the sender left partial for offload to finish (a
+    /// veth peer with transmit checksum offload on, read over AF_XDP): frames from a NIC carry
+    /// full checksums, and a packet ring marks partial ones, which are then taken anyway.
+    #[arg(long)]
+    no_verify_checksums: bool,
     /// Output fields, comma separated (* for all; see --list-fields).
     #[arg(short = 'f', long)]
     fields: Option<String>,
@@ -174,6 +180,7 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
     tcp.first_byte_timeout_us = seconds_us(args.first_byte_timeout, "--first-byte-timeout")?;
     tcp.idle_timeout_us = seconds_us(args.idle_timeout, "--idle-timeout")?;
     tcp.total_timeout_us = seconds_us(args.total_timeout, "--total-timeout")?;
+    tcp.verify_checksums = !args.no_verify_checksums;
     let plan = GrabPlan {
         run,
         tcp,
@@ -288,8 +295,14 @@ fn announce(args: &GrabArgs, plan: &GrabPlan<AnyApp>, notes: &[String]) {
 
 fn report(args: &GrabArgs, s: &GrabSummary) -> anyhow::Result<()> {
     if !args.run.quiet {
+        // The kernel backend's sockets leave checksums to the kernel.
+        let checksums = match (args.backend, s.checksums_verified) {
+            (GrabBackend::Kernel, _) => String::new(),
+            (_, true) => format!("; {} bad checksums", s.bad_checksums),
+            (_, false) => "; checksums not verified".into(),
+        };
         to_stderr(format_args!(
-            "grab: {} connections in {}: {} success ({}), {} refused, {} no answer, {} data timeouts, {} resets, {} closed; cpu {:.2} s user, {:.2} s system = {:.1} µs per success; peak {} open",
+            "grab: {} connections in {}: {} success ({}), {} refused, {} no answer, {} data timeouts, {} resets, {} closed; cpu {:.2} s user, {:.2} s system = {:.1} µs per success; peak {} open{checksums}",
             s.completed + s.syn_timeouts,
             human_seconds(s.wall_s),
             s.success,

@@ -58,7 +58,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub use iface::{queue_count, queue_counts, QueueCounts};
-pub use many::{rx_many, rx_many_stamped};
+pub use many::{rx_many, rx_many_meta, rx_many_stamped, RxMeta};
 pub use nfqueue::{
     queue_counters, BatchStats, NfQueue, NfVerdict, NfqConfig, QueueCounters, QueuedPacket,
     SkipCounts,
@@ -121,6 +121,24 @@ pub trait FrameRx {
         timeout: Duration,
         on_frame: F,
     ) -> io::Result<usize>;
+}
+
+/// What the kernel says of a received frame's checksums. Only AF_PACKET rings say anything
+/// (`tp_status`); every other backend hands frames over as [`RxChecksum::Unknown`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RxChecksum {
+    /// Nothing said: the checksums are whatever arrived, and can be verified.
+    #[default]
+    Unknown,
+    /// `TP_STATUS_CSUM_VALID`: the receiving device says it checked them. A claim, not a
+    /// proof (a driver may assert it for frames it never checked), so a receiver that cares
+    /// still verifies.
+    Valid,
+    /// `TP_STATUS_CSUMNOTREADY`: the frame was built on this host, or by a veth peer, with its
+    /// checksum left for transmit offload to finish: the checksum field holds only the
+    /// pseudo-header sum, so the frame cannot be verified, and it never crossed a wire that
+    /// could corrupt it.
+    Partial,
 }
 
 /// The backends, selectable by name.

@@ -7,7 +7,7 @@ use std::io;
 use std::time::Duration;
 
 use crate::packet_socket::timeout_ms;
-use crate::{AnyRx, FrameRx};
+use crate::{AnyRx, FrameRx, RxChecksum};
 
 /// Up to this many receivers are waited on with a pollfd array on the stack; more cost one
 /// allocation per wait (only when all of them were idle).
@@ -43,6 +43,27 @@ pub fn rx_many_stamped<F: FnMut(usize, &[u8], Option<u64>)>(
     timeout: Duration,
     mut on_frame: F,
 ) -> io::Result<usize> {
+    rx_many_meta(rxs, max_each, timeout, |i, frame, meta| {
+        on_frame(i, frame, meta.stamp_ns)
+    })
+}
+
+/// What a backend knows of a received frame besides its bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxMeta {
+    /// The kernel's arrival time, nanoseconds since the Unix epoch (packet rings).
+    pub stamp_ns: Option<u64>,
+    /// What the kernel says of the frame's checksums (packet rings).
+    pub checksum: RxChecksum,
+}
+
+/// [`rx_many`], with what the backend knows of each frame: `on_frame(i, frame, meta)`.
+pub fn rx_many_meta<F: FnMut(usize, &[u8], RxMeta)>(
+    rxs: &mut [AnyRx],
+    max_each: usize,
+    timeout: Duration,
+    mut on_frame: F,
+) -> io::Result<usize> {
     let got = sweep(rxs, max_each, &mut on_frame)?;
     if got > 0 || rxs.is_empty() || max_each == 0 || timeout.is_zero() {
         return Ok(got);
@@ -54,7 +75,7 @@ pub fn rx_many_stamped<F: FnMut(usize, &[u8], Option<u64>)>(
 }
 
 /// One pass over all receivers without waiting.
-fn sweep<F: FnMut(usize, &[u8], Option<u64>)>(
+fn sweep<F: FnMut(usize, &[u8], RxMeta)>(
     rxs: &mut [AnyRx],
     max_each: usize,
     on_frame: &mut F,
@@ -63,9 +84,15 @@ fn sweep<F: FnMut(usize, &[u8], Option<u64>)>(
     for (i, rx) in rxs.iter_mut().enumerate() {
         got += match rx {
             AnyRx::Ring(ring) => ring.rx_packets(max_each, Duration::ZERO, |p| {
-                on_frame(i, p.data, Some(p.ts_ns))
+                let meta = RxMeta {
+                    stamp_ns: Some(p.ts_ns),
+                    checksum: p.checksum,
+                };
+                on_frame(i, p.data, meta)
             })?,
-            other => other.rx_batch(max_each, Duration::ZERO, |frame| on_frame(i, frame, None))?,
+            other => other.rx_batch(max_each, Duration::ZERO, |frame| {
+                on_frame(i, frame, RxMeta::default())
+            })?,
         };
     }
     Ok(got)

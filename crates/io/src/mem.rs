@@ -91,6 +91,18 @@ impl MemPort {
         self.inbox.ready.as_raw_fd()
     }
 
+    /// Another handle on this same end: what it sends goes where this end's frames go, and it
+    /// receives what this end receives. So one end can be both the transmit queue and the
+    /// receive queue of a run loop (an `AnyTx::Mem` and an `AnyRx::Mem`), as a backend's are.
+    pub fn another_handle(&self) -> MemPort {
+        MemPort {
+            outbox: self.outbox.clone(),
+            inbox: self.inbox.clone(),
+            capacity: self.capacity,
+            scratch: Box::new([0; MAX_FRAME]),
+        }
+    }
+
     /// Hands up to `max` waiting frames to `on_frame`, without waiting.
     fn take<F: FnMut(&[u8])>(&mut self, max: usize, on_frame: &mut F) -> io::Result<usize> {
         let mut inbox = self.inbox.lock()?;
@@ -183,6 +195,28 @@ mod tests {
         a.tx_batch(1, |_, _| 60).unwrap();
         assert_eq!(b.rx_batch(8, Duration::ZERO, |_| ()).unwrap(), 2);
         assert!(!readable(&b));
+    }
+
+    #[test]
+    fn another_handle_sends_and_receives_as_its_end() {
+        let (a, mut b) = pair(8);
+        let (mut a_tx, mut a_rx) = (a.another_handle(), a);
+        a_tx.tx_batch(1, |_, buf| {
+            buf[0] = 1;
+            60
+        })
+        .unwrap();
+        b.tx_batch(1, |_, buf| {
+            buf[0] = 2;
+            60
+        })
+        .unwrap();
+        let mut at_b = Vec::new();
+        b.rx_batch(8, Duration::ZERO, |f| at_b.push(f[0])).unwrap();
+        let mut at_a = Vec::new();
+        a_rx.rx_batch(8, Duration::ZERO, |f| at_a.push(f[0]))
+            .unwrap();
+        assert_eq!((at_a, at_b), (vec![2], vec![1]));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context};
 
 use crate::packet_socket::{is_transient, open_bound, poll_readable, set_option};
-use crate::{FrameRx, FrameTx, IoConfig, MAX_FRAME};
+use crate::{FrameRx, FrameTx, IoConfig, RxChecksum, MAX_FRAME};
 
 const TX_FRAME_SIZE: usize = 2048;
 /// Where frame data starts in a TX slot: after the aligned tpacket3_hdr (the kernel's
@@ -548,6 +548,8 @@ pub struct RxPacket<'a> {
     /// The VLAN tag the NIC or driver took off the frame (TPID, TCI), which the capture should
     /// put back to show the frame as it was on the wire.
     pub vlan: Option<(u16, u16)>,
+    /// What the kernel says of the frame's checksums.
+    pub checksum: RxChecksum,
 }
 
 impl<'a> RxPacket<'a> {
@@ -566,7 +568,19 @@ impl<'a> RxPacket<'a> {
             ts_ns: u64::from(hdr.tp_sec) * 1_000_000_000 + u64::from(hdr.tp_nsec),
             hw_timestamp: hdr.tp_status & libc::TP_STATUS_TS_RAW_HARDWARE != 0,
             vlan,
+            checksum: checksum_status(hdr.tp_status),
         }
+    }
+}
+
+/// The checksum state a packet's `tp_status` reports.
+fn checksum_status(tp_status: u32) -> RxChecksum {
+    if tp_status & libc::TP_STATUS_CSUMNOTREADY != 0 {
+        RxChecksum::Partial
+    } else if tp_status & libc::TP_STATUS_CSUM_VALID != 0 {
+        RxChecksum::Valid
+    } else {
+        RxChecksum::Unknown
     }
 }
 
@@ -581,5 +595,95 @@ impl FrameRx for RingRx {
         mut on_frame: F,
     ) -> io::Result<usize> {
         self.read_up_to(max, timeout, |_, frame| on_frame(frame))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::UdpSocket;
+    use std::process::Command;
+
+    use super::*;
+    use crate::test_support::in_private_netns;
+
+    fn run(args: &[&str]) -> String {
+        let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The UDP checksum of an Ethernet/IPv4/UDP frame is complete (sums to zero with its
+    /// pseudo-header).
+    fn udp_checksum_complete(frame: &[u8]) -> bool {
+        let ip = &frame[14..];
+        let udp = &ip[20..usize::from(u16::from_be_bytes([ip[2], ip[3]]))];
+        let mut sum = 17u32 + udp.len() as u32;
+        for pair in ip[12..20].chunks(2).chain(udp.chunks(2)) {
+            let word = [pair[0], pair.get(1).copied().unwrap_or(0)];
+            sum += u32::from(u16::from_be_bytes(word));
+        }
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        sum == 0xffff
+    }
+
+    /// A datagram this host's kernel sends out of a veth arrives at the peer with its checksum
+    /// partial while the sender's transmit checksum offload is on, and the ring says so; with
+    /// the offload off the checksum is complete and the ring does not say Partial.
+    #[test]
+    fn a_veth_with_tx_offload_leaves_checksums_partial_and_the_ring_says_so() {
+        in_private_netns(|| {
+            // va sends to 198.19.0.2, an address nobody has, whose MAC is vb's: the frame goes
+            // out of va and arrives at vb, all inside this namespace.
+            const VB_MAC: &str = "02:00:00:00:00:0b";
+            run(&[
+                "ip", "link", "add", "name", "va", "type", "veth", "peer", "name", "vb", "address",
+                VB_MAC,
+            ]);
+            run(&["ip", "addr", "add", "198.19.0.1/24", "dev", "va"]);
+            run(&["ip", "link", "set", "va", "up"]);
+            run(&["ip", "link", "set", "vb", "up"]);
+            run(&[
+                "ip",
+                "neigh",
+                "replace",
+                "198.19.0.2",
+                "lladdr",
+                VB_MAC,
+                "dev",
+                "va",
+                "nud",
+                "permanent",
+            ]);
+            let mut rx = RingRx::open(&IoConfig::new("vb")).unwrap();
+            let socket = UdpSocket::bind("198.19.0.1:0").unwrap();
+            let mut receive_one = |tag: u8| -> (RxChecksum, bool) {
+                socket.send_to(&[tag; 32], "198.19.0.2:9").unwrap();
+                let mut seen = None;
+                let end = Instant::now() + Duration::from_secs(10);
+                while seen.is_none() && Instant::now() < end {
+                    rx.rx_packets(16, Duration::from_millis(100), |p| {
+                        let udp = p.data.len() == 14 + 20 + 8 + 32 && p.data[23] == 17;
+                        if udp && p.data[42] == tag {
+                            seen = Some((p.checksum, udp_checksum_complete(p.data)));
+                        }
+                    })
+                    .unwrap();
+                }
+                seen.expect("the datagram reached vb")
+            };
+            let (offloaded, complete) = receive_one(1);
+            assert_eq!(offloaded, RxChecksum::Partial);
+            assert!(!complete, "a partial checksum does not verify");
+            run(&["ethtool", "-K", "va", "tx", "off"]);
+            let (status, complete) = receive_one(2);
+            assert_ne!(status, RxChecksum::Partial);
+            assert!(complete, "with offload off the checksum is complete");
+        });
     }
 }

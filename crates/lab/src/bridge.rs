@@ -362,7 +362,7 @@ pub const HOST_OFFLOADS: &[&str] = &[
 
 /// Fails unless `ethtool -k` shows each of `features` off on `ifname` (a kernel may refuse
 /// to change a fixed feature without ethtool failing).
-fn check_offloads_off(ns: &str, ifname: &str, features: &[&str]) -> Result<()> {
+pub(crate) fn check_offloads_off(ns: &str, ifname: &str, features: &[&str]) -> Result<()> {
     let text = in_ns(ns, "ethtool", &["-k", ifname])?;
     for feature in features {
         let state = offload_state(&text, feature);

@@ -328,6 +328,12 @@ fn make_link(queues: u32, scan: &str, net: &str) -> Result<()> {
     // The lab's hosts send one TCP segment per packet, as on a real 1500-byte path: a client
     // reading raw frames (grab) gets no 64 KB TSO frames, and loss draws per segment.
     ip_line(&format!("-n {net} link set dev {NET_IF} gso_max_segs 1"))?;
+    // And each with its checksums complete, as from a NIC: with transmit checksum offload on,
+    // the lab's kernel would leave them partial on the veth (the pseudo-header sum only), and
+    // a client that verifies what it reads over AF_XDP (grab) could not tell them from
+    // corrupted ones.
+    in_ns(net, "ethtool", &["-K", NET_IF, "tx", "off"])?;
+    bridge::check_offloads_off(net, NET_IF, &["tx-checksumming"])?;
     ip_line(&format!("-n {scan} link set dev {SCAN_IF} up"))?;
     ip_line(&format!("-n {net} link set dev {NET_IF} up"))?;
     Ok(())

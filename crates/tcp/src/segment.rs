@@ -61,6 +61,8 @@ impl Seg<'_> {
 pub(crate) enum Parsed<'a> {
     NotOurs,
     Invalid,
+    /// Ours, but its TCP or IPv4 header checksum does not verify.
+    BadChecksum,
     Ours(Seg<'a>),
 }
 
@@ -83,7 +85,7 @@ pub(crate) fn parse<'a>(frame: &'a [u8], link: &Link) -> Parsed<'a> {
                 return Parsed::Invalid;
             }
             if link.verify_checksums && !ip.verify_checksum() {
-                return Parsed::Invalid;
+                return Parsed::BadChecksum;
             }
             let payload = &packet[ip.header_len()..usize::from(ip.total_len())];
             (
@@ -123,8 +125,10 @@ pub(crate) fn parse<'a>(frame: &'a [u8], link: &Link) -> Parsed<'a> {
     } else {
         ChecksumMode::Ignore
     };
-    let Ok(tcp) = tcp::Repr::parse(&packet, &ip_pair(addr, ours), checksums) else {
-        return Parsed::Invalid;
+    let tcp = match tcp::Repr::parse(&packet, &ip_pair(addr, ours), checksums) {
+        Ok(tcp) => tcp,
+        Err(sonde_wire::Error::Checksum) => return Parsed::BadChecksum,
+        Err(_) => return Parsed::Invalid,
     };
     Parsed::Ours(Seg {
         addr,

@@ -10,6 +10,9 @@
 pub mod kernel;
 pub mod user;
 
+#[cfg(test)]
+mod tests;
+
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
@@ -23,7 +26,7 @@ use sonde_tcp::{App, Outcome};
 use crate::plan::RunPlan;
 use crate::status::{per_second, StatusSource, Tick};
 
-pub use user::run;
+pub use user::{run, run_on, GrabIo};
 
 /// An application as grab uses it: the engine's request/complete seam plus its output fields.
 pub trait GrabApp: App + Send {
@@ -142,6 +145,14 @@ pub struct GrabSummary {
     pub invalid: u64,
     /// Segments of connections that had already ended (answered with an RST).
     pub late_segments: u64,
+    /// Whether received checksums were verified (`--no-verify-checksums` turns it off).
+    pub checksums_verified: bool,
+    /// Frames to our addresses and ports whose TCP or IPv4 header checksum was wrong: dropped
+    /// (counted in `invalid` too).
+    pub bad_checksums: u64,
+    /// Frames taken without verifying their checksum because the kernel marked it partial
+    /// (AF_PACKET's `TP_STATUS_CSUMNOTREADY`: made on this host or by a veth peer).
+    pub partial_checksums: u64,
     pub drops: u64,
     pub conn_per_s: f64,
     pub wall_s: f64,
@@ -214,6 +225,7 @@ pub(crate) struct GrabStatus {
     pub syn_retransmitted: u64,
     pub syn_timeouts: u64,
     pub invalid: u64,
+    pub partial_checksums: u64,
 }
 
 impl GrabStatus {
@@ -229,6 +241,7 @@ impl GrabStatus {
             syn_retransmitted: 0,
             syn_timeouts: 0,
             invalid: 0,
+            partial_checksums: 0,
         }
     }
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use sonde_io::{AnyRx, AnyTx, FrameTx};
+use sonde_io::{AnyRx, AnyTx, FrameTx, RxChecksum};
 use sonde_meter::output_file::IfExists;
 use sonde_meter::{peak_rss_bytes, Stopwatch};
 use sonde_scan::dedup::Dedup;
@@ -34,25 +34,53 @@ use crate::stop::{Stop, StopReason};
 /// How often the receivers' drop counters are read.
 const DROPS_EVERY: Duration = Duration::from_millis(100);
 
+/// The queues a grab runs on: one transmit queue and the receivers.
+pub struct GrabIo {
+    pub tx: AnyTx,
+    pub rxs: Vec<AnyRx>,
+}
+
+impl GrabIo {
+    /// Opens the plan's queues on its interface, the receivers filtered to our segments (and
+    /// ARP requests when we answer them).
+    pub fn open<A: GrabApp>(plan: &GrabPlan<A>) -> anyhow::Result<GrabIo> {
+        let v4 = plan.run.space.ipv4_addresses() > 0;
+        let v6 = plan.run.space.ipv6_addresses() > 0;
+        let mut filter = ReplyFilter::for_tcp_client(&plan.run, v4, v6);
+        if plan.arp_for.is_some() {
+            filter.expr = format!("({}) or arp", filter.expr);
+        }
+        let queues = open_queues(&plan.run, &filter)?;
+        let tx = queues
+            .senders
+            .into_iter()
+            .next()
+            .context("grab needs one transmit queue")?;
+        Ok(GrabIo {
+            tx,
+            rxs: queues.receivers,
+        })
+    }
+}
+
 /// Runs the grab to its end (or `stop`): every target ends as one row in `writer`.
 pub fn run<A: GrabApp>(
     plan: GrabPlan<A>,
     writer: Box<dyn RowWriter + Send>,
     stop: &Stop,
 ) -> anyhow::Result<GrabSummary> {
-    let v4 = plan.run.space.ipv4_addresses() > 0;
-    let v6 = plan.run.space.ipv6_addresses() > 0;
-    let filter = ReplyFilter::for_tcp_client(&plan.run, v4, v6);
-    let mut filter = filter;
-    if plan.arp_for.is_some() {
-        filter.expr = format!("({}) or arp", filter.expr);
-    }
-    let queues = open_queues(&plan.run, &filter)?;
-    let tx = queues
-        .senders
-        .into_iter()
-        .next()
-        .context("grab needs one transmit queue")?;
+    let io = GrabIo::open(&plan)?;
+    run_on(plan, io, writer, stop)
+}
+
+/// [`run`] over queues already open (tests give it one end of an in-memory pair, with a
+/// scripted peer at the other).
+pub fn run_on<A: GrabApp>(
+    plan: GrabPlan<A>,
+    io: GrabIo,
+    writer: Box<dyn RowWriter + Send>,
+    stop: &Stop,
+) -> anyhow::Result<GrabSummary> {
     let feed = Feed::open(&plan.run.feed_spec(), 0, plan.run.resumed_thread(0))?;
     let total = feed.left();
     let counts = Arc::new(GrabCounts::default());
@@ -71,12 +99,13 @@ pub fn run<A: GrabApp>(
     let mut looper = Looper {
         retries,
         answered: Dedup::for_space(&plan.run.space),
+        sent: sent_this_run(&plan),
         pacer: Pacer::new(plan.run.rate, plan.run.batch),
         clock: Instant::now(),
         plan: &plan,
         engine,
-        tx,
-        rxs: queues.receivers,
+        tx: io.tx,
+        rxs: io.rxs,
         feed,
         writer,
         counts,
@@ -90,6 +119,7 @@ pub fn run<A: GrabApp>(
         syn_retransmitted: 0,
         syn_timeouts: 0,
         invalid: 0,
+        partial_checksums: 0,
     };
     let watch = Stopwatch::start();
     pin_to_cpu(plan.run.sender_cpu(0));
@@ -137,6 +167,9 @@ pub fn run<A: GrabApp>(
         table_full: stats.table_full,
         invalid: stats.invalid + status.source().invalid,
         late_segments: stats.late,
+        checksums_verified: plan.tcp.verify_checksums,
+        bad_checksums: stats.bad_checksums,
+        partial_checksums: status.source().partial_checksums,
         drops: status.source().counts.drops.get(),
         conn_per_s,
         wall_s: wall,
@@ -171,13 +204,27 @@ impl<A: App> App for AppRef<'_, A> {
     }
 }
 
+/// For a resumed run, the targets this run has sent a SYN to (a bitmap, when the space fits
+/// one). The run keeps its checkpoint's key, so a late SYN-ACK or RST answering the run before
+/// it (a target that run already wrote a row for) validates as well: it must find no target
+/// of this run, or that target would get a second row.
+fn sent_this_run<A: GrabApp>(plan: &GrabPlan<A>) -> Option<Dedup> {
+    let space = &plan.run.space;
+    let fits = space.len() <= Dedup::MAX_BITMAP_TARGETS;
+    (plan.run.resume.is_some() && fits).then(|| Dedup::for_space(space))
+}
+
 /// The engine thread's state.
 struct Looper<'p, A: GrabApp> {
     plan: &'p GrabPlan<A>,
     engine: Engine<AppRef<'p, A>>,
     retries: SynRetries,
-    /// Targets that answered (SYN-ACK or RST), by index: their SYNs are not sent again.
+    /// Targets that answered (SYN-ACK or RST) or were given up on, by index: their SYNs are not
+    /// sent again, and a late answer gets an RST (or is ignored), never a second row.
     answered: Dedup,
+    /// In a resumed run, the targets this run sent SYNs to: an answer for any other target
+    /// answers the run before (see [`sent_this_run`]).
+    sent: Option<Dedup>,
     pacer: Pacer,
     clock: Instant,
     tx: AnyTx,
@@ -200,6 +247,8 @@ struct Looper<'p, A: GrabApp> {
     syn_retransmitted: u64,
     syn_timeouts: u64,
     invalid: u64,
+    /// Frames taken unverified because the kernel marked their checksum partial.
+    partial_checksums: u64,
 }
 
 impl<A: GrabApp> Looper<'_, A> {
@@ -281,10 +330,12 @@ impl<A: GrabApp> Looper<'_, A> {
             rxs,
             engine,
             answered,
+            sent,
             arps,
             plan,
             clock,
             invalid,
+            partial_checksums,
             ..
         } = self;
         // The clock is read once per receiver's batch, when its first frame is handed over:
@@ -292,7 +343,7 @@ impl<A: GrabApp> Looper<'_, A> {
         let mut stamp: Option<(usize, u64)> = None;
         let arp_for = plan.arp_for;
         let space = &plan.run.space;
-        let n = sonde_io::rx_many(rxs, 256, wait, |queue, frame| {
+        let n = sonde_io::rx_many_meta(rxs, 256, wait, |queue, frame, meta| {
             let now = match stamp {
                 Some((q, now)) if q == queue => now,
                 _ => stamp.insert((queue, clock.elapsed().as_micros() as u64)).1,
@@ -303,22 +354,28 @@ impl<A: GrabApp> Looper<'_, A> {
                     return;
                 }
             }
-            // A late duplicate SYN-ACK of a target that already answered gets an RST, not a
-            // second connection.
+            // A late SYN-ACK of a target that already answered, was given up on, or belongs to
+            // the run this one resumes gets an RST, not a connection (and a late RST no row).
             let seen = |addr, port| {
-                space
-                    .index_of(addr, port)
-                    .is_some_and(|i| answered.contains(i))
+                space.index_of(addr, port).is_some_and(|i| {
+                    answered.contains(i) || sent.as_ref().is_some_and(|s| !s.contains(i))
+                })
             };
-            match engine.on_frame_with(frame, now, seen) {
+            let rx = if meta.checksum == RxChecksum::Partial {
+                *partial_checksums += 1;
+                engine.on_frame_partial_with(frame, now, seen)
+            } else {
+                engine.on_frame_with(frame, now, seen)
+            };
+            match rx {
                 Rx::Answered { addr, port } => match space.index_of(addr, port) {
                     Some(index) => {
                         answered.check_and_insert(index);
                     }
                     None => *invalid += 1,
                 },
-                Rx::Invalid => *invalid += 1,
-                Rx::NotOurs | Rx::Segment | Rx::Late => {}
+                // The engine counts these itself (`Stats::invalid`).
+                Rx::Invalid | Rx::NotOurs | Rx::Segment | Rx::Late => {}
             }
         })?;
         if self.drops_read.elapsed() >= DROPS_EVERY {
@@ -338,6 +395,7 @@ impl<A: GrabApp> Looper<'_, A> {
             timed_out,
             ..
         } = self;
+        let before = timed_out.len();
         retries.poll(
             now,
             |index| answered.contains(index),
@@ -347,6 +405,10 @@ impl<A: GrabApp> Looper<'_, A> {
             },
             |index| timed_out.push(index),
         );
+        // Given up: from now on an answer is late (an RST, or nothing), never a second row.
+        for &index in &timed_out[before..] {
+            answered.check_and_insert(index);
+        }
     }
 
     /// Everything of this pass in one batch: ARP replies, the engine's segments, SYNs due
@@ -372,6 +434,7 @@ impl<A: GrabApp> Looper<'_, A> {
             fresh,
             retries,
             plan,
+            sent: sent_this_run,
             ..
         } = self;
         let space = &plan.run.space;
@@ -394,6 +457,9 @@ impl<A: GrabApp> Looper<'_, A> {
                     None => {
                         let index = fresh.pop_front().expect("counted in queued");
                         retries.sent(index, now);
+                        if let Some(sent) = sent_this_run {
+                            sent.check_and_insert(index);
+                        }
                         opened += 1;
                         index
                     }
@@ -499,6 +565,7 @@ impl<A: GrabApp> Looper<'_, A> {
         s.syn_retransmitted = self.syn_retransmitted;
         s.syn_timeouts = self.syn_timeouts;
         s.invalid = self.invalid;
+        s.partial_checksums = self.partial_checksums;
     }
 
     /// Ends every connection now, putting unanswered targets back for a resume.

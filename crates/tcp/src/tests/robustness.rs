@@ -42,37 +42,58 @@ fn corrupt_payload(frame: &mut [u8]) {
 }
 
 #[test]
-fn checksums_are_ignored_by_default() {
-    let mut h = Harness::v4();
-    h.established();
-    let mut frame = h.server.segment(ACK, 0, REQ, b"partial checksum");
-    corrupt_payload(&mut frame);
-    assert_eq!(h.input(&frame), Rx::Segment);
-    assert_eq!(h.engine.buffers_in_use(), 1);
-}
-
-#[test]
-fn checksums_verified_when_asked() {
+fn checksums_are_verified_by_default_and_bad_ones_counted() {
     for v6 in [false, true] {
-        let mut cfg = config();
-        cfg.verify_checksums = true;
         let addr = if v6 { "2001:2::9" } else { "198.18.0.9" };
-        let mut h = Harness::new(cfg, TestApp::http(), Server::new(addr, 80));
+        let mut h = Harness::new(config(), TestApp::http(), Server::new(addr, 80));
         h.established();
         let mut frame = h.server.segment(ACK, 0, REQ, b"payload");
         corrupt_payload(&mut frame);
         assert_eq!(h.input(&frame), Rx::Invalid);
-        assert_eq!(h.engine.buffers_in_use(), 0);
+        assert_eq!(h.engine.buffers_in_use(), 0, "corrupted data delivered");
         // A bad IPv4 header checksum too.
         if !v6 {
             let mut frame = h.server.segment(ACK, 0, REQ, b"payload");
             frame[14 + 8] ^= 1; // TTL, covered by the header checksum only
             assert_eq!(h.input(&frame), Rx::Invalid);
         }
+        let bad = if v6 { 1 } else { 2 };
+        assert_eq!(h.engine.stats().bad_checksums, bad);
+        assert_eq!(h.engine.stats().invalid, bad);
         let good = h.server.segment(ACK, 0, REQ, b"payload");
         assert_eq!(h.input(&good), Rx::Segment);
         assert_eq!(h.engine.buffers_in_use(), 1);
+        assert_eq!(h.engine.stats().bad_checksums, bad);
     }
+}
+
+#[test]
+fn a_frame_marked_partial_or_verification_off_is_taken_unchecked() {
+    // A partial checksum (the pseudo-header sum a sender leaves for offload) fails a check.
+    let mut h = Harness::v4();
+    h.established();
+    let mut frame = h.server.segment(ACK, 0, REQ, b"partial checksum");
+    corrupt_payload(&mut frame);
+    let now = h.now;
+    assert_eq!(
+        h.engine.on_frame_partial_with(&frame, now, |_, _| false),
+        Rx::Segment
+    );
+    assert_eq!(h.engine.buffers_in_use(), 1);
+    // Only that frame: the next one is checked again.
+    let mut next = h.server.segment(ACK, 16, REQ, b"more");
+    corrupt_payload(&mut next);
+    assert_eq!(h.input(&next), Rx::Invalid);
+    assert_eq!(h.engine.stats().bad_checksums, 1);
+
+    let mut cfg = config();
+    cfg.verify_checksums = false;
+    let mut h = Harness::new(cfg, TestApp::http(), Server::new("198.18.0.9", 80));
+    h.established();
+    let mut frame = h.server.segment(ACK, 0, REQ, b"partial checksum");
+    corrupt_payload(&mut frame);
+    assert_eq!(h.input(&frame), Rx::Segment);
+    assert_eq!(h.engine.stats().bad_checksums, 0);
 }
 
 #[test]
