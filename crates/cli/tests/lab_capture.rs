@@ -673,7 +673,7 @@ fn vlan_tagged_frames_get_tcpdumps_verdicts_on_both_backends() {
         // tcpdump and the ring side by side (both packet sockets)...
         let (theirs, ring) = (lab.file("td.pcap"), lab.file("ring.pcap"));
         let tcpdump = Running::tcpdump(&lab, &theirs, expr);
-        let capture = Running::sonde(&lab, &["-w", &ring, expr]);
+        let capture = Running::sonde(&lab, &["--force", "-w", &ring, expr]);
         settle();
         send_frames(&lab, &frames);
         // tcpdump's ring hands a block over after up to a second.
@@ -690,7 +690,7 @@ fn vlan_tagged_frames_get_tcpdumps_verdicts_on_both_backends() {
         assert_eq!(packets(&ring), want, "{expr}: ring and tcpdump differ");
         // ...then XDP alone (what it takes, tcpdump would no longer see).
         let xdp = lab.file("xdp.pcap");
-        let capture = Running::sonde(&lab, &["-w", &xdp, "--backend", "xdp", expr]);
+        let capture = Running::sonde(&lab, &["--force", "-w", &xdp, "--backend", "xdp", expr]);
         settle();
         send_frames(&lab, &frames);
         std::thread::sleep(Duration::from_millis(300));
@@ -908,7 +908,7 @@ fn a_file_tcpdump_captured_with_a_short_snaplen_is_read_as_tcpdump_reads_it() {
         let want = packets(&theirs);
         for backend in ["ring", "xdp"] {
             let ours = lab.file("ours.pcap");
-            let mut args = vec!["capture", "-q", "-r", &short, "-w", &ours];
+            let mut args = vec!["capture", "-q", "--force", "-r", &short, "-w", &ours];
             args.extend(["--backend", backend]);
             if !expr.is_empty() {
                 args.push(expr);
