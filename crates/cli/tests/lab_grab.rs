@@ -23,6 +23,16 @@ fn rows(path: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Every target of `count` has exactly one row in `path` (no target twice, none missing).
+fn one_row_per_target(path: &str, count: usize) {
+    let rows = rows(path);
+    let targets: HashSet<(String, String)> = rows
+        .iter()
+        .map(|r| (r["saddr"].to_string(), r["dport"].to_string()))
+        .collect();
+    assert_eq!((rows.len(), targets.len()), (count, count), "{path}");
+}
+
 /// `sonde grab --lab L ARGS -q -r 0`.
 fn grab(lab: &Lab, args: &[&str]) -> std::process::Output {
     let mut all = vec!["grab", "--lab", &lab.name, "-q", "-r", "0"];
@@ -206,6 +216,7 @@ fn tls_banner_and_big_bodies_under_loss() {
         "tls: {score}"
     );
     assert!(score.contains("certificates correct"), "{score}");
+    one_row_per_target(&tls, 1024);
     for r in rows(&tls).iter().filter(|r| r["status"] == "success") {
         assert_eq!(r["tls_version"], "TLSv1.2", "{r}");
     }
@@ -217,6 +228,7 @@ fn tls_banner_and_big_bodies_under_loss() {
         &["198.18.0.0/22", "-p", "22", "-M", "banner", "-o", &banners],
     );
     assert!(out.status.success(), "{}", stderr(&out));
+    one_row_per_target(&banners, 1024);
     let rows = rows(&banners);
     let ok: Vec<_> = rows.iter().filter(|r| r["status"] == "success").collect();
     let live = lab
@@ -260,6 +272,7 @@ fn tls_banner_and_big_bodies_under_loss() {
         live > 50 && done == live && correct == done && wrong == 0,
         "/big: {score}"
     );
+    one_row_per_target(&big, 256);
     let s = json(&summary);
     assert!(s["ooo_segments"].as_u64().unwrap() > 0, "{s}");
     assert!(s["sack_blocks_sent"].as_u64().unwrap() > 0, "{s}");

@@ -58,6 +58,9 @@ fn grab_big(lab: &Lab, extra: &[&str]) -> Vec<serde_json::Value> {
 /// byte, and the end less than `within_us` after the first byte.
 fn check_rows(rows: &[serde_json::Value], within_us: u64) {
     assert_eq!(rows.len(), 16, "one row per target");
+    let targets: std::collections::HashSet<&str> =
+        rows.iter().filter_map(|r| r["saddr"].as_str()).collect();
+    assert_eq!(targets.len(), 16, "no target twice");
     let big = sonde_lab::big_body();
     for r in rows {
         assert_eq!(r["status"], "success", "{r}");
