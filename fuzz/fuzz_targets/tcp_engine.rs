@@ -6,7 +6,11 @@
 //!   established connection;
 //! - **segments**: the rest is a script of segments (flags, sequence and ACK offsets around
 //!   the right values, window, timestamp, payload, time step) sent on an established
-//!   connection by its server.
+//!   connection by its server;
+//! - **icmp** (setup bit 0x80): the rest is a script of ICMP errors (destination unreachable,
+//!   fragmentation needed, Packet Too Big, and others) from a router, quoting a segment of the
+//!   connection (or of a SYN, or of someone else) with sequence numbers around the right ones,
+//!   an MTU, and quotes cut short, interleaved with the server's ACKs.
 //!
 //! After every input the engine's timers run, and every frame it writes must be a well-formed
 //! Ethernet/IP/TCP frame of at most 1514 bytes with correct checksums, exactly as many as
@@ -20,7 +24,8 @@ use libfuzzer_sys::fuzz_target;
 use sonde_craft::cookie::Validator;
 use sonde_tcp::{App, CloseMode, Config, Engine, Status};
 use sonde_wire::{
-    ethernet, ipv4, ipv6, tcp, ChecksumMode, EtherType, IpPair, IpProtocol, MacAddr, TcpFlags,
+    ethernet, icmpv4, icmpv6, ipv4, ipv6, tcp, ChecksumMode, EtherType, IpPair, IpProtocol,
+    MacAddr, TcpFlags,
 };
 
 const OUR_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
@@ -120,6 +125,108 @@ impl Peer {
     }
 }
 
+impl Peer {
+    /// An ICMP error from a router to us of `kind`/`code` with `rest` (an MTU), quoting the
+    /// first `quote_len` bytes of an IP header and TCP header from `quoted_src` and
+    /// `quoted_port` to the peer, with sequence number `seq`.
+    fn icmp(&self, kind: u8, code: u8, rest: u32, quoted: (IpAddr, u16, u32), quote_len: usize) -> Vec<u8> {
+        let (quoted_src, quoted_port, seq) = quoted;
+        let mut tcp = vec![0u8; 20];
+        tcp[0..2].copy_from_slice(&quoted_port.to_be_bytes());
+        tcp[2..4].copy_from_slice(&self.port.to_be_bytes());
+        tcp[4..8].copy_from_slice(&seq.to_be_bytes());
+        tcp[12] = 0x50;
+        let mut quote = match (quoted_src, self.addr) {
+            (IpAddr::V4(src_addr), IpAddr::V4(dst_addr)) => {
+                let mut ip = vec![0u8; 20];
+                ipv4::Repr {
+                    src_addr,
+                    dst_addr,
+                    protocol: IpProtocol::TCP,
+                    payload_len: 1420,
+                    ttl: 64,
+                    ident: 0,
+                    dont_frag: true,
+                }
+                .emit(&mut ipv4::Packet::new_unchecked(&mut ip[..]));
+                ip
+            }
+            (IpAddr::V6(src_addr), IpAddr::V6(dst_addr)) => {
+                let mut ip = vec![0u8; 40];
+                ipv6::Repr {
+                    src_addr,
+                    dst_addr,
+                    next_header: IpProtocol::TCP,
+                    payload_len: 1420,
+                    hop_limit: 64,
+                    traffic_class: 0,
+                    flow_label: 0,
+                }
+                .emit(&mut ipv6::Packet::new_unchecked(&mut ip[..]));
+                ip
+            }
+            _ => unreachable!(),
+        };
+        quote.extend_from_slice(&tcp);
+        quote.truncate(quote_len);
+        let mut message = vec![kind, code, 0, 0];
+        message.extend_from_slice(&rest.to_be_bytes());
+        message.extend_from_slice(&quote);
+        let mut frame = vec![0u8; 14];
+        let ethertype = match (self.router(), self.ours) {
+            (IpAddr::V4(src_addr), IpAddr::V4(dst_addr)) => {
+                icmpv4::Packet::new_unchecked(&mut message[..]).fill_checksum();
+                let mut ip = vec![0u8; 20];
+                ipv4::Repr {
+                    src_addr,
+                    dst_addr,
+                    protocol: IpProtocol::ICMP,
+                    payload_len: message.len(),
+                    ttl: 64,
+                    ident: 0,
+                    dont_frag: false,
+                }
+                .emit(&mut ipv4::Packet::new_unchecked(&mut ip[..]));
+                frame.extend_from_slice(&ip);
+                EtherType::Ipv4
+            }
+            (IpAddr::V6(src_addr), IpAddr::V6(dst_addr)) => {
+                icmpv6::Packet::new_unchecked(&mut message[..]).fill_checksum(&src_addr, &dst_addr);
+                let mut ip = vec![0u8; 40];
+                ipv6::Repr {
+                    src_addr,
+                    dst_addr,
+                    next_header: IpProtocol::ICMPV6,
+                    payload_len: message.len(),
+                    hop_limit: 64,
+                    traffic_class: 0,
+                    flow_label: 0,
+                }
+                .emit(&mut ipv6::Packet::new_unchecked(&mut ip[..]));
+                frame.extend_from_slice(&ip);
+                EtherType::Ipv6
+            }
+            _ => unreachable!(),
+        };
+        ethernet::Repr {
+            src_addr: GW_MAC,
+            dst_addr: OUR_MAC,
+            ethertype,
+        }
+        .emit(&mut ethernet::Frame::new_unchecked(&mut frame[..]));
+        frame.extend_from_slice(&message);
+        frame
+    }
+
+    fn router(&self) -> IpAddr {
+        if self.addr.is_ipv4() {
+            IpAddr::V4(Ipv4Addr::new(198, 19, 255, 254))
+        } else {
+            IpAddr::V6("2001:2:0:ffff::fe".parse().unwrap())
+        }
+    }
+}
+
 /// Checks every frame the engine has queued.
 fn flush(engine: &mut Engine<Http>, buf: &mut [u8], now: u64) {
     let pending = engine.tx_pending();
@@ -169,6 +276,7 @@ fn drain(engine: &mut Engine<Http>, max_bytes: usize) {
     engine.drain_outcomes(|outcome, bytes| {
         assert_eq!(bytes.len() as u64, outcome.bytes);
         assert!(bytes.len() <= max_bytes);
+        assert_eq!(outcome.icmp.is_some(), outcome.status == Status::Unreachable);
         if outcome.truncated {
             assert_eq!((outcome.status, bytes.len()), (Status::Success, max_bytes));
         }
@@ -234,7 +342,53 @@ fuzz_target!(|data: &[u8]| {
     flush(&mut engine, &mut buf, now);
     peer.client_tsval = now as u32;
 
-    if setup & 0x40 != 0 {
+    if setup & 0x80 != 0 {
+        // A second target with only a SYN out (no connection): errors about it are about a SYN.
+        let other: IpAddr = if v6 {
+            "2001:2::81".parse().unwrap()
+        } else {
+            "198.18.0.81".parse().unwrap()
+        };
+        let len = engine.write_syn(&mut buf, other, 80, now);
+        let syn = tcp::Packet::new_checked(&buf[if v6 { 54 } else { 34 }..len]).unwrap();
+        let syn_only = Peer {
+            addr: other,
+            client_port: syn.src_port(),
+            client_iss: syn.seq_number(),
+            ..peer
+        };
+        // ICMP errors: 8 bytes each (message, code, MTU, sequence offset, quote length and
+        // source, ACK offset), each followed by an ACK of the server's.
+        while rest.len() >= 8 {
+            let r = &rest[..8];
+            rest = &rest[8..];
+            let kind = [3, 3, 1, 2, 11, 4, r[0]][usize::from(r[0] % 7)];
+            let code = if r[1] & 0x80 != 0 { r[1] } else { r[1] % 16 };
+            let mtu = u32::from(u16::from_le_bytes([r[2], r[3]])) * 4;
+            let seq_off = i32::from(i16::from_le_bytes([r[4], r[5]]));
+            let ip_len = if v6 { 40 } else { 20 };
+            let quote_len = ip_len + usize::from(r[6] & 0x1f).min(20);
+            // Mostly our address and port; sometimes another port, another source, or the
+            // target with only a SYN out.
+            let about = if r[6] >> 5 == 2 { &syn_only } else { &peer };
+            let seq = about.client_iss.wrapping_add(seq_off as u32);
+            let quoted = match r[6] >> 5 {
+                0 => (ours, peer.client_port.wrapping_add(1), seq),
+                1 => (peer.router(), peer.client_port, seq),
+                _ => (ours, about.client_port, seq),
+            };
+            let frame = about.icmp(kind, code, mtu, quoted, quote_len);
+            engine.on_frame(&frame, now);
+            let acked = peer.client_iss.wrapping_add(1).wrapping_add(u32::from(r[7]) * 8);
+            let ack = peer.header(TcpFlags::ACK, SERVER_ISS.wrapping_add(1), Some(acked));
+            engine.on_frame(&peer.frame(&ack, &[]), now);
+            now += 50_000;
+            engine.on_tick(now);
+            flush(&mut engine, &mut buf, now);
+            drain(&mut engine, max_bytes);
+            assert!(engine.outstanding() <= 4);
+        }
+    } else if setup & 0x40 != 0 {
         // Raw frames: a 2-byte length, then that many bytes.
         while rest.len() >= 2 {
             let len = usize::from(u16::from_le_bytes([rest[0], rest[1]])).min(rest.len() - 2);

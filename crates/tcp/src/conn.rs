@@ -82,7 +82,8 @@ impl Bits {
     pub const REQ_LEN: Field = Field::new(20, 11);
     /// Request bytes the peer acknowledged.
     pub const ACKED: Field = Field::new(31, 11);
-    /// The peer's MSS, at most 2047.
+    /// The MSS our segments keep to: the peer's, lowered by a smaller path MTU (an ICMP
+    /// fragmentation needed or Packet Too Big); at most 2047.
     pub const MSS: Field = Field::new(42, 11);
     /// The peer's receive window beyond `ACKED`, saturated at 2047 (more than a request needs).
     pub const WND: Field = Field::new(53, 11);

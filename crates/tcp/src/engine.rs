@@ -33,6 +33,7 @@ use std::net::IpAddr;
 use sonde_wire::TcpFlags;
 
 use crate::conn::{Bits, Conn, State, NIL};
+use crate::icmp::{IcmpError, IcmpKind};
 use crate::rxbuf::{Placed, Pool};
 use crate::segment::{self, Header, Link, Parsed, Seg};
 use crate::table::{Table, Vacancy, MAX_CAPACITY};
@@ -58,6 +59,16 @@ const TIMESTAMPS_LEN: u32 = 12;
 const DEFAULT_MSS_V4: u16 = 536;
 const DEFAULT_MSS_V6: u16 = 1220;
 const MIN_PEER_MSS: u16 = 64;
+/// The smallest path MTU a fragmentation needed lowers an IPv4 connection to (Linux's
+/// `net.ipv4.route.min_pmtu` default, 512 + 20 + 20: an MSS of 512): a forged or broken "MTU
+/// 68" (or an RFC 1191-less router's 0) must not make us send tiny segments.
+const MIN_PMTU_V4: u32 = 552;
+/// IPv6's minimum link MTU (RFC 8200): a Packet Too Big below it is ignored (RFC 8201, and
+/// Linux's `tcp_v6_err`).
+const MIN_PMTU_V6: u32 = 1280;
+/// IP and TCP headers without options, which the path MTU less the MSS leaves room for.
+const HEADERS_V4: u32 = 20 + 20;
+const HEADERS_V6: u32 = 40 + 20;
 /// RFC 5961's challenge ACKs the engine sends per second at most, all connections together
 /// (Linux's `net.ipv4.tcp_challenge_ack_limit` defaults to 1000): forged segments must not
 /// turn into a flood of ACKs.
@@ -255,6 +266,7 @@ impl<A: App> Engine<A> {
                 self.stats.bad_checksums += 1;
                 return self.invalid();
             }
+            Parsed::Icmp(error) => return self.on_icmp(&error, answered),
             Parsed::Ours(seg) => seg,
         };
         self.wheel.start(now_us / 1000);
@@ -463,6 +475,114 @@ impl<A: App> Engine<A> {
         self.invalid()
     }
 
+    // ---- ICMP errors ----------------------------------------------------------------------
+
+    /// An ICMP error quoting a segment from one of our addresses and ports. Its quote must
+    /// validate as a segment we sent: the cookie's port, and the cookie's ISN (a SYN: no
+    /// connection) or, for a connection, a sequence number from SND.UNA to SND.NXT (Linux's
+    /// check in `tcp_v4_err`). What fails is invalid.
+    fn on_icmp(&mut self, error: &IcmpError, mut answered: impl FnMut(IpAddr, u16) -> bool) -> Rx {
+        let token = self.cfg.validator.token(error.ours, error.addr, error.port);
+        if error.our_port != self.cfg.ports.port_for(token) {
+            return self.invalid();
+        }
+        let ck = Cookie {
+            iss: token as u32,
+            port: error.our_port,
+        };
+        if let Ok((idx, _)) = self.table.find(&error.key, error.port) {
+            return self.on_connection_icmp(idx, ck, error);
+        }
+        let about_syn = error.seq == ck.iss;
+        // Our first byte up to just past the request and a FIN: a connection that has ended.
+        let after = error.seq.wrapping_sub(ck.iss.wrapping_add(1));
+        let about_ended = after <= self.app.max_request_len() as u32 + 1;
+        match error.kind {
+            IcmpKind::Unreachable if about_syn && !answered(error.addr, error.port) => {
+                self.unreachable(error);
+                Rx::Answered {
+                    addr: error.addr,
+                    port: error.port,
+                }
+            }
+            _ if about_syn || about_ended => {
+                // A SYN is small: a too-big about one means nothing (and holds no state to
+                // lower). The rest are late: the target has its row.
+                self.stats.icmp_ignored += 1;
+                Rx::Icmp
+            }
+            _ => self.invalid(),
+        }
+    }
+
+    /// A destination unreachable answered the SYN: the target's outcome.
+    fn unreachable(&mut self, error: &IcmpError) {
+        self.stats.unreachable += 1;
+        self.stats.completed += 1;
+        let outcome = Outcome {
+            addr: error.addr,
+            port: error.port,
+            sport: error.our_port,
+            status: Status::Unreachable,
+            rtt_us: None,
+            t_first_byte_us: None,
+            t_total_us: 0,
+            bytes: 0,
+            truncated: false,
+            retransmits_received: 0,
+            ooo_segments: 0,
+            icmp: Some(error.icmp),
+        };
+        self.done.push((outcome, NIL));
+    }
+
+    /// An ICMP error about a connection. A destination unreachable is a soft error (RFC 1122
+    /// 4.2.3.9: only the timeouts end an established connection); a too-big lowers the MSS.
+    fn on_connection_icmp(&mut self, idx: u32, ck: Cookie, error: &IcmpError) -> Rx {
+        let conn = self.conn(idx);
+        let una = ck.iss.wrapping_add(1).wrapping_add(conn.acked());
+        let nxt = match conn.state() {
+            State::Open => ck.iss.wrapping_add(1).wrapping_add(conn.send_limit()),
+            State::Closing => ck
+                .iss
+                .wrapping_add(1)
+                .wrapping_add(conn.req_len())
+                .wrapping_add(u32::from(conn.has(Bits::FIN_SENT))),
+        };
+        if error.seq.wrapping_sub(una) > nxt.wrapping_sub(una) {
+            return self.invalid();
+        }
+        match error.kind {
+            IcmpKind::Unreachable => self.stats.icmp_soft_errors += 1,
+            IcmpKind::TooBig { mtu } => self.path_mtu(idx, ck, mtu),
+        }
+        Rx::Icmp
+    }
+
+    /// A fragmentation needed or Packet Too Big for a connection: as Linux, the MSS only goes
+    /// down (to what `mtu` leaves after the IP and TCP headers, IPv4's floored at
+    /// [`MIN_PMTU_V4`]; IPv6 ignores an MTU below [`MIN_PMTU_V6`]), and the request bytes in
+    /// flight, which the path dropped, go out again at once at the new size (Linux's
+    /// `tcp_simple_retransmit`; no backoff: nothing was lost to congestion).
+    fn path_mtu(&mut self, idx: u32, ck: Cookie, mtu: u32) {
+        let conn = self.conn(idx);
+        let mss = match conn.target() {
+            IpAddr::V4(_) => Some(mtu.max(MIN_PMTU_V4) - HEADERS_V4),
+            IpAddr::V6(_) => (mtu >= MIN_PMTU_V6).then(|| mtu - HEADERS_V6),
+        };
+        let smaller = mss.filter(|&mss| mss < conn.bits.get(Bits::MSS));
+        let (Some(mss), State::Open) = (smaller, conn.state()) else {
+            self.stats.icmp_ignored += 1;
+            return;
+        };
+        let (acked, limit) = (conn.acked(), conn.send_limit());
+        self.conn_mut(idx).bits.put(Bits::MSS, mss);
+        self.stats.mss_lowered += 1;
+        if limit > acked {
+            self.stats.retransmits_sent += self.queue_request(idx, ck, acked, limit);
+        }
+    }
+
     fn queue_rst(&mut self, seg: &Seg, seq: u32, ack: Option<u32>) {
         self.tx.push(Tx::Rst {
             target: seg.addr,
@@ -488,6 +608,7 @@ impl<A: App> Engine<A> {
             truncated: false,
             retransmits_received: 0,
             ooo_segments: 0,
+            icmp: None,
         };
         self.done.push((outcome, NIL));
     }
@@ -981,6 +1102,7 @@ impl<A: App> Engine<A> {
             truncated,
             retransmits_received: 0,
             ooo_segments: 0,
+            icmp: None,
         };
         if buf != NIL {
             let rx = self.pool.get(buf);
@@ -998,7 +1120,7 @@ impl<A: App> Engine<A> {
             Status::DataTimeout => self.stats.timeouts += 1,
             Status::Reset => self.stats.resets += 1,
             Status::Closed => self.stats.closed += 1,
-            Status::Refused | Status::SynTimeout => {}
+            Status::Refused | Status::SynTimeout | Status::Unreachable => {}
         }
         if status == Status::Reset {
             self.free(idx);

@@ -13,6 +13,11 @@
 //!   no system call: frames come in through [`Engine::on_frame`], one table probe each, and
 //!   the segments it queues (ACKs, requests, RSTs, FINs) leave in one batch through
 //!   [`Engine::write_tx`], rendered straight into the caller's buffers.
+//! - **ICMP errors are read** when their quote validates (our address, the cookie's port, and
+//!   the cookie's ISN or a sequence number the connection has sent and not had acknowledged):
+//!   a destination unreachable about a SYN ends the target as [`Status::Unreachable`] at once;
+//!   about an established connection it is a soft error, counted. Fragmentation needed and
+//!   Packet Too Big lower the connection's MSS and send its unacknowledged request again.
 //! - SYN retries are stateless: [`SynRetries`] re-sends the SYN of a target that has not
 //!   answered yet, with backoff, holding only the target's index until then.
 //!
@@ -46,6 +51,7 @@
 pub mod app;
 mod conn;
 mod engine;
+mod icmp;
 mod retry;
 mod rxbuf;
 mod segment;
@@ -80,19 +86,24 @@ pub enum Status {
     Reset,
     /// The server closed (FIN) before sending any data.
     Closed,
+    /// An ICMP destination unreachable (ICMPv6's too) answered the SYN; the outcome carries its
+    /// type and code.
+    Unreachable,
 }
 
 impl Status {
-    pub const ALL: [Status; 6] = [
+    pub const ALL: [Status; 7] = [
         Status::Success,
         Status::Refused,
         Status::SynTimeout,
         Status::DataTimeout,
         Status::Reset,
         Status::Closed,
+        Status::Unreachable,
     ];
 
-    /// The name in output rows: success, refused, syn-timeout, data-timeout, reset, closed.
+    /// The name in output rows: success, refused, syn-timeout, data-timeout, reset, closed,
+    /// unreachable.
     pub fn name(self) -> &'static str {
         match self {
             Status::Success => "success",
@@ -101,6 +112,7 @@ impl Status {
             Status::DataTimeout => "data-timeout",
             Status::Reset => "reset",
             Status::Closed => "closed",
+            Status::Unreachable => "unreachable",
         }
     }
 }
@@ -235,6 +247,16 @@ pub struct Outcome {
     pub retransmits_received: u32,
     /// Segments that arrived ahead of a gap.
     pub ooo_segments: u32,
+    /// The ICMP error that ended the target (`Unreachable` only).
+    pub icmp: Option<Icmp>,
+}
+
+/// An ICMP message's type and code, as received (e.g. 3/1, host unreachable; ICMPv6 1/3,
+/// address unreachable).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Icmp {
+    pub icmp_type: u8,
+    pub icmp_code: u8,
 }
 
 /// What [`Engine::on_frame`] made of a frame.
@@ -244,14 +266,19 @@ pub enum Rx {
     NotOurs,
     /// Looks like ours but fails validation (bad cookie, no such connection, bad checksum).
     Invalid,
-    /// The first answer of a target to our SYN (a SYN-ACK that opened a connection, or an RST
-    /// that refused it): the run loop marks the target answered, so no SYN retry follows.
+    /// The first answer of a target to our SYN (a SYN-ACK that opened a connection, an RST
+    /// that refused it, or an ICMP destination unreachable quoting it): the run loop marks the
+    /// target answered, so no SYN retry follows.
     Answered { addr: IpAddr, port: u16 },
     /// A segment of a connection, handled.
     Segment,
     /// A segment of a connection that has ended (the server's FIN after our RST close, a
     /// retransmission): answered with an RST, as a closed port would.
     Late,
+    /// An ICMP error about one of our segments that ends no target: a soft error or a smaller
+    /// path MTU for a connection (see [`Stats`]), or one ignored (a too-big about a SYN, an
+    /// error about a connection that has ended or a target that has its row already).
+    Icmp,
 }
 
 /// Counters over the engine's life, for the status line and the summary.
@@ -264,7 +291,8 @@ pub struct Stats {
     pub syn_sent: u64,
     /// SYN-ACKs that opened a connection.
     pub established: u64,
-    /// Outcomes the engine produced: `success + refused + timeouts + resets + closed`.
+    /// Outcomes the engine produced: `success + refused + timeouts + resets + closed +
+    /// unreachable`.
     pub completed: u64,
     pub success: u64,
     pub refused: u64,
@@ -272,6 +300,17 @@ pub struct Stats {
     pub timeouts: u64,
     pub resets: u64,
     pub closed: u64,
+    /// Targets whose SYN an ICMP destination unreachable answered (`Unreachable` outcomes).
+    pub unreachable: u64,
+    /// Destination unreachables about established connections: soft errors (RFC 1122 4.2.3.9,
+    /// RFC 5927), counted and otherwise ignored, as Linux does.
+    pub icmp_soft_errors: u64,
+    /// Fragmentation-needed and Packet Too Big errors that lowered a connection's MSS (its
+    /// unacknowledged request then went out again at once, in segments of the new size).
+    pub mss_lowered: u64,
+    /// ICMP errors about our segments that changed nothing: a too-big about a SYN or giving no
+    /// smaller MSS, an error about a connection that has ended or a target already answered.
+    pub icmp_ignored: u64,
     /// Received segments whose data (some or all) had been received already.
     pub retransmits_received: u64,
     /// Request segments and FINs sent again, and zero-window probes.
@@ -290,7 +329,7 @@ pub struct Stats {
     /// Challenge ACKs not sent because the engine's budget for the second was spent.
     pub challenge_acks_limited: u64,
     /// Frames to our addresses and ports that failed validation (bad cookie, no connection,
-    /// bad checksum, malformed).
+    /// bad checksum, malformed), ICMP errors whose quote fails it included.
     pub invalid: u64,
     /// Of `invalid`: frames whose TCP or IPv4 header checksum did not verify.
     pub bad_checksums: u64,

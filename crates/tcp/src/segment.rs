@@ -1,5 +1,6 @@
 //! Frames in and out: [`parse`] reads a received Ethernet frame with `sonde-wire`'s checked
-//! views into a [`Seg`] (never panicking on hostile input), and [`render`] writes one segment
+//! views into a [`Seg`] (or, for an ICMP error quoting one of our segments, an [`IcmpError`]:
+//! see icmp.rs), never panicking on hostile input; and [`render`] writes one segment
 //! as a whole Ethernet + IPv4/IPv6 + TCP frame straight into a transmit buffer, with correct
 //! IPv4 header and TCP checksums.
 
@@ -12,6 +13,7 @@ use sonde_wire::{
 };
 
 use crate::conn::{addr_to_key, is_mapped};
+use crate::icmp::{self, IcmpError};
 
 /// Our side of every frame.
 #[derive(Clone, Copy, Debug)]
@@ -64,9 +66,12 @@ pub(crate) enum Parsed<'a> {
     /// Ours, but its TCP or IPv4 header checksum does not verify.
     BadChecksum,
     Ours(Seg<'a>),
+    /// An ICMP error quoting a segment from one of our addresses and ports.
+    Icmp(IcmpError),
 }
 
-/// Reads `frame`: ours when it is TCP to one of our addresses and a port of our range.
+/// Reads `frame`: ours when it is TCP to one of our addresses and a port of our range, or an
+/// ICMP error to our address about such a segment of ours.
 pub(crate) fn parse<'a>(frame: &'a [u8], link: &Link) -> Parsed<'a> {
     let Ok(eth) = ethernet::Frame::new_checked(frame) else {
         return Parsed::NotOurs;
@@ -78,6 +83,9 @@ pub(crate) fn parse<'a>(frame: &'a [u8], link: &Link) -> Parsed<'a> {
             let Ok(ip) = ipv4::Packet::new_checked(packet) else {
                 return Parsed::NotOurs;
             };
+            if ip.protocol() == IpProtocol::ICMP && Some(ip.dst_addr()) == link.src_ip {
+                return icmp::parse_v4(&ip, link);
+            }
             if ip.protocol() != IpProtocol::TCP || Some(ip.dst_addr()) != link.src_ip {
                 return Parsed::NotOurs;
             }
@@ -98,6 +106,9 @@ pub(crate) fn parse<'a>(frame: &'a [u8], link: &Link) -> Parsed<'a> {
             let Ok(ip) = ipv6::Packet::new_checked(packet) else {
                 return Parsed::NotOurs;
             };
+            if ip.next_header() == IpProtocol::ICMPV6 && Some(ip.dst_addr()) == link.src_ip6 {
+                return icmp::parse_v6(&ip, link);
+            }
             // Extension headers before TCP are not followed: no sane reply carries them.
             if ip.next_header() != IpProtocol::TCP || Some(ip.dst_addr()) != link.src_ip6 {
                 return Parsed::NotOurs;

@@ -453,6 +453,7 @@ impl<'p, A: GrabApp> Pool<'p, A> {
                 && !self.plan.app.is_complete(&conn.data),
             retransmits_received: 0,
             ooo_segments: 0,
+            icmp: None,
         };
         let values = if conn.data.is_empty() {
             Vec::new()

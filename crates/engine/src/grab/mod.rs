@@ -75,7 +75,7 @@ pub const FIELDS: &[Field] = &[
     field(
         "status",
         FieldType::Str,
-        "success, refused, syn-timeout, data-timeout, reset, closed",
+        "success, refused, syn-timeout, data-timeout, reset, closed, unreachable",
     ),
     field("rtt_us", FieldType::Int, "SYN to SYN-ACK, microseconds"),
     field(
@@ -103,6 +103,16 @@ pub const FIELDS: &[Field] = &[
         "ooo_segments",
         FieldType::Int,
         "segments that arrived ahead of a gap",
+    ),
+    field(
+        "icmp_type",
+        FieldType::Int,
+        "the ICMP error's type, when one answered the SYN (status unreachable)",
+    ),
+    field(
+        "icmp_code",
+        FieldType::Int,
+        "the ICMP error's code (e.g. 3/1 host unreachable, ICMPv6 1/3 address unreachable)",
     ),
     field(
         "timestamp",
@@ -137,6 +147,13 @@ pub struct GrabSummary {
     pub timeouts: u64,
     pub resets: u64,
     pub closed: u64,
+    /// Targets whose SYN an ICMP destination unreachable answered (rows `unreachable`).
+    pub unreachable: u64,
+    /// Destination unreachables about open connections (soft errors: counted, not acted on),
+    /// too-bigs that lowered a connection's MSS, and ICMP errors that changed nothing.
+    pub icmp_soft_errors: u64,
+    pub mss_lowered: u64,
+    pub icmp_ignored: u64,
     pub retransmits_received: u64,
     pub retransmits_sent: u64,
     pub sack_blocks_sent: u64,
@@ -197,6 +214,8 @@ impl Row for GrabRow<'_> {
             "truncated" => Value::Bool(o.truncated),
             "retransmits_received" => Value::Int(o.retransmits_received.into()),
             "ooo_segments" => Value::Int(o.ooo_segments.into()),
+            "icmp_type" => int(o.icmp.map(|i| i.icmp_type.into())),
+            "icmp_code" => int(o.icmp.map(|i| i.icmp_code.into())),
             "timestamp" => Value::Int(self.timestamp_us),
             _ => self
                 .app_fields

@@ -160,6 +160,10 @@ pub fn run_on<A: GrabApp>(
         timeouts: stats.timeouts,
         resets: stats.resets,
         closed: stats.closed,
+        unreachable: stats.unreachable,
+        icmp_soft_errors: stats.icmp_soft_errors,
+        mss_lowered: stats.mss_lowered,
+        icmp_ignored: stats.icmp_ignored,
         retransmits_received: stats.retransmits_received,
         retransmits_sent: stats.retransmits_sent,
         sack_blocks_sent: stats.sack_blocks_sent,
@@ -374,8 +378,8 @@ impl<A: GrabApp> Looper<'_, A> {
                     }
                     None => *invalid += 1,
                 },
-                // The engine counts these itself (`Stats::invalid`).
-                Rx::Invalid | Rx::NotOurs | Rx::Segment | Rx::Late => {}
+                // The engine counts these itself (`Stats::invalid`, its ICMP counters).
+                Rx::Invalid | Rx::NotOurs | Rx::Segment | Rx::Late | Rx::Icmp => {}
             }
         })?;
         if self.drops_read.elapsed() >= DROPS_EVERY {
@@ -528,6 +532,7 @@ impl<A: GrabApp> Looper<'_, A> {
                 truncated: false,
                 retransmits_received: 0,
                 ooo_segments: 0,
+                icmp: None,
             };
             let row = GrabRow {
                 outcome: &outcome,

@@ -3,6 +3,7 @@
 mod challenge;
 mod close;
 mod handshake;
+mod icmp;
 mod memory;
 mod peer;
 mod receive;

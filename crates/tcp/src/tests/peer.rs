@@ -5,7 +5,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use sonde_craft::cookie::Validator;
 use sonde_wire::{
-    ethernet, ipv4, ipv6, tcp, ChecksumMode, EtherType, IpPair, IpProtocol, MacAddr, TcpFlags,
+    ethernet, icmpv4, icmpv6, ipv4, ipv6, tcp, ChecksumMode, EtherType, IpPair, IpProtocol,
+    MacAddr, TcpFlags,
 };
 
 use crate::{App, Config, Engine, Outcome, ReplyCursor, Rx};
@@ -386,4 +387,134 @@ impl Harness {
         assert!(matches!(self.handshake(10_000), Rx::Answered { .. }));
         self.flush()
     }
+}
+
+/// The IP header and the first `tcp_bytes` bytes of the TCP header (ports, sequence number,
+/// ACK, offset and flags) of a segment the engine sent, as an ICMP error quotes it.
+pub fn quote(sent: &Sent, tcp_bytes: usize) -> Vec<u8> {
+    let mut tcp = vec![0u8; 20];
+    tcp[0..2].copy_from_slice(&sent.tcp.src_port.to_be_bytes());
+    tcp[2..4].copy_from_slice(&sent.tcp.dst_port.to_be_bytes());
+    tcp[4..8].copy_from_slice(&sent.tcp.seq_number.to_be_bytes());
+    tcp[8..12].copy_from_slice(&sent.tcp.ack_number.unwrap_or(0).to_be_bytes());
+    tcp[12] = ((sent.header_len / 4) as u8) << 4;
+    tcp[13] = sent.tcp.flags.0;
+    tcp.truncate(tcp_bytes);
+    let segment_len = sent.header_len + sent.payload.len();
+    let mut quoted = match (sent.src, sent.dst) {
+        (IpAddr::V4(src_addr), IpAddr::V4(dst_addr)) => {
+            let mut ip = vec![0u8; 20];
+            ipv4::Repr {
+                src_addr,
+                dst_addr,
+                protocol: IpProtocol::TCP,
+                payload_len: segment_len,
+                ttl: sent.ttl,
+                ident: 0,
+                dont_frag: true,
+            }
+            .emit(&mut ipv4::Packet::new_unchecked(&mut ip[..]));
+            ip
+        }
+        (IpAddr::V6(src_addr), IpAddr::V6(dst_addr)) => {
+            let mut ip = vec![0u8; 40];
+            ipv6::Repr {
+                src_addr,
+                dst_addr,
+                next_header: IpProtocol::TCP,
+                payload_len: segment_len,
+                hop_limit: sent.ttl,
+                traffic_class: 0,
+                flow_label: 0,
+            }
+            .emit(&mut ipv6::Packet::new_unchecked(&mut ip[..]));
+            ip
+        }
+        _ => unreachable!(),
+    };
+    quoted.extend_from_slice(&tcp);
+    quoted
+}
+
+/// A frame carrying an ICMP (to an IPv4 address) or ICMPv6 message from `from` to `to`:
+/// `icmp_type`, `code`, the rest-of-header word `rest` (an MTU), then `quoted`.
+pub fn icmp_frame(
+    from: IpAddr,
+    to: IpAddr,
+    icmp_type: u8,
+    code: u8,
+    rest: u32,
+    quoted: &[u8],
+) -> Vec<u8> {
+    let mut message = vec![0u8; 8 + quoted.len()];
+    message[0] = icmp_type;
+    message[1] = code;
+    message[4..8].copy_from_slice(&rest.to_be_bytes());
+    message[8..].copy_from_slice(quoted);
+    let mut frame = vec![0u8; 14];
+    let ethertype = match (from, to) {
+        (IpAddr::V4(src_addr), IpAddr::V4(dst_addr)) => {
+            icmpv4::Packet::new_unchecked(&mut message[..]).fill_checksum();
+            let mut ip = vec![0u8; 20];
+            ipv4::Repr {
+                src_addr,
+                dst_addr,
+                protocol: IpProtocol::ICMP,
+                payload_len: message.len(),
+                ttl: 60,
+                ident: 7,
+                dont_frag: false,
+            }
+            .emit(&mut ipv4::Packet::new_unchecked(&mut ip[..]));
+            frame.extend_from_slice(&ip);
+            EtherType::Ipv4
+        }
+        (IpAddr::V6(src_addr), IpAddr::V6(dst_addr)) => {
+            icmpv6::Packet::new_unchecked(&mut message[..]).fill_checksum(&src_addr, &dst_addr);
+            let mut ip = vec![0u8; 40];
+            ipv6::Repr {
+                src_addr,
+                dst_addr,
+                next_header: IpProtocol::ICMPV6,
+                payload_len: message.len(),
+                hop_limit: 60,
+                traffic_class: 0,
+                flow_label: 0,
+            }
+            .emit(&mut ipv6::Packet::new_unchecked(&mut ip[..]));
+            frame.extend_from_slice(&ip);
+            EtherType::Ipv6
+        }
+        _ => unreachable!(),
+    };
+    ethernet::Repr {
+        src_addr: GW_MAC,
+        dst_addr: OUR_MAC,
+        ethertype,
+    }
+    .emit(&mut ethernet::Frame::new_unchecked(&mut frame[..]));
+    frame.extend_from_slice(&message);
+    frame
+}
+
+/// A router on the path to the targets of `family` (it sends the ICMP errors).
+pub fn router(v6: bool) -> IpAddr {
+    if v6 {
+        "2001:2:0:ffff::fe".parse().unwrap()
+    } else {
+        "198.19.255.254".parse().unwrap()
+    }
+}
+
+/// An ICMP error from the router about `sent` (its IP header and TCP header quoted).
+pub fn icmp_about(sent: &Sent, icmp_type: u8, code: u8, rest: u32) -> Vec<u8> {
+    let quoted = quote(sent, 20);
+    icmp_frame(
+        router(sent.src.is_ipv6()),
+        sent.src,
+        icmp_type,
+        code,
+        rest,
+        &quoted,
+    )
 }
