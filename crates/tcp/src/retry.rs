@@ -67,7 +67,11 @@ pub struct SynRetries {
     /// `levels[k]`: targets whose attempt `k` is the last sent.
     levels: Vec<Level>,
     first_us: u64,
-    in_flight: usize,
+    /// Indexes held in `levels`.
+    queued: usize,
+    /// Of those, targets that have answered ([`SynRetries::answered`]): their indexes wait out
+    /// their due time, but they are no longer in flight.
+    answered_queued: usize,
 }
 
 impl SynRetries {
@@ -76,7 +80,8 @@ impl SynRetries {
         SynRetries {
             levels: (0..=retries).map(|_| Level::default()).collect(),
             first_us,
-            in_flight: 0,
+            queued: 0,
+            answered_queued: 0,
         }
     }
 
@@ -88,7 +93,7 @@ impl SynRetries {
     pub fn sent(&mut self, index: u64, now_us: u64) {
         let due = now_us.saturating_add(self.delay(0));
         self.levels[0].push(index, due);
-        self.in_flight += 1;
+        self.queued += 1;
     }
 
     /// From a target's first SYN to its give-up, `first_us · (2^(retries+1) − 1)`: the longest
@@ -99,9 +104,18 @@ impl SynRetries {
             .fold(0, u64::saturating_add)
     }
 
-    /// SYNs in flight (sent, not yet given up, answered or not): for backpressure.
+    /// A target whose SYN is queued here answered (its first answer: the caller's record of
+    /// answered targets says so): from now on it is a connection or a row, not a SYN in
+    /// flight, though its index stays queued until due (and is skipped then). Without this, a
+    /// target that answered at once would hold its backpressure slot for the whole first
+    /// delay (1 s).
+    pub fn answered(&mut self) {
+        self.answered_queued = (self.answered_queued + 1).min(self.queued);
+    }
+
+    /// SYNs in flight (sent, not answered, not yet given up): for backpressure.
     pub fn in_flight(&self) -> usize {
-        self.in_flight
+        self.queued - self.answered_queued
     }
 
     /// When the next retry or give-up is due (µs), if any.
@@ -133,9 +147,11 @@ impl SynRetries {
                     .pop_due(now_us)
                     .expect("a due run has an index");
                 if answered(index) {
-                    self.in_flight -= 1;
+                    self.queued -= 1;
+                    self.answered_queued = self.answered_queued.saturating_sub(1).min(self.queued);
                 } else if attempt == last {
-                    self.in_flight -= 1;
+                    self.queued -= 1;
+                    self.answered_queued = self.answered_queued.min(self.queued);
                     gave_up(index);
                 } else if resend(index) {
                     let next_due = now_us.saturating_add(self.delay(attempt + 1));
@@ -198,6 +214,30 @@ mod tests {
         assert_eq!(r.in_flight(), 0);
         assert_eq!(r.next_due(), None);
         assert_eq!(r.span_us(), 7_000_000, "1 + 2 + 4 s");
+    }
+
+    #[test]
+    fn answered_targets_leave_the_backpressure_at_once() {
+        let mut r = SynRetries::new(1, 1_000_000);
+        for i in 0..4 {
+            r.sent(i, 0);
+        }
+        // Two answer long before their retry is due: only the other two are in flight.
+        r.answered();
+        r.answered();
+        assert_eq!(r.in_flight(), 2);
+        // Their indexes are skipped when due; the others are resent and stay in flight.
+        assert_eq!(poll(&mut r, 1_000_000, &[0, 2], 10), (vec![1, 3], vec![]));
+        assert_eq!(r.in_flight(), 2);
+        r.answered();
+        assert_eq!(r.in_flight(), 1);
+        assert_eq!(poll(&mut r, 3_000_000, &[0, 1, 2], 10), (vec![], vec![3]));
+        assert_eq!(r.in_flight(), 0);
+        assert_eq!(r.next_due(), None);
+        // An answer counted for no queued SYN (a stray SYN-ACK) never takes the count below 0.
+        r.answered();
+        r.sent(7, 4_000_000);
+        assert_eq!(r.in_flight(), 1);
     }
 
     #[test]

@@ -183,6 +183,40 @@ pub struct GrabSummary {
     pub app: String,
     pub backend: String,
     pub checkpoint: Option<String>,
+    /// Where the engine thread's time went (sonde's own TCP client only; `None` for the
+    /// kernel backend).
+    #[serde(rename = "loop")]
+    pub loop_stats: Option<LoopStats>,
+}
+
+/// Counters of the grab loop's passes: what each pass found to do, what held back new
+/// connections, and where the thread's wall time went. They show what a run waits on.
+#[derive(Serialize, Clone, Debug, Default)]
+pub struct LoopStats {
+    pub passes: u64,
+    /// Passes that received, sent and wrote nothing.
+    pub idle_passes: u64,
+    /// Receives allowed to block (up to 1 ms: nothing left to send and no new target).
+    pub blocking_receives: u64,
+    pub frames_received: u64,
+    /// Passes that sent at least one first SYN, and those SYNs.
+    pub syn_passes: u64,
+    pub first_syns: u64,
+    /// Passes that could open nothing new: the table and the SYNs in flight filled
+    /// `--max-outstanding`, or the pace (`-r`) was not due.
+    pub passes_table_full: u64,
+    pub passes_pace_not_due: u64,
+    /// Passes that left segments for the next one because the transmit ring was full.
+    pub transmit_ring_full: u64,
+    /// Most SYNs awaiting an answer at once (not counted in `peak_outstanding`).
+    pub peak_syns_in_flight: u64,
+    /// Wall time in each part of the passes: receiving (and the engine's work on what came
+    /// in), timers and SYN retries, transmitting, writing rows, the status line.
+    pub receive_s: f64,
+    pub timers_s: f64,
+    pub transmit_s: f64,
+    pub rows_s: f64,
+    pub status_s: f64,
 }
 
 /// The output fields of a grab with `app`: the connection's, then the app's.

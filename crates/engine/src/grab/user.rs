@@ -22,7 +22,9 @@ use sonde_scan::reply::Value;
 use sonde_tcp::{App, Engine, Outcome, ReplyCursor, Rx, Status, SynRetries};
 use sonde_wire::{arp, ethernet, EtherType, MacAddr};
 
-use super::{success_rate, GrabApp, GrabCounts, GrabPlan, GrabRow, GrabStatus, GrabSummary};
+use super::{
+    success_rate, GrabApp, GrabCounts, GrabPlan, GrabRow, GrabStatus, GrabSummary, LoopStats,
+};
 use crate::checkpoint::Checkpoint;
 use crate::feed::Feed;
 use crate::pace::Pacer;
@@ -120,6 +122,7 @@ pub fn run_on<A: GrabApp>(
         syn_timeouts: 0,
         invalid: 0,
         partial_checksums: 0,
+        loop_stats: LoopStats::default(),
     };
     let watch = Stopwatch::start();
     pin_to_cpu(plan.run.sender_cpu(0));
@@ -138,6 +141,7 @@ pub fn run_on<A: GrabApp>(
         writer,
         engine,
         mut status,
+        loop_stats,
         ..
     } = looper;
     writer.finish().context("finishing the output")?;
@@ -187,6 +191,7 @@ pub fn run_on<A: GrabApp>(
         app: plan.app.name().into(),
         backend: plan.run.backend.name().into(),
         checkpoint,
+        loop_stats: Some(loop_stats),
     })
 }
 
@@ -253,6 +258,7 @@ struct Looper<'p, A: GrabApp> {
     invalid: u64,
     /// Frames taken unverified because the kernel marked their checksum partial.
     partial_checksums: u64,
+    loop_stats: LoopStats,
 }
 
 impl<A: GrabApp> Looper<'_, A> {
@@ -289,7 +295,9 @@ impl<A: GrabApp> Looper<'_, A> {
             if idle {
                 return Ok(());
             }
+            let ticked = Instant::now();
             self.tick_status()?;
+            self.loop_stats.status_s += ticked.elapsed().as_secs_f64();
             if !busy {
                 std::hint::spin_loop();
             }
@@ -301,24 +309,45 @@ impl<A: GrabApp> Looper<'_, A> {
     }
 
     /// One pass: receive, timers, SYN retries, new SYNs, one transmit batch, rows. Returns
-    /// whether anything happened.
+    /// whether anything happened. Each part's wall time is added to the loop's counters.
     fn pass(&mut self, open_new: bool) -> anyhow::Result<bool> {
+        let start = Instant::now();
         let received = self.receive()?;
+        let received_at = Instant::now();
         let now = self.now_us();
         self.engine.on_tick(now);
         self.poll_retries(now);
         let new = if open_new { self.room() } else { 0 };
+        let timed_at = Instant::now();
         let sent = self.transmit(new, now)?;
+        let sent_at = Instant::now();
         let rows = self.write_rows()?;
-        Ok(received + sent + rows > 0)
+        let l = &mut self.loop_stats;
+        l.receive_s += (received_at - start).as_secs_f64();
+        l.timers_s += (timed_at - received_at).as_secs_f64();
+        l.transmit_s += (sent_at - timed_at).as_secs_f64();
+        l.rows_s += sent_at.elapsed().as_secs_f64();
+        l.passes += 1;
+        l.frames_received += received as u64;
+        let busy = received + sent + rows > 0;
+        l.idle_passes += u64::from(!busy);
+        Ok(busy)
     }
 
     /// New SYNs this pass may send: table room, SYNs in flight, the pace.
     fn room(&mut self) -> usize {
         let cap = self.plan.tcp.max_outstanding;
-        let busy = self.engine.outstanding() + self.retries.in_flight();
+        let in_flight = self.retries.in_flight();
+        let l = &mut self.loop_stats;
+        l.peak_syns_in_flight = l.peak_syns_in_flight.max(in_flight as u64);
+        let busy = self.engine.outstanding() + in_flight;
         let room = cap.saturating_sub(busy).min(self.pacer.burst());
-        if room == 0 || !self.pacer.is_due() {
+        if room == 0 {
+            l.passes_table_full += 1;
+            return 0;
+        }
+        if !self.pacer.is_due() {
+            l.passes_pace_not_due += 1;
             return 0;
         }
         room
@@ -328,12 +357,14 @@ impl<A: GrabApp> Looper<'_, A> {
         let wait = if self.engine.tx_pending() > 0 || !self.feed.is_done() {
             Duration::ZERO
         } else {
+            self.loop_stats.blocking_receives += 1;
             Duration::from_millis(1)
         };
         let Looper {
             rxs,
             engine,
             answered,
+            retries,
             sent,
             arps,
             plan,
@@ -373,8 +404,11 @@ impl<A: GrabApp> Looper<'_, A> {
             };
             match rx {
                 Rx::Answered { addr, port } => match space.index_of(addr, port) {
+                    // Its first answer: a connection or a row now, no longer a SYN in flight.
                     Some(index) => {
-                        answered.check_and_insert(index);
+                        if !answered.check_and_insert(index) {
+                            retries.answered();
+                        }
                     }
                     None => *invalid += 1,
                 },
@@ -472,10 +506,13 @@ impl<A: GrabApp> Looper<'_, A> {
                 engine.write_syn(buf, addr, port, now)
             })?;
             if n == 0 {
+                self.loop_stats.transmit_ring_full += 1;
                 break;
             }
             sent += n;
         }
+        self.loop_stats.first_syns += opened as u64;
+        self.loop_stats.syn_passes += u64::from(opened > 0);
         self.pacer.charge(opened + resent);
         self.syn_retransmitted += resent as u64;
         self.counts.syn_sent.add((opened + resent) as u64);

@@ -379,3 +379,59 @@ fn a_corrupted_segment_is_counted_and_not_delivered() {
         assert_eq!(summary.invalid, summary.bad_checksums);
     }
 }
+
+fn serve(_: IpAddr) -> Script {
+    Script::Serve
+}
+
+#[test]
+fn a_target_that_answered_frees_its_slot_at_once() {
+    // 64 targets, 4 open at once, and a first SYN retry 60 s away: were an answered target's
+    // slot held until its retry was due, 4 connections would be all this run made before the
+    // watchdog stops it (10 s, then 11 s to end the draining).
+    let dir = tempdir::Dir::new("slots");
+    let (ours, theirs) = link();
+    let rows = RowLog::default();
+    let controls = Controls::default();
+    let peer = Peer::new(theirs, serve, rows.clone(), controls.clone());
+    let peer = thread::spawn(move || peer.run());
+    let mut plan = plan("198.18.0.0/26", 0.0, &dir);
+    plan.tcp.max_outstanding = 4;
+    plan.syn_timeout_us = 60_000_000;
+    let stop = Stop::manual();
+    let (watchdog, finished) = {
+        let (stop, finished) = (
+            stop.clone(),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        );
+        let done = finished.clone();
+        let watchdog = thread::spawn(move || {
+            for tick in 0..110 {
+                if done.load(Ordering::Acquire) {
+                    return;
+                }
+                if tick == 100 || tick == 109 {
+                    stop.set(StopReason::Signal);
+                }
+                thread::sleep(std::time::Duration::from_millis(100));
+            }
+        });
+        (watchdog, finished)
+    };
+    let summary = grab(plan, &ours, &rows, &stop);
+    finished.store(true, Ordering::Release);
+    watchdog.join().unwrap();
+    controls.done.store(true, Ordering::Release);
+    peer.join().unwrap();
+
+    assert!(
+        !summary.interrupted,
+        "the watchdog had to stop it: {summary:?}"
+    );
+    let rows = rows.rows();
+    assert_eq!(rows.len(), 64, "{rows:?}");
+    assert!(rows.iter().all(|r| r.status == "success"), "{rows:?}");
+    let loop_stats = summary.loop_stats.unwrap();
+    assert!(loop_stats.peak_syns_in_flight <= 4, "{loop_stats:?}");
+    assert_eq!(loop_stats.first_syns, 64);
+}
