@@ -94,6 +94,7 @@ fn tcp_spec() -> FilterSpec {
         ports: (OURS.first, OURS.last),
         echo_id: None,
         spare_host_sockets: false,
+        stamp_arrivals: false,
     }
 }
 
@@ -491,6 +492,7 @@ fn open_tcp(tcp: TcpTake, ports: PortRange, spare: bool) -> AnyRx {
         tcp,
         ports: (ports.first, ports.last),
         spare_host_sockets: spare,
+        stamp_arrivals: false,
         ..tcp_spec()
     };
     AnyRx::open_filtered(BackendKind::Xdp, &IoConfig::new("sx0"), &spec, "")

@@ -12,6 +12,7 @@
 //! [`host`] finds the interface, addresses and gateway; [`targets`] turns what the user asked
 //! for into the target space, with the guardrails of responsible scanning.
 
+mod arrival;
 pub mod checkpoint;
 pub mod feed;
 pub mod grab;

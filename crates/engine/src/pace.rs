@@ -92,6 +92,15 @@ impl Pacer {
         now >= self.next
     }
 
+    /// How long until the next burst is due (zero when it is, or when unpaced): how long a
+    /// loop that has nothing else to do may sleep.
+    pub fn until_due(&self) -> Duration {
+        if self.seconds_per_packet == 0.0 {
+            return Duration::ZERO;
+        }
+        self.next.saturating_duration_since(Instant::now())
+    }
+
     /// `packets` left (only what the kernel accepted): the next burst is due that much later.
     pub fn charge(&mut self, packets: usize) {
         if self.seconds_per_packet > 0.0 {

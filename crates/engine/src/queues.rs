@@ -46,6 +46,7 @@ impl ReplyFilter {
             ports: (run.ports.first, run.ports.last),
             echo_id: probe.echo_ident().filter(|_| icmp),
             spare_host_sockets: true,
+            stamp_arrivals: false,
         };
         ReplyFilter {
             spec,
@@ -97,6 +98,7 @@ fn tcp_client(ipv4: Option<Ipv4Addr>, ipv6: Option<Ipv6Addr>, ports: PortRange) 
             ports: (ports.first, ports.last),
             echo_id: None,
             spare_host_sockets: true,
+            stamp_arrivals: true,
         },
         expr,
     }

@@ -518,12 +518,12 @@ fn read_clocks(queue: usize, clock: Instant) -> (usize, u32, u64) {
 /// carry that wait. A stamp from the future or more than a second old (the wall clock was set
 /// meanwhile) is not trusted: then the batch's reading counts.
 fn arrival(now_us: u32, now_epoch_ns: u64, kernel_ns: Option<u64>) -> (u32, u64) {
-    const TRUSTED_AGE_NS: u64 = 1_000_000_000;
-    match kernel_ns.and_then(|k| Some((k, now_epoch_ns.checked_sub(k)?))) {
-        Some((k, age_ns)) if age_ns <= TRUSTED_AGE_NS => {
-            (now_us.wrapping_sub((age_ns / 1000) as u32), k / 1000)
-        }
-        _ => (now_us, now_epoch_ns / 1000),
+    match crate::arrival::stamp_age_us(now_epoch_ns, kernel_ns) {
+        Some(age_us) => (
+            now_us.wrapping_sub(age_us as u32),
+            now_epoch_ns / 1000 - age_us,
+        ),
+        None => (now_us, now_epoch_ns / 1000),
     }
 }
 

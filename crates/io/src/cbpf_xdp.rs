@@ -2178,6 +2178,7 @@ mod tests {
                 ports: (61000, 65535),
                 echo_id: None,
                 spare_host_sockets: true,
+                stamp_arrivals: false,
             };
             let err = format!("{:#}", XdpRx::open_filtered(&lo(), &spec).err().unwrap());
             assert!(

@@ -428,6 +428,18 @@ impl AnyRx {
         }
     }
 
+    /// Whether every frame comes with the kernel's arrival time ([`RxMeta::stamp_ns`]): a
+    /// packet ring's frames, and AF_XDP's behind a reply filter that stamps arrivals (a frame
+    /// the filter could not grow comes without). A reader may then read frames late, in
+    /// batches, and still date them right.
+    pub fn stamps_arrivals(&self) -> bool {
+        match self {
+            AnyRx::Ring(_) => true,
+            AnyRx::Xdp(r) => r.stamps_arrivals(),
+            _ => false,
+        }
+    }
+
     /// The descriptor `poll(2)` reports readable while frames wait for this receiver (the
     /// AF_XDP or packet socket, libpcap's descriptor, the in-memory queue's eventfd). It stays
     /// owned by the receiver. See [`rx_many`], which waits on several at once.
@@ -613,6 +625,7 @@ mod tests {
                 ports: (61000, 65535),
                 echo_id: None,
                 spare_host_sockets: true,
+                stamp_arrivals: false,
             };
             // Every backend open at once (AF_XDP as a pair: one socket per queue).
             let mut open: Vec<(AnyTx, AnyRx)> = BackendKind::NETWORK

@@ -1,12 +1,11 @@
 //! Serving several receivers from one thread (e.g. one AF_XDP receiver per queue) so that a busy
 //! one cannot starve the others: non-blocking sweeps over all of them, and only when every one
-//! came back empty a single `poll(2)` over all their descriptors.
+//! came back empty a single `ppoll(2)` over all their descriptors.
 
 use sonde_meter::stages::{self, Stage};
 use std::io;
 use std::time::Duration;
 
-use crate::packet_socket::timeout_ms;
 use crate::{AnyRx, FrameRx, RxChecksum};
 
 /// Up to this many receivers are waited on with a pollfd array on the stack; more cost one
@@ -51,7 +50,8 @@ pub fn rx_many_stamped<F: FnMut(usize, &[u8], Option<u64>)>(
 /// What a backend knows of a received frame besides its bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RxMeta {
-    /// The kernel's arrival time, nanoseconds since the Unix epoch (packet rings).
+    /// The kernel's arrival time, nanoseconds since the Unix epoch (packet rings, and AF_XDP
+    /// behind a reply filter that stamps arrivals).
     pub stamp_ns: Option<u64>,
     /// What the kernel says of the frame's checksums (packet rings).
     pub checksum: RxChecksum,
@@ -90,6 +90,13 @@ fn sweep<F: FnMut(usize, &[u8], RxMeta)>(
                 };
                 on_frame(i, p.data, meta)
             })?,
+            AnyRx::Xdp(xdp) => xdp.rx_stamped(max_each, Duration::ZERO, |frame, stamp_ns| {
+                let meta = RxMeta {
+                    stamp_ns,
+                    checksum: RxChecksum::default(),
+                };
+                on_frame(i, frame, meta)
+            })?,
             other => other.rx_batch(max_each, Duration::ZERO, |frame| {
                 on_frame(i, frame, RxMeta::default())
             })?,
@@ -121,12 +128,20 @@ fn wait_readable(rxs: &[AnyRx], timeout: Duration) -> io::Result<bool> {
         on_heap.extend(rxs.iter().map(pollfd));
         &mut on_heap
     };
-    // SAFETY: `fds` is an array of fds.len() initialised pollfds that outlives the call.
+    // ppoll, not poll: a wait of a few hundred microseconds (the pace's next SYN) must not be
+    // rounded up to a whole millisecond.
+    let timeout = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: `fds` is an array of fds.len() initialised pollfds and `timeout` a timespec,
+    // both outliving the call; a null signal mask leaves the thread's mask as it is.
     let rc = stages::call(Stage::Poll, Stage::RxCall, || unsafe {
-        libc::poll(
+        libc::ppoll(
             fds.as_mut_ptr(),
             fds.len() as libc::nfds_t,
-            timeout_ms(timeout),
+            &timeout,
+            std::ptr::null(),
         )
     });
     if rc >= 0 {
@@ -239,6 +254,7 @@ mod tests {
                 ports: (61000, 65535),
                 echo_id: None,
                 spare_host_sockets: true,
+                stamp_arrivals: false,
             };
             let xdp = crate::xdp::XdpRx::open_filtered(&cfg, &spec).unwrap();
             let filter = xdp.filter();

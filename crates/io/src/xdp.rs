@@ -27,7 +27,7 @@ use xsk_rs::config::{
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
 
 use crate::packet_socket::timeout_ms;
-use crate::xdp_filter::{Attached, FilterSpec, XdpProgram};
+use crate::xdp_filter::{take_stamp, Attached, FilterSpec, XdpProgram};
 use crate::{FrameRx, FrameTx, IoConfig, RxDrops, MAX_FRAME};
 
 const FRAME_SIZE: u32 = 2048;
@@ -623,6 +623,11 @@ impl XdpRx {
         new
     }
 
+    /// Whether the filter this receiver is behind stamps each frame's arrival.
+    pub fn stamps_arrivals(&self) -> bool {
+        self.filter.as_ref().is_some_and(|f| f.stamp_mark.is_some())
+    }
+
     /// The reply filter this receiver is behind (tests inject frames through it).
     #[cfg(test)]
     pub(crate) fn filter(&self) -> Arc<Attached> {
@@ -698,8 +703,11 @@ fn open_filtered_port(
     Ok((port, filter))
 }
 
-impl FrameRx for XdpRx {
-    fn rx_batch<F: FnMut(&[u8])>(
+impl XdpRx {
+    /// [`FrameRx::rx_batch`] with each frame's arrival time when the filter stamped it (ns
+    /// since the Unix epoch, as a packet ring's stamps): `on_frame(frame, stamp)`. The stamp's
+    /// trailer is never part of the frame handed over.
+    pub fn rx_stamped<F: FnMut(&[u8], Option<u64>)>(
         &mut self,
         max: usize,
         timeout: Duration,
@@ -719,10 +727,23 @@ impl FrameRx for XdpRx {
             // SAFETY: as above.
             n = unsafe { self.rings.rx.consume(&mut self.received[..max]) };
         }
+        let mark = self.filter.as_ref().and_then(|f| f.stamp_mark);
+        // Both clocks read once per batch, at its first stamped frame.
+        let mut clocks: Option<(u64, u64)> = None;
         for desc in &self.received[..n] {
             // SAFETY: the kernel handed these frames to us; nothing else accesses them now.
             let data = unsafe { self.umem.data(desc) };
-            on_frame(data.contents());
+            let frame = data.contents();
+            match mark.and_then(|mark| take_stamp(frame, mark)) {
+                Some((frame, stamp)) => {
+                    let (mono, epoch) = *clocks.get_or_insert_with(read_clocks);
+                    on_frame(
+                        frame,
+                        Some(epoch.saturating_sub(mono.saturating_sub(stamp))),
+                    );
+                }
+                None => on_frame(frame, None),
+            }
         }
         // SAFETY: the frames are read and handed back for reuse.
         let mut back = 0;
@@ -736,6 +757,32 @@ impl FrameRx for XdpRx {
             stages::call(Stage::Poll, Stage::RxCall, || fill.wakeup(rx.fd_mut(), 0))?;
         }
         Ok(n)
+    }
+}
+
+/// CLOCK_MONOTONIC (the filter's stamps) and the wall clock, both in ns, read together.
+fn read_clocks() -> (u64, u64) {
+    let mut mono = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the live local it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut mono) };
+    let epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mono = mono.tv_sec as u64 * 1_000_000_000 + mono.tv_nsec as u64;
+    (mono, epoch)
+}
+
+impl FrameRx for XdpRx {
+    fn rx_batch<F: FnMut(&[u8])>(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+        mut on_frame: F,
+    ) -> io::Result<usize> {
+        self.rx_stamped(max, timeout, |frame, _| on_frame(frame))
     }
 }
 
@@ -764,6 +811,7 @@ mod tests {
             ports: (61000, 65535),
             echo_id: None,
             spare_host_sockets: true,
+            stamp_arrivals: false,
         }
     }
 
@@ -795,6 +843,59 @@ mod tests {
                 .unwrap();
             assert_eq!((got, ports), (10, vec![62001; 10]));
             assert_eq!(rx.take_drops(), RxDrops::default());
+        });
+    }
+
+    fn epoch_ns() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+    }
+
+    #[test]
+    fn a_stamping_filter_dates_each_frame_and_hands_it_over_whole() {
+        in_private_netns(|| {
+            let frame = synack(SCAN4, 62000);
+            let spec = FilterSpec {
+                stamp_arrivals: true,
+                ..syn_scan()
+            };
+            let mut rx = XdpRx::open_filtered(&lo(64), &spec).unwrap();
+            assert!(rx.stamps_arrivals());
+            let before = epoch_ns();
+            rx.filter().inject(&frame, 3).unwrap();
+            let after = epoch_ns();
+            std::thread::sleep(Duration::from_millis(20));
+            let mut got = Vec::new();
+            rx.rx_stamped(64, Duration::ZERO, |f, stamp| got.push((f.to_vec(), stamp)))
+                .unwrap();
+            assert_eq!(got.len(), 3);
+            for (bytes, stamp) in got {
+                assert_eq!(bytes, frame, "the trailer is taken off");
+                // Dated when injected, not when read 20 ms later (1 ms of slack for the
+                // two clocks' readings).
+                let stamp = stamp.expect("stamped");
+                assert!(
+                    stamp + 1_000_000 >= before && stamp <= after + 1_000_000,
+                    "{before} <= {stamp} <= {after}"
+                );
+            }
+            // Read without stamps, the frame is still whole.
+            rx.filter().inject(&frame, 1).unwrap();
+            let mut plain = Vec::new();
+            rx.rx_batch(64, Duration::ZERO, |f| plain.push(f.to_vec()))
+                .unwrap();
+            assert_eq!(plain, [frame]);
+        });
+        in_private_netns(|| {
+            let mut rx = XdpRx::open_filtered(&lo(64), &syn_scan()).unwrap();
+            assert!(!rx.stamps_arrivals());
+            rx.filter().inject(&synack(SCAN4, 62000), 1).unwrap();
+            let mut got = Vec::new();
+            rx.rx_stamped(64, Duration::ZERO, |f, stamp| got.push((f.len(), stamp)))
+                .unwrap();
+            assert_eq!(got, [(synack(SCAN4, 62000).len(), None)]);
         });
     }
 

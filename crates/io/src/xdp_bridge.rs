@@ -601,6 +601,7 @@ mod tests {
                 ports: (40000, 40010),
                 echo_id: None,
                 spare_host_sockets: true,
+                stamp_arrivals: false,
             };
             let rx = AnyRx::open_filtered(BackendKind::Xdp, &cfg, &spec, "").unwrap();
             assert!(xdp_attached("pa"));

@@ -42,6 +42,31 @@ const TAKE_ICMP6: u32 = 1 << 3;
 const TAKE_TCP_ALL: u32 = 1 << 4;
 const TAKE_ECHO: u32 = 1 << 5;
 const SPARE_HOST_SOCKETS: u32 = 1 << 6;
+const STAMP_ARRIVALS: u32 = 1 << 7;
+
+/// The trailer reply_filter.c appends with `STAMP_ARRIVALS`: the filter's mark, then the
+/// arrival time (CLOCK_MONOTONIC ns), 8 bytes each in host order.
+pub(crate) const STAMP_LEN: usize = 16;
+
+/// This process's stamp mark: random, so a frame cannot carry it by chance or by design, and
+/// one per process, so the receivers of one interface still share one filter.
+fn stamp_mark() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    static MARK: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *MARK.get_or_init(|| RandomState::new().hash_one(std::process::id()) | 1)
+}
+
+/// The arrival stamp (CLOCK_MONOTONIC ns) of a frame a filter with `mark` stamped, and the
+/// frame without its trailer; None for a frame without the trailer (one that could not grow).
+pub(crate) fn take_stamp(frame: &[u8], mark: u64) -> Option<(&[u8], u64)> {
+    let split = frame.len().checked_sub(STAMP_LEN)?;
+    let (bytes, trailer) = frame.split_at(split);
+    let (have, stamp) = trailer.split_at(8);
+    if have != mark.to_ne_bytes() {
+        return None;
+    }
+    Some((bytes, u64::from_ne_bytes(stamp.try_into().ok()?)))
+}
 
 /// Which TCP segments to the port range the reply filter takes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -103,6 +128,9 @@ pub struct FilterSpec {
     pub echo_id: Option<u16>,
     /// Ask the kernel before taking TCP or UDP, and pass what a socket of the host owns.
     pub spare_host_sockets: bool,
+    /// Stamp each frame taken with its arrival time (the receiver's [`crate::RxMeta`] then
+    /// carries it): for a reader that does not read each frame as it arrives.
+    pub stamp_arrivals: bool,
 }
 
 /// `struct filter_cfg` of reply_filter.c, field for field.
@@ -117,6 +145,7 @@ pub(crate) struct FilterCfg {
     port_hi: u16,
     echo_id: u16,
     reserved: u16,
+    stamp_mark: u64,
 }
 
 impl FilterSpec {
@@ -148,11 +177,13 @@ impl FilterSpec {
                 | bit(self.icmp, TAKE_ICMP)
                 | bit(self.icmp6, TAKE_ICMP6)
                 | bit(self.echo_id.is_some(), TAKE_ECHO)
-                | bit(self.spare_host_sockets, SPARE_HOST_SOCKETS),
+                | bit(self.spare_host_sockets, SPARE_HOST_SOCKETS)
+                | bit(self.stamp_arrivals, STAMP_ARRIVALS),
             port_lo: lo,
             port_hi: hi,
             echo_id: self.echo_id.unwrap_or(0),
             reserved: 0,
+            stamp_mark: if self.stamp_arrivals { stamp_mark() } else { 0 },
         })
     }
 }
@@ -177,6 +208,14 @@ impl XdpProgram {
     /// The classic BPF `program` (a compiled tcpdump expression) translated to eBPF.
     pub(crate) fn expression(program: &[libc::sock_filter]) -> XdpProgram {
         XdpProgram::Expression(program.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect())
+    }
+
+    /// The mark of the arrival stamps it appends, if it stamps them.
+    fn stamp_mark(&self) -> Option<u64> {
+        match self {
+            XdpProgram::Reply(cfg) if cfg.protos & STAMP_ARRIVALS != 0 => Some(cfg.stamp_mark),
+            _ => None,
+        }
     }
 
     /// The program's name in messages.
@@ -361,6 +400,8 @@ pub(crate) struct Attached {
     native: bool,
     /// [`XdpProgram::name`].
     name: &'static str,
+    /// The mark of the arrival stamps the program appends, if it stamps them.
+    pub(crate) stamp_mark: Option<u64>,
 }
 
 impl Attached {
@@ -463,6 +504,7 @@ pub(crate) fn attach_shared<T>(
                     filter,
                     native,
                     name,
+                    stamp_mark: program.stamp_mark(),
                 });
                 attached.push((key, program.clone(), Arc::downgrade(&shared)));
                 return Ok((shared, opened));
@@ -551,6 +593,23 @@ fn load_object() -> io::Result<(OwnedFd, OwnedFd, OwnedFd)> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_trailer_counts_only_with_the_mark() {
+        let mark = 0x1122_3344_5566_7788u64;
+        let mut frame = b"frame bytes".to_vec();
+        frame.extend_from_slice(&mark.to_ne_bytes());
+        frame.extend_from_slice(&42u64.to_ne_bytes());
+        assert_eq!(take_stamp(&frame, mark), Some((&b"frame bytes"[..], 42)));
+        assert_eq!(take_stamp(&frame, mark ^ 1), None, "another mark");
+        assert_eq!(
+            take_stamp(&frame[..15], mark),
+            None,
+            "shorter than a trailer"
+        );
+        assert_eq!(take_stamp(&[], mark), None);
+        assert_eq!(take_stamp(&frame[11..], mark), Some((&[][..], 42)));
+    }
+
     const XDP_PASS: u32 = 2;
     const XDP_REDIRECT: u32 = 4;
     const SCAN4: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 1);
@@ -583,13 +642,25 @@ mod tests {
             ports: PORTS,
             echo_id: Some(ECHO_ID),
             spare_host_sockets: true,
+            stamp_arrivals: false,
         }
     }
 
     #[test]
     fn config_layout_and_checks() {
-        assert_eq!(std::mem::size_of::<FilterCfg>(), 32);
+        assert_eq!(std::mem::size_of::<FilterCfg>(), 40);
         let cfg = spec().to_cfg().unwrap();
+        assert_eq!(cfg.stamp_mark, 0, "no stamps asked for");
+        let stamping = FilterSpec {
+            stamp_arrivals: true,
+            ..spec()
+        };
+        let (a, b) = (stamping.to_cfg().unwrap(), stamping.to_cfg().unwrap());
+        assert_eq!(a.protos & STAMP_ARRIVALS, STAMP_ARRIVALS);
+        assert!(
+            a.stamp_mark != 0 && a == b,
+            "one mark: receivers of an interface share it"
+        );
         assert_eq!(cfg.ipv4.to_ne_bytes(), [198, 19, 255, 1]);
         assert_eq!(cfg.protos, 0b110_1111);
         assert_eq!(
@@ -603,6 +674,7 @@ mod tests {
             icmp6: false,
             echo_id: None,
             spare_host_sockets: false,
+            stamp_arrivals: false,
             ..spec()
         };
         let cfg = only_tcp4.to_cfg().unwrap();
@@ -1498,6 +1570,7 @@ mod tests {
         // Without spare_host_sockets (a receiver holding its own port) the lookup is skipped.
         let holding = FilterSpec {
             spare_host_sockets: false,
+            stamp_arrivals: false,
             ..spec()
         };
         with_filter(holding, |f| {

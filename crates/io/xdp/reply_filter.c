@@ -48,6 +48,12 @@
 #define TAKE_TCP_ALL (1u << 4) // every TCP segment
 #define TAKE_ECHO (1u << 5) // echo replies carrying filter_cfg.echo_id
 #define SPARE_HOST_SOCKETS (1u << 6) // pass the flows of the host's sockets
+#define STAMP_ARRIVALS (1u << 7) // append the arrival time to each frame taken
+
+// STAMP_ARRIVALS: each frame taken grows by this trailer: filter_cfg.stamp_mark, then
+// bpf_ktime_get_ns() (CLOCK_MONOTONIC), both in host order. The receiver checks the mark and
+// takes the trailer off; a frame that cannot grow goes unstamped.
+#define STAMP_LEN 16
 
 #define TCP_SYN 0x02
 #define TCP_RST 0x04
@@ -81,6 +87,7 @@ struct filter_cfg {
 	__u16 port_hi;
 	__u16 echo_id;   // with TAKE_ECHO: sonde's echo identifier, host order
 	__u16 reserved;
+	__u64 stamp_mark; // with STAMP_ARRIVALS: the trailer's first 8 bytes
 };
 
 struct {
@@ -496,6 +503,30 @@ static __always_inline int matches(struct xdp_md *ctx, void *data, void *end,
 	return 0;
 }
 
+// Appends the trailer of STAMP_ARRIVALS: the receiver then times the frame by when it
+// arrived, not by when it was read (a loop that sleeps reads replies in batches).
+static __always_inline void stamp_arrival(struct xdp_md *ctx, __u64 mark)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	if (bpf_xdp_adjust_tail(ctx, STAMP_LEN))
+		return;
+	// The trailer's offset from the start (the verifier takes no arithmetic on data_end),
+	// bounded for it: a frame taken here is far shorter than 16 KiB.
+	__u64 len = bpf_xdp_get_buff_len(ctx);
+
+	if (len < STAMP_LEN || len > 0x3fff)
+		return;
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u8 *trailer = data + ((len - STAMP_LEN) & 0x3fff);
+
+	if ((void *)(trailer + STAMP_LEN) > end)
+		return;
+	__builtin_memcpy(trailer, &mark, 8);
+	__builtin_memcpy(trailer + 8, &now, 8);
+}
+
 SEC("xdp")
 int sonde_reply_filter(struct xdp_md *ctx)
 {
@@ -506,6 +537,8 @@ int sonde_reply_filter(struct xdp_md *ctx)
 
 	if (!cfg || !matches(ctx, data, end, cfg))
 		return XDP_PASS;
+	if (cfg->protos & STAMP_ARRIVALS)
+		stamp_arrival(ctx, cfg->stamp_mark);
 	// No socket on this queue: the frame goes to the OS instead.
 	return bpf_redirect_map(&xsks_map, ctx->rx_queue_index, XDP_PASS);
 }

@@ -210,6 +210,13 @@ impl<A: App> Engine<A> {
         &self.cfg
     }
 
+    /// When the earliest timer of a connection is due (µs, on the clock of `now_us`), if any
+    /// runs: until then [`Engine::on_tick`] has nothing to do, and a loop with nothing else to
+    /// do may sleep.
+    pub fn next_deadline_us(&self) -> Option<u64> {
+        self.wheel.next_tick().map(|tick| tick.saturating_mul(1000))
+    }
+
     /// Connections in the table now (established or closing).
     pub fn outstanding(&self) -> usize {
         self.table.live()

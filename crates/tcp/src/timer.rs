@@ -121,6 +121,24 @@ impl Wheel {
         }
     }
 
+    /// The tick (ms) of the earliest armed entry, if any, without advancing: for a caller that
+    /// decides how long it may sleep. At most one look at each bitmap word.
+    pub fn next_tick(&self) -> Option<u64> {
+        if !self.started {
+            return None;
+        }
+        let mut distance = 0;
+        while distance < SLOTS {
+            let slot = ((self.cursor + 1 + distance) % SLOTS) as usize;
+            let ahead = self.occupied[slot / 64] >> (slot % 64);
+            if ahead != 0 {
+                return Some(self.cursor + 1 + distance + u64::from(ahead.trailing_zeros()));
+            }
+            distance += 64 - slot as u64 % 64;
+        }
+        None
+    }
+
     /// Advances towards `now_ms` to the next slot with entries, detaches its list and returns
     /// its first entry (follow `timer_next` until [`NIL`]; every entry of it is unarmed by
     /// [`Wheel::detach`] before its handler runs). None once the cursor reaches `now_ms`.
@@ -281,6 +299,24 @@ mod tests {
                     }
                 }
             }
+            // What a sleeping loop is told: exactly the earliest armed tick.
+            assert_eq!(wheel.next_tick(), due.iter().flatten().min().copied());
         }
+    }
+
+    #[test]
+    fn the_next_tick_is_found_across_the_turn() {
+        let mut wheel = Wheel::new();
+        assert_eq!(wheel.next_tick(), None, "not started");
+        wheel.start(SLOTS - 3);
+        assert_eq!(wheel.next_tick(), None, "nothing armed");
+        let mut slab = slab(2);
+        // Past the end of the slots, in the first word again.
+        wheel.link(&mut slab, 0, SLOTS + 70);
+        assert_eq!(wheel.next_tick(), Some(SLOTS + 70));
+        wheel.link(&mut slab, 1, SLOTS - 1);
+        assert_eq!(wheel.next_tick(), Some(SLOTS - 1));
+        assert_eq!(fire_all(&mut wheel, &mut slab, SLOTS), [(1, SLOTS - 1)]);
+        assert_eq!(wheel.next_tick(), Some(SLOTS + 70));
     }
 }

@@ -89,6 +89,7 @@ fn open_frames(
                 echo_id: None,
                 // The port is held by a kernel socket of ours (hold_port), which would win.
                 spare_host_sockets: false,
+                stamp_arrivals: false,
             };
             let (tx, rx0) = sonde_io::open_xdp_pair(&cfg, &spec)?;
             let mut rxs = vec![rx0];

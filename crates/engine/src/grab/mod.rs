@@ -196,8 +196,10 @@ pub struct LoopStats {
     pub passes: u64,
     /// Passes that received, sent and wrote nothing.
     pub idle_passes: u64,
-    /// Receives allowed to block (up to 1 ms: nothing left to send and no new target).
-    pub blocking_receives: u64,
+    /// Receives that waited for a frame (nothing to send until the pace's next SYN, a timer
+    /// or a SYN retry), and the wall time they took: the time the thread slept.
+    pub waits: u64,
+    pub wait_s: f64,
     pub frames_received: u64,
     /// Passes that sent at least one first SYN, and those SYNs.
     pub syn_passes: u64,

@@ -35,6 +35,16 @@ use crate::stop::{Stop, StopReason};
 
 /// How often the receivers' drop counters are read.
 const DROPS_EVERY: Duration = Duration::from_millis(100);
+/// The longest a pass waits for a frame when nothing else is due: the status line and the
+/// drop counters are read at least this often.
+const MAX_WAIT: Duration = Duration::from_millis(100);
+/// Waits shorter than this are spun through: falling asleep and waking up costs about as much.
+const SPIN_BELOW: Duration = Duration::from_micros(50);
+/// With receivers that stamp arrivals, frames wake a waiting loop at most this often: at a
+/// modest pace every wake-up (a context switch and a timer, tens of µs on a virtual machine)
+/// would otherwise cost more than the frame it brings. Replies wait at most this long to be
+/// answered; their times come from their stamps.
+const GATHER: Duration = Duration::from_millis(1);
 
 /// The queues a grab runs on: one transmit queue and the receivers.
 pub struct GrabIo {
@@ -98,6 +108,7 @@ pub fn run_on<A: GrabApp>(
         plan.run.status_file.as_deref(),
         IfExists::force(plan.run.overwrite),
     )?;
+    let io_stamps = io.rxs.iter().all(AnyRx::stamps_arrivals);
     let mut looper = Looper {
         retries,
         answered: Dedup::for_space(&plan.run.space),
@@ -123,6 +134,8 @@ pub fn run_on<A: GrabApp>(
         invalid: 0,
         partial_checksums: 0,
         loop_stats: LoopStats::default(),
+        last_wake: Instant::now(),
+        gather: if io_stamps { GATHER } else { Duration::ZERO },
     };
     let watch = Stopwatch::start();
     pin_to_cpu(plan.run.sender_cpu(0));
@@ -259,6 +272,10 @@ struct Looper<'p, A: GrabApp> {
     /// Frames taken unverified because the kernel marked their checksum partial.
     partial_checksums: u64,
     loop_stats: LoopStats,
+    /// When the loop last woke from a wait, and how long it lets frames gather before a frame
+    /// may wake it again (none unless every receiver stamps arrivals).
+    last_wake: Instant,
+    gather: Duration,
 }
 
 impl<A: GrabApp> Looper<'_, A> {
@@ -312,7 +329,7 @@ impl<A: GrabApp> Looper<'_, A> {
     /// whether anything happened. Each part's wall time is added to the loop's counters.
     fn pass(&mut self, open_new: bool) -> anyhow::Result<bool> {
         let start = Instant::now();
-        let received = self.receive()?;
+        let received = self.receive(open_new)?;
         let received_at = Instant::now();
         let now = self.now_us();
         self.engine.on_tick(now);
@@ -353,13 +370,52 @@ impl<A: GrabApp> Looper<'_, A> {
         room
     }
 
-    fn receive(&mut self) -> anyhow::Result<usize> {
-        let wait = if self.engine.tx_pending() > 0 || !self.feed.is_done() {
+    /// How long this pass's receive may wait for a frame: nothing, while something is ready
+    /// to send; else until the earliest of the pace's next SYN (when the table has room for
+    /// it), a connection's timer and a SYN retry, at most `MAX_WAIT`. A wait shorter than
+    /// `SPIN_BELOW` is not worth a sleep: the loop spins through it.
+    fn idle_wait(&mut self, open_new: bool) -> Duration {
+        let ready = self.engine.tx_pending() > 0
+            || !self.arps.is_empty()
+            || !self.resend.is_empty()
+            || !self.fresh.is_empty();
+        if ready {
+            return Duration::ZERO;
+        }
+        let now = self.now_us();
+        let mut until = now + MAX_WAIT.as_micros() as u64;
+        let cap = self.plan.tcp.max_outstanding;
+        let has_room = self.engine.outstanding() + self.retries.in_flight() < cap;
+        if open_new && has_room && !self.feed.is_done() {
+            until = until.min(now + self.pacer.until_due().as_micros() as u64);
+        }
+        for due in [self.engine.next_deadline_us(), self.retries.next_due()] {
+            until = until.min(due.unwrap_or(u64::MAX));
+        }
+        let wait = Duration::from_micros(until.saturating_sub(now));
+        if wait < SPIN_BELOW {
             Duration::ZERO
         } else {
-            self.loop_stats.blocking_receives += 1;
-            Duration::from_millis(1)
-        };
+            wait
+        }
+    }
+
+    fn receive(&mut self, open_new: bool) -> anyhow::Result<usize> {
+        let mut wait = self.idle_wait(open_new);
+        let waited = (!wait.is_zero()).then(Instant::now);
+        // Frames wake the loop at most once per `gather`: those arriving meanwhile wait in the
+        // ring and are read together (their stamps still date them). A deadline is never
+        // slept past.
+        if !wait.is_zero() {
+            let hold = self
+                .gather
+                .saturating_sub(self.last_wake.elapsed())
+                .min(wait);
+            if hold >= SPIN_BELOW {
+                std::thread::sleep(hold);
+                wait -= hold;
+            }
+        }
         let Looper {
             rxs,
             engine,
@@ -373,16 +429,23 @@ impl<A: GrabApp> Looper<'_, A> {
             partial_checksums,
             ..
         } = self;
-        // The clock is read once per receiver's batch, when its first frame is handed over:
-        // a reading from before the wait would date the replies early (and shorten RTTs).
-        let mut stamp: Option<(usize, u64)> = None;
+        // The clocks are read once per receiver's batch, when its first frame is handed over:
+        // a reading from before the wait would date the replies early (and shorten RTTs). A
+        // frame the kernel stamped on arrival (packet rings; AF_XDP behind the reply filter)
+        // is dated by its stamp: the loop reads frames in batches, after they arrived.
+        let mut stamp: Option<(usize, u64, u64)> = None;
         let arp_for = plan.arp_for;
         let space = &plan.run.space;
         let n = sonde_io::rx_many_meta(rxs, 256, wait, |queue, frame, meta| {
-            let now = match stamp {
-                Some((q, now)) if q == queue => now,
-                _ => stamp.insert((queue, clock.elapsed().as_micros() as u64)).1,
+            let (now_us, now_epoch_ns) = match stamp {
+                Some((q, now_us, epoch_ns)) if q == queue => (now_us, epoch_ns),
+                _ => {
+                    let (_, now_us, epoch_ns) = *stamp.insert(read_clocks(queue, *clock));
+                    (now_us, epoch_ns)
+                }
             };
+            let age_us = crate::arrival::stamp_age_us(now_epoch_ns, meta.stamp_ns);
+            let now = now_us.saturating_sub(age_us.unwrap_or(0));
             if let Some(ip) = arp_for {
                 if let Some(asker) = arp_request_for(frame, ip) {
                     arps.push(asker);
@@ -416,6 +479,11 @@ impl<A: GrabApp> Looper<'_, A> {
                 Rx::Invalid | Rx::NotOurs | Rx::Segment | Rx::Late | Rx::Icmp => {}
             }
         })?;
+        if let Some(start) = waited {
+            self.last_wake = Instant::now();
+            self.loop_stats.waits += 1;
+            self.loop_stats.wait_s += start.elapsed().as_secs_f64();
+        }
         if self.drops_read.elapsed() >= DROPS_EVERY {
             self.drops_read = Instant::now();
             let drops: u64 = self.rxs.iter_mut().map(AnyRx::take_drops).sum();
@@ -649,6 +717,15 @@ impl<A: GrabApp> Looper<'_, A> {
 }
 
 /// An ARP request asking who has `ip`.
+/// Receiver `queue`'s batch: the loop's clock (µs) and the wall clock (ns since the Unix
+/// epoch, as arrival stamps are), read now.
+fn read_clocks(queue: usize, clock: Instant) -> (usize, u64, u64) {
+    let epoch_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    (queue, clock.elapsed().as_micros() as u64, epoch_ns)
+}
+
 fn arp_request_for(frame: &[u8], ip: Ipv4Addr) -> Option<arp::Repr> {
     let eth = ethernet::Frame::new_checked(frame).ok()?;
     if eth.ethertype() != EtherType::Arp {

@@ -435,3 +435,50 @@ fn a_target_that_answered_frees_its_slot_at_once() {
     assert!(loop_stats.peak_syns_in_flight <= 4, "{loop_stats:?}");
     assert_eq!(loop_stats.first_syns, 64);
 }
+
+#[test]
+fn with_nothing_to_do_until_a_retry_the_loop_sleeps() {
+    // One target nobody answers: its SYN, a retry 50 ms later, the give-up 100 ms after that.
+    // Between them the loop has nothing to do and sleeps until the next is due (a spinning
+    // or millisecond-polling loop makes hundreds of passes in those 150 ms).
+    let dir = tempdir::Dir::new("sleeps");
+    let (ours, _nobody) = link();
+    let rows = RowLog::default();
+    let mut plan = plan("198.18.0.1/32", 0.0, &dir);
+    plan.syn_timeout_us = 50_000;
+    let summary = grab(plan, &ours, &rows, &Stop::manual());
+    let rows = rows.rows();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].status, "syn-timeout");
+    let l = summary.loop_stats.clone().unwrap();
+    assert!(l.passes <= 12, "{l:?}");
+    assert!(l.waits >= 2 && l.wait_s >= 0.1, "{l:?}");
+    // And it ended when the row was out, not a timer's turn later.
+    assert!(summary.wall_s < 0.5, "{summary:?}");
+}
+
+#[test]
+fn a_paced_grab_sleeps_between_its_syns() {
+    // Eight targets at 40 new connections a second: 175 ms from the first SYN to the last.
+    // The loop wakes for each SYN and for the peer's segments, and sleeps in between.
+    let dir = tempdir::Dir::new("paced");
+    let (ours, theirs) = link();
+    let rows = RowLog::default();
+    let controls = Controls::default();
+    let peer = Peer::new(theirs, serve, rows.clone(), controls.clone());
+    let peer = thread::spawn(move || peer.run());
+    let summary = grab(
+        plan("198.18.0.0/29", 40.0, &dir),
+        &ours,
+        &rows,
+        &Stop::manual(),
+    );
+    controls.done.store(true, Ordering::Release);
+    peer.join().unwrap();
+    let rows = rows.rows();
+    assert_eq!(rows.len(), 8, "{rows:?}");
+    assert!(rows.iter().all(|r| r.status == "success"), "{rows:?}");
+    let l = summary.loop_stats.unwrap();
+    assert!(l.passes <= 200, "{l:?}");
+    assert!(l.wait_s >= 0.1, "{l:?}");
+}
