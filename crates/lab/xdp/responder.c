@@ -650,7 +650,10 @@ static __always_inline int answer_echo(struct xdp_md *ctx, struct probe *pr,
 //
 // Every reply carries a timestamp option if the segment did (TSval this host's
 // milliseconds, TSecr the segment's TSval), as a connection that agreed on
-// timestamps does on every segment (RFC 7323).
+// timestamps does on every segment (RFC 7323). Unlike Linux's, the replies'
+// IPv4 identification is 0 (they are sent with DF, RFC 6864) and they carry
+// no ECN mark. A segment longer than MAX_L4 goes on to the kernel like any
+// other, which has no server on port 80 and resets it.
 
 #define HTTP_PORT 80
 // nginx's reply in this lab (crates/lab/src/http.rs: `return 200 "sonde lab
