@@ -282,8 +282,8 @@ fn bad_target_cpus_and_responders_get_one_line_errors() {
             "--loss would not apply",
         ),
         (
-            vec!["--responder", "xdp", "--http"],
-            "--http would not apply",
+            vec!["--responder", "xdp", "--http", "--tcp-open", "80,443"],
+            "TLS on port 443",
         ),
         (vec!["--responder", "dpdk"], "unknown responder"),
     ] {

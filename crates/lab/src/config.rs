@@ -82,7 +82,8 @@ pub struct LabConfig {
     /// Run a DNS server (unbound) on port 53 of every responsive address.
     pub dns: bool,
     /// Run nginx on ports 80 (HTTP) and 443 (HTTPS) of every responsive address; they count
-    /// as open whether or not `tcp_open` lists them.
+    /// as open whether or not `tcp_open` lists them. With `Responder::Xdp` the XDP program
+    /// serves HTTP on port 80 itself instead, and 443 is not opened (TLS stays with nginx).
     pub http: bool,
     /// Share of the responsive addresses (0.0..=1.0) that complete the TCP handshake on every
     /// open port and then never send anything (a keyed hash of the address, salted apart from
@@ -96,10 +97,13 @@ pub struct LabConfig {
 }
 
 impl LabConfig {
-    /// Every TCP port that answers SYN-ACK: `tcp_open`, plus 80 and 443 with `http`, ascending.
+    /// Every TCP port that answers SYN-ACK: `tcp_open`, plus 80 and 443 with `http` (80 alone
+    /// when the XDP program serves HTTP), ascending.
     pub fn open_ports(&self) -> Vec<u16> {
         let mut ports = self.tcp_open.clone();
-        if self.http {
+        if self.xdp_http() {
+            ports.push(HTTP_PORT);
+        } else if self.http {
             ports.extend([HTTP_PORT, HTTPS_PORT]);
         }
         ports.sort_unstable();
@@ -107,7 +111,13 @@ impl LabConfig {
         ports
     }
 
-    /// The open ports the lab's small accept-and-close server serves: all but nginx's.
+    /// Whether the XDP program is the lab's web server (`--responder xdp --http`), not nginx.
+    pub fn xdp_http(&self) -> bool {
+        self.http && self.responder == Responder::Xdp
+    }
+
+    /// The open ports the lab's small accept-and-close server serves: all but nginx's (or the
+    /// XDP server's).
     pub fn served_ports(&self) -> Vec<u16> {
         let nginx = |p: &u16| self.http && (*p == HTTP_PORT || *p == HTTPS_PORT);
         self.open_ports()
@@ -145,8 +155,8 @@ pub enum Responder {
     /// The lab's kernel: IP input, nftables, its TCP, ICMP and UDP code, and the servers.
     Kernel,
     /// An XDP program on nx0 (xdp/responder.c) answers SYN, ICMP echo and UDP probes to the
-    /// responsive addresses with XDP_TX and drops what goes to the others; everything else still
-    /// goes to the kernel.
+    /// responsive addresses with XDP_TX and drops what goes to the others (and with `http` serves
+    /// HTTP on port 80, statelessly); everything else still goes to the kernel.
     Xdp,
 }
 
@@ -350,13 +360,15 @@ pub(crate) fn validate(cfg: &LabConfig) -> Result<()> {
 }
 
 /// What the XDP responder cannot do: it answers before nftables and the servers would see a
-/// probe, so random loss, nginx and the silent hosts would not apply; and nx0 has one XDP
-/// program, so not the drop sink as well.
+/// probe, so random loss and the silent hosts would not apply; and nx0 has one XDP program, so
+/// not the drop sink as well. With `--http` it serves plain HTTP on port 80 itself; TLS on 443
+/// (and nginx's `/big`) stay with nginx.
 fn validate_xdp_responder(cfg: &LabConfig) -> Result<()> {
+    if cfg.http && cfg.tcp_open.contains(&HTTPS_PORT) {
+        bail!("--responder xdp --http serves plain HTTP on port 80 only: TLS on port {HTTPS_PORT} (and /big) stay with nginx; leave {HTTPS_PORT} out of --tcp-open, or use --responder kernel");
+    }
     let clash = if cfg.loss > 0.0 {
         "--loss"
-    } else if cfg.http {
-        "--http"
     } else if cfg.silent_share > 0.0 {
         "--silent-share"
     } else if cfg.sink == Sink::Drop {
@@ -574,6 +586,65 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("DNS server's"), "{e}");
+    }
+
+    #[test]
+    fn the_xdp_web_server_opens_80_only_and_refuses_443() {
+        let base = LabConfig {
+            responder: Responder::Xdp,
+            http: true,
+            tcp_open: vec![22],
+            ..LabConfig::default()
+        };
+        validate(&base).unwrap();
+        assert!(base.xdp_http());
+        assert_eq!(base.open_ports(), [22, 80]);
+        assert_eq!(base.served_ports(), [22]);
+        for tcp_open in [vec![80, 443], vec![443]] {
+            let e = validate(&LabConfig {
+                tcp_open,
+                ..base.clone()
+            })
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains("TLS on port 443") && e.contains("--tcp-open"),
+                "{e}"
+            );
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+        // 443 is only a banner port without --http, and nginx's with the kernel responder.
+        validate(&LabConfig {
+            http: false,
+            tcp_open: vec![80, 443],
+            ..base.clone()
+        })
+        .unwrap();
+        let kernel = LabConfig {
+            responder: Responder::Kernel,
+            ..base.clone()
+        };
+        assert!(!kernel.xdp_http());
+        assert_eq!(kernel.open_ports(), [22, 80, 443]);
+        for (clash, cfg) in [
+            (
+                "--loss",
+                LabConfig {
+                    loss: 0.1,
+                    ..base.clone()
+                },
+            ),
+            (
+                "--silent-share",
+                LabConfig {
+                    silent_share: 0.1,
+                    ..base.clone()
+                },
+            ),
+        ] {
+            let e = validate(&cfg).unwrap_err().to_string();
+            assert!(e.contains(clash), "{e}");
+        }
     }
 
     #[test]

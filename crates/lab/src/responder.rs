@@ -1,4 +1,5 @@
-//! The XDP responder (xdp/responder.c, compiled by build.rs): `lab up --responder xdp`.
+//! The XDP responder (xdp/responder.c, compiled by build.rs): `lab up --responder xdp`, and with
+//! `--http` the lab's stateless web server on port 80 as well.
 //!
 //! Loading goes through libbpf-rs: open the embedded object, load it, write the population,
 //! the hash key and threshold, the open ports and the link's addresses into `responder_cfg`,
@@ -21,7 +22,7 @@ use ipnet::{Ipv4Net, Ipv6Net};
 use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder, Xdp, XdpFlags};
 use nix::sched::{setns, CloneFlags};
 
-use crate::config::{LINK_NET, NET_IF, SCAN_IP, SCAN_IP6};
+use crate::config::{GATEWAY_IP, GATEWAY_IP6, LINK_NET, NET_IF, SCAN_IP, SCAN_IP6};
 use crate::netns::ns_path;
 use crate::truth::{hash_key, share_threshold, Population, Population6};
 
@@ -37,10 +38,12 @@ pub(crate) const MODE: &str = "xdpgeneric";
 const EVERY_ADDRESS: u32 = 1 << 0;
 const HAS_V6: u32 = 1 << 1;
 const DNS_53: u32 = 1 << 2;
+const HTTP_80: u32 = 1 << 3;
 
 /// Size of `struct responder_cfg`: eight u64s, six u32s, the MAC, window scale and padding,
-/// four windows, and the open-port bitmap of 65,536 bits.
-const CFG_LEN: usize = 8 * 8 + 6 * 4 + 8 + 4 * 2 + 65_536 / 8;
+/// four windows, the TAI offset, the gateway's IPv4 address and the low half of its IPv6 one,
+/// and the open-port bitmap of 65,536 bits.
+const CFG_LEN: usize = 8 * 8 + 6 * 4 + 8 + 4 * 2 + 2 * 4 + 8 + 65_536 / 8;
 
 /// What the responder answers for.
 #[derive(Clone, Debug)]
@@ -51,6 +54,10 @@ pub(crate) struct ResponderSpec {
     pub open: Vec<u16>,
     /// Port 53 (UDP and TCP) goes to the lab's DNS server.
     pub dns: bool,
+    /// The program serves HTTP on port 80 itself (`--http`): handshakes, `GET /`, FIN.
+    pub http: bool,
+    /// CLOCK_TAI less UTC, in seconds: the program's HTTP Date is UTC from CLOCK_TAI.
+    pub tai_utc: u32,
     /// nx0's MAC: frames to another go to the kernel.
     pub mac: [u8; 6],
     /// The window and window scale the lab's kernel puts in its SYN-ACKs.
@@ -122,6 +129,9 @@ impl ResponderSpec {
         if self.dns {
             flags |= DNS_53;
         }
+        if self.http {
+            flags |= HTTP_80;
+        }
         let peer6 = u128::from(SCAN_IP6);
         u64s(
             &mut b,
@@ -148,6 +158,8 @@ impl ResponderSpec {
             .window
             .iter()
             .for_each(|w| b.extend(w.to_ne_bytes()));
+        u32s(&mut b, &[self.tai_utc, u32::from(GATEWAY_IP)]);
+        u64s(&mut b, &[u128::from(GATEWAY_IP6) as u64]);
         let mut open = [0u64; 1024];
         for &p in &self.open {
             open[usize::from(p) / 64] |= 1 << (p % 64);
@@ -265,6 +277,22 @@ pub(crate) fn attach(ns: &str, spec: &ResponderSpec) -> Result<&'static str> {
         .unwrap_or_else(|_| Err(anyhow!("the thread attaching the XDP responder panicked")))
     });
     attached.map(|()| MODE)
+}
+
+/// CLOCK_TAI less CLOCK_REALTIME in whole seconds (37 where the kernel was told the TAI offset,
+/// else 0): a BPF program reads only CLOCK_TAI, and the HTTP Date is UTC.
+pub(crate) fn tai_utc_offset() -> Result<u32> {
+    use nix::time::{clock_gettime, ClockId};
+    let read = |clock| {
+        clock_gettime(clock)
+            .map(|t| t.tv_sec() as f64 + t.tv_nsec() as f64 / 1e9)
+            .map_err(|e| anyhow!("cannot read the clock {clock}: {e}"))
+    };
+    let offset = (read(ClockId::CLOCK_TAI)? - read(ClockId::CLOCK_REALTIME)?).round();
+    if !(0.0..=3600.0).contains(&offset) {
+        bail!("CLOCK_TAI is {offset} s from UTC: expected 0 to 3600 s (adjtimex's TAI offset)");
+    }
+    Ok(offset as u32)
 }
 
 /// A MAC in its usual notation ("02:00:c6:13:ff:fe") as bytes.

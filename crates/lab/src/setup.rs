@@ -159,7 +159,7 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
         ip_line(&format!("-n {ns} link set dev lo up"))?;
     }
     sysctl(&net, NET_SYSCTLS)?;
-    make_link(cfg.queues, &scan, &net)?;
+    make_link(cfg.queues, &scan, &net, cfg.xdp_http())?;
     route(cfg.population, &scan, &net)?;
     if let Some(population6) = cfg.population6 {
         sysctl(&net, NET_SYSCTLS6)?;
@@ -206,6 +206,8 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
                 pop6,
                 open: cfg.open_ports(),
                 dns: cfg.dns,
+                http: cfg.http,
+                tai_utc: responder::tai_utc_offset()?,
                 mac: responder::parse_mac(&gateway_mac)?,
                 windows: responder::SynAckWindows::of_namespace(&net)?,
             };
@@ -234,7 +236,7 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
         started.extend(server::started(pid, "silent server"));
         Some((pid, cmd))
     };
-    let nginx = if cfg.http {
+    let nginx = if cfg.http && !cfg.xdp_http() {
         let h = http::start(&cfg.name, &net, v6, cpus)?;
         started.extend(server::started(h.pid, "nginx"));
         Some(h)
@@ -313,8 +315,9 @@ fn sysctl(ns: &str, settings: &[&str]) -> Result<()> {
 }
 
 /// The veth pair, created directly inside the two namespaces (nothing ever
-/// exists in the root namespace), addressed and up.
-fn make_link(queues: u32, scan: &str, net: &str) -> Result<()> {
+/// exists in the root namespace), addressed and up. With `whole_scan_checksums` the scanner's
+/// end computes its checksums too.
+fn make_link(queues: u32, scan: &str, net: &str, whole_scan_checksums: bool) -> Result<()> {
     let q = format!("numtxqueues {queues} numrxqueues {queues}");
     ip_line(&format!(
         "link add {SCAN_IF} netns {scan} address {SCAN_MAC} {q} type veth \
@@ -334,6 +337,13 @@ fn make_link(queues: u32, scan: &str, net: &str) -> Result<()> {
     // corrupted ones.
     in_ns(net, "ethtool", &["-K", NET_IF, "tx", "off"])?;
     bridge::check_offloads_off(net, NET_IF, &["tx-checksumming"])?;
+    // The XDP web server checks every segment's checksum, and the scanner's kernel (curl,
+    // ZGrab2, grab's kernel backend) would leave them partial: computed in software instead,
+    // as for a NIC without checksum offload.
+    if whole_scan_checksums {
+        in_ns(scan, "ethtool", &["-K", SCAN_IF, "tx", "off"])?;
+        bridge::check_offloads_off(scan, SCAN_IF, &["tx-checksumming"])?;
+    }
     ip_line(&format!("-n {scan} link set dev {SCAN_IF} up"))?;
     ip_line(&format!("-n {net} link set dev {NET_IF} up"))?;
     Ok(())

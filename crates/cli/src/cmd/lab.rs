@@ -106,9 +106,9 @@ struct UpArgs {
     responsive: f64,
     /// TCP ports with a listening server (SYN-ACK); other ports answer RST. A small server
     /// says one line on them, "SONDE-LAB <address> <port>", and closes (nginx serves 80 and
-    /// 443 with --http).
-    #[arg(long, value_delimiter = ',', default_value = "80,443")]
-    tcp_open: Vec<u16>,
+    /// 443 with --http). Default: 80,443; 80 with --responder xdp --http.
+    #[arg(long, value_delimiter = ',')]
+    tcp_open: Option<Vec<u16>>,
     /// Seed of the keyed hash that picks the responsive addresses.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -132,7 +132,9 @@ struct UpArgs {
     /// Run nginx on ports 80 and 443 (TLS, a self-signed certificate made now; `lab status`
     /// shows its SHA-256) of every responsive address, IPv4 and IPv6; 80 and 443 are open then.
     /// `GET /` answers "sonde lab <address>\n" (the address connected to), `GET /big` a
-    /// 1 MiB body (length and SHA-256 in `lab status`), anything else 404.
+    /// 1 MiB body (length and SHA-256 in `lab status`), anything else 404. With --responder
+    /// xdp the XDP program serves port 80 itself (GET / only, nginx's reply byte for byte) and
+    /// 443 is not opened.
     #[arg(long)]
     http: bool,
     /// Share of the responsive hosts (0.0 to 1.0) that complete the TCP handshake on every
@@ -144,8 +146,10 @@ struct UpArgs {
     /// the servers), or xdp: an XDP program on the lab's end of the veth that answers TCP SYNs
     /// (SYN-ACK on the open ports, RST|ACK elsewhere), ICMP echo requests and UDP (ICMP port
     /// unreachable) of the responsive addresses itself, so the targets cost next to nothing.
-    /// With xdp only the handshake's first half exists (no connection completes from raw
-    /// frames), and --loss, --http and --silent-share do not apply; --dns still answers on 53.
+    /// With --http it is also the web server on port 80, with no state (the SYN-ACK's sequence
+    /// number is a keyed cookie): `GET /` gets nginx's reply and FIN in one segment. On the
+    /// other open ports only the handshake's first half exists; --loss and --silent-share do
+    /// not apply, nor 443 with --http; --dns still answers on 53.
     #[arg(long, default_value = "kernel")]
     responder: Responder,
     /// CPUs the lab's side runs on, e.g. 1 or 2-3: receive processing of the lab's end of the
@@ -245,7 +249,13 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
         population6: up.population6,
         dns: up.dns,
         responsive: up.responsive,
-        tcp_open: up.tcp_open,
+        tcp_open: up.tcp_open.unwrap_or_else(|| {
+            if up.http && up.responder == Responder::Xdp {
+                vec![80]
+            } else {
+                vec![80, 443]
+            }
+        }),
         seed: up.seed,
         queues: up.queues.unwrap_or(2),
         sink: up.sink,
@@ -259,8 +269,10 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
     let server = vec![exe.display().to_string(), "lab".into(), "__serve".into()];
     let status = sonde_lab::up(&cfg, &server)?;
     let mut extra = String::new();
-    if status.http {
+    if status.http && status.nginx_pid.is_some() {
         extra.push_str(", nginx on 80 and 443");
+    } else if status.http {
+        extra.push_str(", the XDP responder's HTTP server on 80");
     }
     if status.silent_count > 0 {
         extra.push_str(&format!(", {} silent", status.silent_count));
