@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use serde::Serialize;
-use sonde_io::{AnyRx, AnyTx, BackendKind, FrameTx};
+use sonde_io::{AnyRx, AnyTx, BackendKind, FrameTx, LinkCounters, LinkDrops};
 use sonde_meter::output_file::IfExists;
 use sonde_meter::stages::{self, Role, Stage};
 use sonde_meter::{peak_rss_bytes, Counter, CpuTimes, Stopwatch};
@@ -98,6 +98,17 @@ pub struct ScanSummary {
     pub rate_target_pps: f64,
     /// Where the checkpoint went, when the scan was interrupted.
     pub checkpoint: Option<String>,
+    /// The scanner's interface, and what it dropped itself during the run, by its own
+    /// counters (deltas; all of its traffic, not only the scan's; null where they could not
+    /// be read).
+    pub iface: String,
+    pub iface_tx_dropped: Option<u64>,
+    pub iface_rx_dropped: Option<u64>,
+    pub iface_rx_missed_errors: Option<u64>,
+    pub iface_rx_fifo_errors: Option<u64>,
+    /// One line naming the cause of every loss counted (sonde's receive drops and the
+    /// interface's), and what to do; null when nothing was lost.
+    pub losses: Option<String>,
 }
 
 /// Runs the scan until every target is probed (or `stop`), then receives for the cooldown,
@@ -125,7 +136,9 @@ pub fn run(
         let (receiving, stop) = (receiving.clone(), stop.clone());
         std::thread::spawn(move || receiver.run(&receiving, &stop))
     };
-    let source = ScanStatus::new(counts.clone(), total);
+    // Opened here, in the namespace the run is in (a lab's scanner namespace), before sending.
+    let link = LinkWatch::open(&plan.run.iface);
+    let source = ScanStatus::new(counts.clone(), total, link);
     let mut status = StatusLine::new(
         source,
         plan.run.quiet,
@@ -177,7 +190,9 @@ pub fn run(
         }
     };
     writer.finish().context("finishing the output")?;
+    // The last line reads the interface's counters once more; the summary takes that reading.
     status.tick(Phase::Done, true)?;
+    let link = status.source().link_seen;
     send_result?;
     let checkpoint = if interrupted {
         save_checkpoint(&plan, &states, counts.sent.get(), true)?;
@@ -213,7 +228,85 @@ pub fn run(
         rx_backend: plan.run.rx_backend.name().into(),
         rate_target_pps: plan.run.rate,
         checkpoint,
+        iface: plan.run.iface.clone(),
+        iface_tx_dropped: link.map(|l| l.tx_dropped),
+        iface_rx_dropped: link.map(|l| l.rx_dropped),
+        iface_rx_missed_errors: link.map(|l| l.rx_missed_errors),
+        iface_rx_fifo_errors: link.map(|l| l.rx_fifo_errors),
+        losses: loss_line(
+            counts.drops.get(),
+            &plan.run.iface,
+            link.as_ref(),
+            plan.run.backend,
+        ),
     })
+}
+
+/// The scanner interface's own loss counters, and their reading when the run began.
+struct LinkWatch {
+    counters: LinkCounters,
+    start: LinkDrops,
+}
+
+impl LinkWatch {
+    /// None if the interface's counters cannot be read (the summary then says null).
+    fn open(iface: &str) -> Option<LinkWatch> {
+        let mut counters = LinkCounters::open(iface).ok()?;
+        let start = counters.read().ok()?;
+        Some(LinkWatch { counters, start })
+    }
+
+    /// What the interface dropped since the run began (one netlink round trip).
+    fn since_start(&mut self) -> Option<LinkDrops> {
+        Some(self.counters.read().ok()?.since(&self.start))
+    }
+}
+
+/// One line naming the cause of every loss seen, with what to do about it; None when no
+/// counter moved. `drops` are sonde's receive drops; `link` what interface `iface` dropped
+/// itself; `backend` sent the probes.
+fn loss_line(
+    drops: u64,
+    iface: &str,
+    link: Option<&LinkDrops>,
+    backend: BackendKind,
+) -> Option<String> {
+    let mut causes = Vec::new();
+    let l = link.copied().unwrap_or_default();
+    if l.tx_dropped > 0 {
+        let tries = match backend {
+            // tpacket_snd hands a frame the device dropped back to the ring as still to
+            // send, and tries it again.
+            BackendKind::Ring => {
+                ", and the packet ring sends such a frame again, so some count repeated tries"
+            }
+            _ => "",
+        };
+        causes.push(format!(
+            "{iface} dropped {} probes on the way out (tx_dropped): the targets' side or the link could not take them that fast{tries}; lower -r or use fewer --threads",
+            l.tx_dropped
+        ));
+    }
+    if l.rx_dropped > 0 {
+        causes.push(format!(
+            "{iface} dropped {} frames on the way in (rx_dropped): the kernel's receive backlog was full (or no one wanted them), so replies came faster than this host took them in; lower -r",
+            l.rx_dropped
+        ));
+    }
+    if l.rx_missed_errors + l.rx_fifo_errors > 0 {
+        causes.push(format!(
+            "{iface}'s NIC missed {} frames on the way in (rx_missed_errors {}, rx_fifo_errors {}): its receive ring was full; lower -r, or receive on more queues",
+            l.rx_missed_errors + l.rx_fifo_errors,
+            l.rx_missed_errors,
+            l.rx_fifo_errors
+        ));
+    }
+    if drops > 0 {
+        causes.push(format!(
+            "sonde's receiver dropped {drops} replies (its ring was full: it fell behind); lower -r"
+        ));
+    }
+    (!causes.is_empty()).then(|| format!("lost: {}", causes.join("; also ")))
 }
 
 fn per(ns: u64, n: u64) -> f64 {
@@ -585,7 +678,18 @@ impl Handler<'_> {
     }
 }
 
-/// The scan's part of the status line: send and receive rates, validation, drops, hit rate.
+/// The status line's word on the interface's own drops: nothing while there are none.
+fn link_drops_text(link: Option<&LinkDrops>) -> String {
+    match link {
+        Some(l) if l.tx_dropped + l.rx_total() > 0 => {
+            format!(", interface out {}, in {}", l.tx_dropped, l.rx_total())
+        }
+        _ => String::new(),
+    }
+}
+
+/// The scan's part of the status line: send and receive rates, validation, drops (sonde's
+/// and, once there are any, the interface's own), hit rate.
 struct ScanStatus {
     counts: Arc<Counts>,
     total: u64,
@@ -594,10 +698,13 @@ struct ScanStatus {
     send_rate: f64,
     /// The send phase's rate over its exact duration, once it has ended.
     final_pps: Option<f64>,
+    /// The interface's own counters, read at every tick, and what they had added at the last.
+    link: Option<LinkWatch>,
+    link_seen: Option<LinkDrops>,
 }
 
 impl ScanStatus {
-    fn new(counts: Arc<Counts>, total: u64) -> ScanStatus {
+    fn new(counts: Arc<Counts>, total: u64, link: Option<LinkWatch>) -> ScanStatus {
         ScanStatus {
             counts,
             total,
@@ -605,6 +712,8 @@ impl ScanStatus {
             last_received: 0,
             send_rate: 0.0,
             final_pps: None,
+            link_seen: link.as_ref().map(|_| LinkDrops::default()),
+            link,
         }
     }
 
@@ -623,10 +732,13 @@ impl ScanStatus {
 
 impl StatusSource for ScanStatus {
     fn csv_header(&self) -> &'static str {
-        "sent,send_pps,received,recv_pps,valid,invalid,hits,repeats,drops,fragments"
+        "sent,send_pps,received,recv_pps,valid,invalid,hits,repeats,drops,fragments,iface_tx_dropped,iface_rx_dropped,iface_rx_missed_errors,iface_rx_fifo_errors"
     }
 
     fn sample(&mut self, tick: &Tick) -> (String, String) {
+        if let Some(now) = self.link.as_mut().and_then(LinkWatch::since_start) {
+            self.link_seen = Some(now);
+        }
         let c = &self.counts;
         let (sent, received) = (c.sent.get(), c.received.get());
         self.send_rate = match self.final_pps {
@@ -642,22 +754,32 @@ impl StatusSource for ScanStatus {
             "send"
         };
         let text = format!(
-            "{send_label} {sent} at {}; recv {received} at {}; valid {}, invalid {}; drops {}; hits {hit_rate:.2} %",
+            "{send_label} {sent} at {}; recv {received} at {}; valid {}, invalid {}; drops {}{}; hits {hit_rate:.2} %",
             per_second(self.send_rate, "p"),
             per_second(recv_rate, "p"),
             c.valid.get(),
             c.invalid.get(),
             c.drops.get(),
+            link_drops_text(self.link_seen.as_ref()),
         );
+        let link = |f: fn(&LinkDrops) -> u64| {
+            self.link_seen
+                .as_ref()
+                .map_or(String::new(), |l| f(l).to_string())
+        };
         let row = format!(
-            "{sent},{:.0},{received},{recv_rate:.0},{},{},{},{},{},{}",
+            "{sent},{:.0},{received},{recv_rate:.0},{},{},{},{},{},{},{},{},{},{}",
             self.send_rate,
             c.valid.get(),
             c.invalid.get(),
             c.hits.get(),
             c.repeats.get(),
             c.drops.get(),
-            c.fragments.get()
+            c.fragments.get(),
+            link(|l| l.tx_dropped),
+            link(|l| l.rx_dropped),
+            link(|l| l.rx_missed_errors),
+            link(|l| l.rx_fifo_errors),
         );
         (text, row)
     }
@@ -670,7 +792,61 @@ impl StatusSource for ScanStatus {
 
 #[cfg(test)]
 mod tests {
-    use super::arrival;
+    use super::{arrival, link_drops_text, loss_line};
+    use sonde_io::{BackendKind, LinkDrops};
+
+    #[test]
+    fn the_loss_line_names_each_cause_that_counted_and_nothing_else() {
+        let xdp = BackendKind::Xdp;
+        let none = LinkDrops::default();
+        assert_eq!(loss_line(0, "sx0", Some(&none), xdp), None);
+        assert_eq!(loss_line(0, "sx0", None, xdp), None, "unreadable counters");
+        assert_eq!(
+            link_drops_text(Some(&none)),
+            "",
+            "the status line stays short"
+        );
+        let out = LinkDrops {
+            tx_dropped: 6113,
+            ..none
+        };
+        let line = loss_line(0, "sx0", Some(&out), xdp).unwrap();
+        assert!(
+            line.contains("sx0 dropped 6113 probes on the way out (tx_dropped)"),
+            "{line}"
+        );
+        assert!(line.contains("lower -r or use fewer --threads"), "{line}");
+        assert!(
+            !line.contains("on the way in") && !line.contains("receiver"),
+            "{line}"
+        );
+        assert!(!line.contains("again"), "AF_XDP does not resend: {line}");
+        let ring = loss_line(0, "sx0", Some(&out), BackendKind::Ring).unwrap();
+        assert!(ring.contains("sends such a frame again"), "{ring}");
+        assert_eq!(link_drops_text(Some(&out)), ", interface out 6113, in 0");
+
+        let all = LinkDrops {
+            tx_dropped: 1,
+            rx_dropped: 562,
+            rx_missed_errors: 3,
+            rx_fifo_errors: 4,
+        };
+        let line = loss_line(9, "eth1", Some(&all), xdp).unwrap();
+        for part in [
+            "eth1 dropped 1 probes on the way out (tx_dropped)",
+            "eth1 dropped 562 frames on the way in (rx_dropped)",
+            "missed 7 frames on the way in (rx_missed_errors 3, rx_fifo_errors 4)",
+            "sonde's receiver dropped 9 replies",
+        ] {
+            assert!(line.contains(part), "{part}: {line}");
+        }
+        assert_eq!(link_drops_text(Some(&all)), ", interface out 1, in 569");
+        let ours = loss_line(2, "sx0", None, xdp).unwrap();
+        assert!(
+            ours.contains("receiver dropped 2 replies") && !ours.contains("sx0"),
+            "{ours}"
+        );
+    }
 
     #[test]
     fn a_kernel_stamp_dates_the_frame_back() {

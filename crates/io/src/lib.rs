@@ -57,7 +57,7 @@ use std::os::fd::RawFd;
 use std::str::FromStr;
 use std::time::Duration;
 
-pub use iface::{queue_count, queue_counts, QueueCounts};
+pub use iface::{queue_count, queue_counts, LinkCounters, LinkDrops, QueueCounts};
 pub use many::{rx_many, rx_many_meta, rx_many_stamped, RxMeta};
 pub use nfqueue::{
     queue_counters, BatchStats, NfQueue, NfVerdict, NfqConfig, QueueCounters, QueuedPacket,

@@ -252,6 +252,9 @@ fn report(args: &ScanArgs, s: &ScanSummary) -> anyhow::Result<()> {
             s.cpu_user_s,
             s.cpu_sys_s
         ));
+        if let Some(losses) = &s.losses {
+            to_stderr(format_args!("scan: {losses}"));
+        }
     }
     if let Some(path) = &s.checkpoint {
         to_stderr(format_args!(
