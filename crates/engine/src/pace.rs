@@ -25,9 +25,17 @@ pub struct Pacer {
 impl Pacer {
     /// `rate` packets per second (0: unlimited), in bursts of at most `batch`.
     pub fn new(rate: f64, batch: usize) -> Pacer {
+        Pacer::with_burst_time(rate, batch, Duration::from_secs_f64(BURST_TIME))
+    }
+
+    /// [`Pacer::new`] with bursts of up to `burst_time` worth of the rate (grab, which sleeps
+    /// between bursts, takes longer ones than a scan's 100 µs: each wake-up costs CPU).
+    pub fn with_burst_time(rate: f64, batch: usize, burst_time: Duration) -> Pacer {
         let batch = batch.max(1);
         let (seconds_per_packet, burst) = if rate > 0.0 {
-            let burst = (rate * BURST_TIME).ceil().clamp(1.0, batch as f64) as usize;
+            let burst = (rate * burst_time.as_secs_f64())
+                .ceil()
+                .clamp(1.0, batch as f64) as usize;
             (1.0 / rate, burst)
         } else {
             (0.0, batch)
