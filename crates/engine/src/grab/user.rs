@@ -401,22 +401,26 @@ impl<A: GrabApp> Looper<'_, A> {
         }
     }
 
-    fn receive(&mut self, open_new: bool) -> anyhow::Result<usize> {
-        let mut wait = self.idle_wait(open_new);
-        let waited = (!wait.is_zero()).then(Instant::now);
-        // Frames wake the loop at most once per `gather`: those arriving meanwhile wait in the
-        // ring and are read together (their stamps still date them). A deadline is never
-        // slept past.
-        if !wait.is_zero() {
-            let hold = self
-                .gather
-                .saturating_sub(self.last_wake.elapsed())
-                .min(wait);
-            if hold >= SPIN_BELOW {
-                std::thread::sleep(hold);
-                wait -= hold;
-            }
+    /// Of a `wait`, sleeps through the part that falls within `gather` of the last wake-up
+    /// (frames arriving meanwhile wait in the ring and are read together, dated by their
+    /// stamps) and returns the rest, the part a frame may cut short. A deadline is never slept
+    /// past: `wait` ends at the earliest one.
+    fn gather_frames(&mut self, wait: Duration) -> Duration {
+        let hold = self
+            .gather
+            .saturating_sub(self.last_wake.elapsed())
+            .min(wait);
+        if hold < SPIN_BELOW {
+            return wait;
         }
+        std::thread::sleep(hold);
+        wait - hold
+    }
+
+    fn receive(&mut self, open_new: bool) -> anyhow::Result<usize> {
+        let wait = self.idle_wait(open_new);
+        let waited = (!wait.is_zero()).then(Instant::now);
+        let wait = self.gather_frames(wait);
         let Looper {
             rxs,
             engine,
