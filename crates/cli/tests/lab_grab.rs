@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 mod common;
-use common::{can_run_labs, sonde, stderr, Lab, SONDE};
+use common::{can_run_labs, grab_score, sonde, stderr, Lab, SONDE};
 
 fn json(path: &str) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
@@ -38,28 +38,6 @@ fn grab(lab: &Lab, args: &[&str]) -> std::process::Output {
     let mut all = vec!["grab", "--lab", &lab.name, "-q", "-r", "0"];
     all.extend_from_slice(args);
     sonde(&all)
-}
-
-/// The numbers of `lab score`'s grab line: (completed, live, bodies correct, wrong bodies,
-/// false positives).
-fn grab_score(line: &str) -> (u64, u64, u64, u64, u64) {
-    let number = |after: &str| -> u64 {
-        let rest = line
-            .split(after)
-            .nth(1)
-            .unwrap_or_else(|| panic!("{after}: {line}"));
-        let word = rest.split_whitespace().next().unwrap();
-        word.trim_end_matches(|c: char| !c.is_ascii_digit())
-            .parse()
-            .unwrap()
-    };
-    (
-        number("completed "),
-        number(" of "),
-        number("bodies correct "),
-        number("wrong bodies "),
-        number("false positives "),
-    )
 }
 
 /// The scanner namespace's count of RSTs its kernel has sent (/proc/net/snmp, Tcp OutRsts).

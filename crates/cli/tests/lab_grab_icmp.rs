@@ -27,7 +27,7 @@ use nix::sys::socket::{
 use nix::sys::time::{TimeVal, TimeValLike};
 
 mod common;
-use common::{can_run_labs, sonde, stderr, Lab};
+use common::{can_run_labs, grab_score, sonde, stderr, Lab};
 
 /// Sources of the packet-ring runs: addresses of the link the scanner's kernel does not own.
 const RING_SRC: &str = "198.19.255.2";
@@ -75,28 +75,6 @@ fn nft(lab: &Lab, script: &str) {
         .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "nft: {}\n{script}", stderr(&out));
-}
-
-/// The numbers of `lab score`'s grab line: (completed, live, bodies correct, wrong bodies,
-/// false positives).
-fn grab_score(line: &str) -> (u64, u64, u64, u64, u64) {
-    let number = |after: &str| -> u64 {
-        let rest = line
-            .split(after)
-            .nth(1)
-            .unwrap_or_else(|| panic!("{after}: {line}"));
-        let word = rest.split_whitespace().next().unwrap();
-        word.trim_end_matches(|c: char| !c.is_ascii_digit())
-            .parse()
-            .unwrap()
-    };
-    (
-        number("completed "),
-        number(" of "),
-        number("bodies correct "),
-        number("wrong bodies "),
-        number("false positives "),
-    )
 }
 
 /// Lets the lab reach RING_SRC6 (sonde answers ARP for a ring's IPv4 source, not neighbour

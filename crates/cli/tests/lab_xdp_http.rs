@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 
 mod common;
-use common::{can_run_labs, sonde, stderr, Lab};
+use common::{can_run_labs, grab_score, sonde, stderr, Lab};
 
 const POP4: &str = "198.18.0.0/24";
 const POP6: &str = "2001:2::/120";
@@ -42,28 +42,6 @@ fn rows(path: &str) -> Vec<serde_json::Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
-}
-
-/// The numbers of `lab score`'s grab line: (completed, live, bodies correct, wrong bodies,
-/// false positives).
-fn grab_score(line: &str) -> (u64, u64, u64, u64, u64) {
-    let number = |after: &str| -> u64 {
-        let rest = line
-            .split(after)
-            .nth(1)
-            .unwrap_or_else(|| panic!("{after}: {line}"));
-        let word = rest.split_whitespace().next().unwrap();
-        word.trim_end_matches(|c: char| !c.is_ascii_digit())
-            .parse()
-            .unwrap()
-    };
-    (
-        number("completed "),
-        number(" of "),
-        number("bodies correct "),
-        number("wrong bodies "),
-        number("false positives "),
-    )
 }
 
 /// The live hosts on port 80, as the truth says: every one served by "http".

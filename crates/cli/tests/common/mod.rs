@@ -130,3 +130,25 @@ impl Lab {
         })
     }
 }
+
+/// The numbers of `lab score`'s grab line: (completed, live, bodies correct, wrong bodies,
+/// false positives).
+pub fn grab_score(line: &str) -> (u64, u64, u64, u64, u64) {
+    let number = |after: &str| -> u64 {
+        let rest = line
+            .split(after)
+            .nth(1)
+            .unwrap_or_else(|| panic!("{after}: {line}"));
+        let word = rest.split_whitespace().next().unwrap();
+        word.trim_end_matches(|c: char| !c.is_ascii_digit())
+            .parse()
+            .unwrap()
+    };
+    (
+        number("completed "),
+        number(" of "),
+        number("bodies correct "),
+        number("wrong bodies "),
+        number("false positives "),
+    )
+}
