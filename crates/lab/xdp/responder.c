@@ -389,6 +389,26 @@ static __always_inline void write_ipv6(struct ipv6_hdr *ip6, const struct probe 
 	__builtin_memcpy(ip6->daddr, pr->saddr, 16);
 }
 
+// Writes the Ethernet and IP headers of a TCP reply of `tcp_len` bytes into a frame
+// already resized for it, and returns where its TCP header goes: NULL when the frame is
+// shorter than they need (the verifier's check).
+static __always_inline struct tcp_hdr *write_tcp_headers(void *data, void *end,
+							 const struct probe *pr,
+							 __u16 tcp_len)
+{
+	if (data + ETH_LEN + IP4_LEN + TCP_LEN > end)
+		return NULL;
+	write_eth(data, pr);
+	if (pr->v6) {
+		if (data + ETH_LEN + IP6_LEN + TCP_LEN > end)
+			return NULL;
+		write_ipv6(data + ETH_LEN, pr, IPPROTO_TCP, tcp_len);
+		return data + ETH_LEN + IP6_LEN;
+	}
+	write_ipv4(data + ETH_LEN, pr, 0, IPV4_DF, IPPROTO_TCP, tcp_len);
+	return data + ETH_LEN + IP4_LEN;
+}
+
 // Resizes the frame to `len` bytes by moving its start (the reply is written
 // from scratch), and returns the new start, or NULL.
 static __always_inline void *resize(struct xdp_md *ctx, __u32 len)
@@ -504,18 +524,9 @@ static __always_inline int answer_syn(struct xdp_md *ctx,
 	if (!data)
 		return XDP_PASS;
 	end = (void *)(long)ctx->data_end;
-	if (data + ETH_LEN + IP4_LEN + TCP_LEN > end)
+	rt = write_tcp_headers(data, end, pr, tcp_len);
+	if (!rt)
 		return XDP_DROP;
-	write_eth(data, pr);
-	if (pr->v6) {
-		if (data + ETH_LEN + IP6_LEN + TCP_LEN > end)
-			return XDP_DROP;
-		write_ipv6(data + ETH_LEN, pr, IPPROTO_TCP, tcp_len);
-		rt = data + ETH_LEN + IP6_LEN;
-	} else {
-		write_ipv4(data + ETH_LEN, pr, 0, IPV4_DF, IPPROTO_TCP, tcp_len);
-		rt = data + ETH_LEN + IP4_LEN;
-	}
 	rt->source = dport;
 	rt->dest = sport;
 	rt->seq = bpf_htonl(reply_seq);
@@ -910,18 +921,9 @@ static __always_inline int send_reply(struct xdp_md *ctx, struct probe *pr,
 	if (!data)
 		return XDP_DROP;
 	end = (void *)(long)ctx->data_end;
-	if (data + ETH_LEN + IP4_LEN + TCP_LEN > end)
+	rt = write_tcp_headers(data, end, pr, tcp_len);
+	if (!rt)
 		return XDP_DROP;
-	write_eth(data, pr);
-	if (pr->v6) {
-		if (data + ETH_LEN + IP6_LEN + TCP_LEN > end)
-			return XDP_DROP;
-		write_ipv6(data + ETH_LEN, pr, IPPROTO_TCP, tcp_len);
-		rt = data + ETH_LEN + IP6_LEN;
-	} else {
-		write_ipv4(data + ETH_LEN, pr, 0, IPV4_DF, IPPROTO_TCP, tcp_len);
-		rt = data + ETH_LEN + IP4_LEN;
-	}
 	rt->source = sg->dport;
 	rt->dest = sg->sport;
 	rt->seq = bpf_htonl(rp->seq);
