@@ -45,14 +45,14 @@ fn close_parser() -> impl TypedValueParser<Value = CloseMode> {
     })
 }
 
-/// The shared run options in grab's words: `-r` paces new connections, and what grab has no
-/// use for (a cooldown: it waits for every connection to end; sender threads: one engine
-/// thread owns every connection) is not offered.
+/// The shared run options in grab's words: `-r` paces new connections, `--threads` runs
+/// engine threads that each own their connections, and what grab has no use for (a cooldown:
+/// it waits for every connection to end) is not offered.
 #[derive(Args)]
 #[command(
     mut_arg("rate", |a| a.help("New connections per second (first SYNs; retries are not counted); 0 = as fast as possible")),
     mut_arg("cooldown", |a| a.hide(true)),
-    mut_arg("threads", |a| a.hide(true)),
+    mut_arg("threads", |a| a.help("Engine threads, each pinned, on a queue of its own (give --queues N or more), owning its share of the targets and of the source ports; a reply that lands at another thread is handed to its owner. --max-outstanding and -r are split between them")),
 )]
 pub struct GrabArgs {
     #[command(flatten)]
@@ -163,9 +163,7 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
         GrabBackend::Xdp | GrabBackend::Kernel => (BackendKind::Xdp, BackendKind::Xdp),
         GrabBackend::Ring => (BackendKind::Ring, BackendKind::Ring),
     };
-    if args.run.threads > 1 {
-        bail!("grab runs one engine thread (it owns every connection): leave out --threads");
-    }
+    check_threads(&args)?;
     let rate = runargs::checked_rate(args.run.rate)?;
     let run = resolved.run_plan("grab", &args.run, &place, rate, 1, v6, backends)?;
     runargs::check_resume(&run, &args.run, "grab", args.app.name())?;
@@ -276,7 +274,7 @@ fn announce(args: &GrabArgs, plan: &GrabPlan<AnyApp>, notes: &[String]) {
         "full speed".into()
     };
     eprintln!(
-        "grab: {}, {} over {} from {} on {}, at {rate}, at most {} open at once",
+        "grab: {}, {} over {} from {} on {}, at {rate}, at most {} open at once{}",
         run.space.describe_as("connection", "connections"),
         plan.app.kind().name(),
         match args.backend {
@@ -286,12 +284,43 @@ fn announce(args: &GrabArgs, plan: &GrabPlan<AnyApp>, notes: &[String]) {
         },
         run.src_ip.map_or("?".into(), |s| s.to_string()),
         run.iface,
-        plan.tcp.max_outstanding
+        plan.tcp.max_outstanding,
+        match run.threads {
+            0 | 1 => String::new(),
+            n => format!(", {n} engine threads"),
+        }
     );
     for note in notes {
         eprintln!("grab: {note}");
     }
 }
+
+/// Engine threads: one lane of source ports each, and sonde's own TCP only (the kernel
+/// backend's sockets are served by one thread).
+fn check_threads(args: &GrabArgs) -> anyhow::Result<()> {
+    let threads = args.run.threads;
+    if threads <= 1 {
+        return Ok(());
+    }
+    if args.backend == GrabBackend::Kernel {
+        bail!("--threads {threads} needs sonde's own TCP (--backend xdp or ring): the kernel backend runs one thread");
+    }
+    if threads > MAX_THREADS {
+        bail!("--threads {threads}: grab runs at most {MAX_THREADS} engine threads");
+    }
+    let ports = args.run.source_ports;
+    if threads > ports.len() {
+        bail!(
+            "--threads {threads} needs at least {threads} source ports; --source-ports {ports} has {}",
+            ports.len()
+        );
+    }
+    Ok(())
+}
+
+/// The most engine threads grab runs (the threads hand each other frames through a ring per
+/// pair).
+const MAX_THREADS: u32 = 64;
 
 fn report(args: &GrabArgs, s: &GrabSummary) -> anyhow::Result<()> {
     if !args.run.quiet {

@@ -56,6 +56,37 @@ impl PortRange {
     pub fn port_for(&self, token: u64) -> u16 {
         self.first + ((token >> 32) % u64::from(self.len())) as u16
     }
+
+    /// The port a connection of `lane` with this token uses: a port of the lane's share of the
+    /// range (every `lane.count`-th port, from `first + lane.index`). With one lane this is
+    /// [`PortRange::port_for`].
+    #[inline]
+    pub fn port_for_lane(&self, token: u64, lane: PortLane) -> u16 {
+        let count = u32::from(lane.count.max(1));
+        let index = u32::from(lane.index);
+        let share = self.len().saturating_sub(index).div_ceil(count).max(1);
+        let step = ((token >> 32) % u64::from(share)) as u32;
+        (u32::from(self.first) + index + step * count) as u16
+    }
+
+    /// The lane (of `lanes`) whose connections use `port`: the owner of a reply to it.
+    #[inline]
+    pub fn lane_of(&self, port: u16, lanes: u16) -> u16 {
+        port.wrapping_sub(self.first) % lanes.max(1)
+    }
+}
+
+/// One of several disjoint shares of a [`PortRange`]: grab's threads each use one, so that a
+/// reply's destination port names the thread that owns its connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortLane {
+    pub index: u16,
+    pub count: u16,
+}
+
+impl PortLane {
+    /// The whole range: one lane.
+    pub const ALL: PortLane = PortLane { index: 0, count: 1 };
 }
 
 impl std::fmt::Display for PortRange {
@@ -184,6 +215,7 @@ pub fn source_port(token: u64) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
 
     #[test]
     fn tokens_depend_on_every_input_and_the_key() {
@@ -244,5 +276,38 @@ mod tests {
         }
         let r = PortRange::new(100, 100).unwrap();
         assert_eq!(r.port_for(u64::MAX), 100);
+    }
+
+    #[test]
+    fn lanes_split_the_range_and_a_port_names_its_lane() {
+        let range = PortRange::new(61000, 61009).unwrap();
+        let v = Validator::new([3, 4]);
+        for count in 1..=4u16 {
+            let mut used = HashSet::new();
+            for index in 0..count {
+                let lane = PortLane { index, count };
+                for port in 1..2000u16 {
+                    let token = v.token(
+                        IpAddr::from([198, 18, 0, 1]),
+                        IpAddr::from([198, 18, 1, 1]),
+                        port,
+                    );
+                    let p = range.port_for_lane(token, lane);
+                    assert!(range.contains(p), "{p} outside {range}");
+                    assert_eq!(
+                        range.lane_of(p, count),
+                        index,
+                        "{p} of lane {index}/{count}"
+                    );
+                    used.insert(p);
+                }
+            }
+            assert_eq!(used.len(), 10, "the lanes together use the whole range");
+        }
+        let token = v.token(IpAddr::from([1, 1, 1, 1]), IpAddr::from([2, 2, 2, 2]), 80);
+        assert_eq!(
+            range.port_for_lane(token, PortLane::ALL),
+            range.port_for(token)
+        );
     }
 }

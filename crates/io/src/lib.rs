@@ -46,6 +46,7 @@ mod sendto;
 #[cfg(test)]
 mod test_support;
 pub mod tun;
+mod wake;
 pub mod xdp;
 mod xdp_bridge;
 mod xdp_filter;
@@ -58,13 +59,14 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub use iface::{queue_count, queue_counts, LinkCounters, LinkDrops, QueueCounts};
-pub use many::{rx_many, rx_many_meta, rx_many_stamped, RxMeta};
+pub use many::{rx_many, rx_many_meta, rx_many_meta_or_wake, rx_many_stamped, RxMeta};
 pub use nfqueue::{
     queue_counters, BatchStats, NfQueue, NfVerdict, NfqConfig, QueueCounters, QueuedPacket,
     SkipCounts,
 };
 pub use packet_socket::poll_any;
 pub use ring::{CaptureRing, RingRx, RingTx, RxPacket};
+pub use wake::Wake;
 pub use xdp::XdpMode;
 pub use xdp_bridge::{detach_bridge_program, XdpBridge, BRIDGE_PROGRAM};
 pub use xdp_filter::{FilterSpec, TcpTake};

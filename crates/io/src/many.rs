@@ -6,6 +6,9 @@ use sonde_meter::stages::{self, Stage};
 use std::io;
 use std::time::Duration;
 
+use std::os::fd::RawFd;
+
+use crate::wake::Wake;
 use crate::{AnyRx, FrameRx, RxChecksum};
 
 /// Up to this many receivers are waited on with a pollfd array on the stack; more cost one
@@ -62,13 +65,27 @@ pub fn rx_many_meta<F: FnMut(usize, &[u8], RxMeta)>(
     rxs: &mut [AnyRx],
     max_each: usize,
     timeout: Duration,
+    on_frame: F,
+) -> io::Result<usize> {
+    rx_many_meta_or_wake(rxs, max_each, timeout, None, on_frame)
+}
+
+/// [`rx_many_meta`], whose wait also ends when `wake` is notified (then it returns 0; the
+/// caller clears `wake` and looks at what it was woken for). With a `wake`, it waits even
+/// with no receivers.
+pub fn rx_many_meta_or_wake<F: FnMut(usize, &[u8], RxMeta)>(
+    rxs: &mut [AnyRx],
+    max_each: usize,
+    timeout: Duration,
+    wake: Option<&Wake>,
     mut on_frame: F,
 ) -> io::Result<usize> {
     let got = sweep(rxs, max_each, &mut on_frame)?;
-    if got > 0 || rxs.is_empty() || max_each == 0 || timeout.is_zero() {
+    let nothing_to_wait_on = rxs.is_empty() && wake.is_none();
+    if got > 0 || nothing_to_wait_on || max_each == 0 || timeout.is_zero() {
         return Ok(got);
     }
-    if !wait_readable(rxs, timeout)? {
+    if !wait_readable(rxs, wake.map(Wake::raw_fd), timeout)? {
         return Ok(0);
     }
     sweep(rxs, max_each, &mut on_frame)
@@ -105,27 +122,29 @@ fn sweep<F: FnMut(usize, &[u8], RxMeta)>(
     Ok(got)
 }
 
-/// Waits until one of the receivers' descriptors is readable (or in error) or `timeout`
-/// passes; true if one is. An interrupted wait counts as a timeout.
-fn wait_readable(rxs: &[AnyRx], timeout: Duration) -> io::Result<bool> {
-    let pollfd = |rx: &AnyRx| libc::pollfd {
-        fd: rx.raw_fd(),
+/// Waits until one of the receivers' descriptors (or `extra`) is readable (or in error) or
+/// `timeout` passes; true if one is. An interrupted wait counts as a timeout.
+fn wait_readable(rxs: &[AnyRx], extra: Option<RawFd>, timeout: Duration) -> io::Result<bool> {
+    let pollfd = |fd: RawFd| libc::pollfd {
+        fd,
         events: libc::POLLIN,
         revents: 0,
     };
+    let wanted = rxs.len() + usize::from(extra.is_some());
+    let fds_of = || rxs.iter().map(AnyRx::raw_fd).chain(extra);
     let mut on_stack = [libc::pollfd {
         fd: -1,
         events: 0,
         revents: 0,
     }; STACK_FDS];
     let mut on_heap = Vec::new();
-    let fds: &mut [libc::pollfd] = if rxs.len() <= STACK_FDS {
-        for (slot, rx) in on_stack.iter_mut().zip(rxs) {
-            *slot = pollfd(rx);
+    let fds: &mut [libc::pollfd] = if wanted <= STACK_FDS {
+        for (slot, fd) in on_stack.iter_mut().zip(fds_of()) {
+            *slot = pollfd(fd);
         }
-        &mut on_stack[..rxs.len()]
+        &mut on_stack[..wanted]
     } else {
-        on_heap.extend(rxs.iter().map(pollfd));
+        on_heap.extend(fds_of().map(pollfd));
         &mut on_heap
     };
     // ppoll, not poll: a wait of a few hundred microseconds (the pace's next SYN) must not be

@@ -222,6 +222,12 @@ impl<A: App> Engine<A> {
         self.table.live()
     }
 
+    /// The source port of the connection with this cookie token: one of our lane's ports.
+    #[inline]
+    fn our_port(&self, token: u64) -> u16 {
+        self.cfg.ports.port_for_lane(token, self.cfg.port_lane)
+    }
+
     /// Writes the first SYN to (`addr`, `port`) into `buf` (≥ 1514 bytes) and returns the
     /// frame's length; 0 when we have no address of that family. Creates no state; its
     /// timestamp carries `now_us` so the SYN-ACK gives the RTT.
@@ -239,7 +245,7 @@ impl<A: App> Engine<A> {
             syn: Some((mss, self.cfg.wscale)),
             timestamps: Some((now_us as u32, 0)),
             ..Header::new(
-                self.cfg.ports.port_for(token),
+                self.our_port(token),
                 port,
                 token as u32,
                 None,
@@ -278,7 +284,7 @@ impl<A: App> Engine<A> {
         };
         self.wheel.start(now_us / 1000);
         let token = self.cfg.validator.token(seg.ours, seg.addr, seg.port);
-        if seg.our_port != self.cfg.ports.port_for(token) {
+        if seg.our_port != self.our_port(token) {
             return self.invalid();
         }
         let ck = Cookie {
@@ -362,6 +368,12 @@ impl<A: App> Engine<A> {
             self.table.release();
         }
         len
+    }
+
+    /// Whether connections have ended whose outcomes [`Engine::drain_outcomes`] would hand
+    /// over.
+    pub fn has_outcomes(&self) -> bool {
+        !self.done.is_empty()
     }
 
     /// Hands every connection that ended since the last call to `f`, with the reply bytes kept
@@ -490,7 +502,7 @@ impl<A: App> Engine<A> {
     /// check in `tcp_v4_err`). What fails is invalid.
     fn on_icmp(&mut self, error: &IcmpError, mut answered: impl FnMut(IpAddr, u16) -> bool) -> Rx {
         let token = self.cfg.validator.token(error.ours, error.addr, error.port);
-        if error.our_port != self.cfg.ports.port_for(token) {
+        if error.our_port != self.our_port(token) {
             return self.invalid();
         }
         let ck = Cookie {
@@ -1383,7 +1395,7 @@ impl<A: App> Engine<A> {
             .token(self.ours(target), target, conn.port);
         Cookie {
             iss: token as u32,
-            port: self.cfg.ports.port_for(token),
+            port: self.our_port(token),
         }
     }
 

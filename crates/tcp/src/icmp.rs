@@ -20,6 +20,9 @@ use crate::Icmp;
 /// higher ones, which no RFC defines.
 const MAX_UNREACH_CODE: u8 = 15;
 
+/// An ICMP or ICMPv6 error's header before its quote: type, code, checksum and 4 bytes.
+pub(crate) const ICMP_HEADER_LEN: usize = 8;
+
 /// What an ICMP error says about the path to the target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum IcmpKind {

@@ -66,7 +66,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub use app::{App, ReplyCursor};
 pub use engine::{Engine, CHALLENGE_ACKS_PER_SECOND, MAX_REQUEST_LEN};
 pub use retry::SynRetries;
-use sonde_craft::cookie::{PortRange, Validator};
+pub use segment::our_port_of;
+use sonde_craft::cookie::{PortLane, PortRange, Validator};
 use sonde_wire::MacAddr;
 
 /// How a connection ended: one output row per target carries one of these.
@@ -137,8 +138,11 @@ pub struct Config {
     pub src_ip6: Option<Ipv6Addr>,
     /// The cookie key: ISNs and source ports come from `validator.token(ours, target, port)`.
     pub validator: Validator,
-    /// Source ports connections use (`ports.port_for(token)`).
+    /// Source ports connections use (`ports.port_for_lane(token, port_lane)`).
     pub ports: PortRange,
+    /// The share of `ports` this engine uses: grab's threads each run an engine on a lane of
+    /// their own, so a reply's port names its connection's owner.
+    pub port_lane: PortLane,
     pub ttl: u8,
     /// MSS we offer over IPv4 (IPv6 offers 20 bytes less: its header is 20 bytes longer); at
     /// least 536. Larger segments are still accepted: receive offload may merge segments.
@@ -202,6 +206,7 @@ impl Config {
             src_ip6: None,
             validator,
             ports: PortRange::DEFAULT,
+            port_lane: PortLane::ALL,
             ttl: 64,
             mss: 1460,
             wscale: 7,
@@ -337,4 +342,64 @@ pub struct Stats {
     /// as answered, so the SYN retry tries the target again).
     pub table_full: u64,
     pub peak_outstanding: u64,
+}
+
+/// Several engines' counters together (grab's threads). `peak_outstanding` becomes the sum of
+/// each engine's peak: at most that many connections were open at once.
+impl std::ops::AddAssign<&Stats> for Stats {
+    fn add_assign(&mut self, other: &Stats) {
+        // Destructured: a counter added to `Stats` must be added here too.
+        let Stats {
+            late,
+            syn_sent,
+            established,
+            completed,
+            success,
+            refused,
+            timeouts,
+            resets,
+            closed,
+            unreachable,
+            icmp_soft_errors,
+            mss_lowered,
+            icmp_ignored,
+            retransmits_received,
+            retransmits_sent,
+            sack_blocks_sent,
+            ooo_segments,
+            acks_sent,
+            rsts_sent,
+            challenge_acks,
+            challenge_acks_limited,
+            invalid,
+            bad_checksums,
+            table_full,
+            peak_outstanding,
+        } = other;
+        self.late += late;
+        self.syn_sent += syn_sent;
+        self.established += established;
+        self.completed += completed;
+        self.success += success;
+        self.refused += refused;
+        self.timeouts += timeouts;
+        self.resets += resets;
+        self.closed += closed;
+        self.unreachable += unreachable;
+        self.icmp_soft_errors += icmp_soft_errors;
+        self.mss_lowered += mss_lowered;
+        self.icmp_ignored += icmp_ignored;
+        self.retransmits_received += retransmits_received;
+        self.retransmits_sent += retransmits_sent;
+        self.sack_blocks_sent += sack_blocks_sent;
+        self.ooo_segments += ooo_segments;
+        self.acks_sent += acks_sent;
+        self.rsts_sent += rsts_sent;
+        self.challenge_acks += challenge_acks;
+        self.challenge_acks_limited += challenge_acks_limited;
+        self.invalid += invalid;
+        self.bad_checksums += bad_checksums;
+        self.table_full += table_full;
+        self.peak_outstanding += peak_outstanding;
+    }
 }

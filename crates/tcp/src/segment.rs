@@ -70,6 +70,44 @@ pub(crate) enum Parsed<'a> {
     Icmp(IcmpError),
 }
 
+/// The port on our side of `frame`, read from its headers alone (no checksum, no address or
+/// range check): a TCP segment's destination port, or the source port of the TCP segment an
+/// ICMP or ICMPv6 error quotes. Grab's threads hand a frame to the thread whose port lane this
+/// port is in before any of them parses it whole.
+pub fn our_port_of(frame: &[u8]) -> Option<u16> {
+    let eth = ethernet::Frame::new_checked(frame).ok()?;
+    let packet = frame.get(ethernet::HEADER_LEN..)?;
+    let (protocol, payload) = match eth.ethertype() {
+        EtherType::Ipv4 => {
+            let ip = ipv4::Packet::new_checked(packet).ok()?;
+            (ip.protocol(), packet.get(ip.header_len()..)?)
+        }
+        EtherType::Ipv6 => {
+            let ip = ipv6::Packet::new_checked(packet).ok()?;
+            (ip.next_header(), packet.get(ipv6::HEADER_LEN..)?)
+        }
+        _ => return None,
+    };
+    let port_at = |bytes: &[u8], at: usize| match bytes.get(at..at + 2) {
+        Some(&[a, b]) => Some(u16::from_be_bytes([a, b])),
+        _ => None,
+    };
+    match protocol {
+        IpProtocol::TCP => port_at(payload, 2),
+        IpProtocol::ICMP => {
+            let quoted = ipv4::Packet::new_quoted(payload.get(icmp::ICMP_HEADER_LEN..)?).ok()?;
+            let tcp = payload.get(icmp::ICMP_HEADER_LEN + quoted.header_len()..)?;
+            port_at(tcp, 0)
+        }
+        IpProtocol::ICMPV6 => {
+            let quoted = payload.get(icmp::ICMP_HEADER_LEN..)?;
+            ipv6::Packet::new_quoted(quoted).ok()?;
+            port_at(quoted.get(ipv6::HEADER_LEN..)?, 0)
+        }
+        _ => None,
+    }
+}
+
 /// Reads `frame`: ours when it is TCP to one of our addresses and a port of our range, or an
 /// ICMP error to our address about such a segment of ours.
 pub(crate) fn parse<'a>(frame: &'a [u8], link: &Link) -> Parsed<'a> {

@@ -63,7 +63,7 @@ pub fn run<A: GrabApp>(
     let mut feed = Feed::open(&plan.run.feed_spec(), 0, plan.run.resumed_thread(0))?;
     let counts = Arc::new(GrabCounts::default());
     let mut status = StatusLine::new(
-        GrabStatus::new(counts.clone(), feed.left()),
+        GrabStatus::new(vec![counts.clone()], feed.left()),
         plan.run.quiet,
         plan.run.status_file.as_deref(),
         IfExists::force(plan.run.overwrite),
@@ -147,6 +147,7 @@ pub fn run<A: GrabApp>(
         interrupted: stop.reason() != StopReason::None,
         app: plan.app.name().into(),
         backend: "kernel".into(),
+        threads: 1,
         ..GrabSummary::default()
     })
 }

@@ -7,6 +7,7 @@
 //! ring, and [`kernel`], the same targets and apps over the kernel's sockets (non-blocking
 //! connect and epoll): the baseline the user-space path is measured against.
 
+mod dispatch;
 pub mod kernel;
 pub mod user;
 
@@ -29,7 +30,7 @@ use crate::status::{per_second, StatusSource, Tick};
 pub use user::{run, run_on, GrabIo};
 
 /// An application as grab uses it: the engine's request/complete seam plus its output fields.
-pub trait GrabApp: App + Send {
+pub trait GrabApp: App + Send + Sync {
     fn name(&self) -> &'static str;
     /// The app's output fields, in the order `describe` fills them.
     fn fields(&self) -> &'static [Field];
@@ -131,6 +132,8 @@ pub struct GrabCounts {
     pub retransmits: Counter,
     pub drops: Counter,
     pub rows: Counter,
+    pub syn_retransmitted: Counter,
+    pub syn_timeouts: Counter,
 }
 
 /// What a grab reports at the end (`--summary-json`).
@@ -182,6 +185,8 @@ pub struct GrabSummary {
     pub interrupted: bool,
     pub app: String,
     pub backend: String,
+    /// Engine threads (`--threads`): each owns its connections; the figures are their sums.
+    pub threads: u32,
     pub checkpoint: Option<String>,
     /// Where the engine thread's time went (sonde's own TCP client only; `None` for the
     /// kernel backend).
@@ -210,15 +215,63 @@ pub struct LoopStats {
     pub passes_pace_not_due: u64,
     /// Passes that left segments for the next one because the transmit ring was full.
     pub transmit_ring_full: u64,
-    /// Most SYNs awaiting an answer at once (not counted in `peak_outstanding`).
+    /// Most SYNs awaiting an answer at once (not counted in `peak_outstanding`; with
+    /// several threads, the sum of each thread's most).
     pub peak_syns_in_flight: u64,
+    /// With several threads: frames a thread received for a connection of another and handed
+    /// over, and those dropped because the owner's ring was full (the peer resends them).
+    pub handed_over: u64,
+    pub handover_ring_full: u64,
     /// Wall time in each part of the passes: receiving (and the engine's work on what came
-    /// in), timers and SYN retries, transmitting, writing rows, the status line.
+    /// in), timers and SYN retries, transmitting, writing rows. With several threads, the
+    /// sums of the threads' times. (The status line has a thread of its own.)
     pub receive_s: f64,
     pub timers_s: f64,
     pub transmit_s: f64,
     pub rows_s: f64,
-    pub status_s: f64,
+}
+
+/// Several threads' loop counters together.
+impl std::ops::AddAssign<&LoopStats> for LoopStats {
+    fn add_assign(&mut self, o: &LoopStats) {
+        // Destructured: a counter added to `LoopStats` must be added here too.
+        let LoopStats {
+            passes,
+            idle_passes,
+            waits,
+            wait_s,
+            frames_received,
+            syn_passes,
+            first_syns,
+            passes_table_full,
+            passes_pace_not_due,
+            transmit_ring_full,
+            peak_syns_in_flight,
+            handed_over,
+            handover_ring_full,
+            receive_s,
+            timers_s,
+            transmit_s,
+            rows_s,
+        } = o;
+        self.passes += passes;
+        self.idle_passes += idle_passes;
+        self.waits += waits;
+        self.wait_s += wait_s;
+        self.frames_received += frames_received;
+        self.syn_passes += syn_passes;
+        self.first_syns += first_syns;
+        self.passes_table_full += passes_table_full;
+        self.passes_pace_not_due += passes_pace_not_due;
+        self.transmit_ring_full += transmit_ring_full;
+        self.peak_syns_in_flight += peak_syns_in_flight;
+        self.handed_over += handed_over;
+        self.handover_ring_full += handover_ring_full;
+        self.receive_s += receive_s;
+        self.timers_s += timers_s;
+        self.transmit_s += transmit_s;
+        self.rows_s += rows_s;
+    }
 }
 
 /// The output fields of a grab with `app`: the connection's, then the app's.
@@ -268,7 +321,8 @@ impl Row for GrabRow<'_> {
 /// retransmissions, drops. The rate is of successes, as the summary's `conn_per_s`: over the
 /// last second while running, and the summary's own figure on the last line.
 pub(crate) struct GrabStatus {
-    pub counts: Arc<GrabCounts>,
+    /// Each engine thread's counters (the kernel backend has one).
+    counts: Vec<Arc<GrabCounts>>,
     total: u64,
     last_success: u64,
     last_finished: u64,
@@ -277,14 +331,10 @@ pub(crate) struct GrabStatus {
     finish_rate: f64,
     /// The whole run's success rate, once it has ended.
     final_rate: Option<f64>,
-    pub syn_retransmitted: u64,
-    pub syn_timeouts: u64,
-    pub invalid: u64,
-    pub partial_checksums: u64,
 }
 
 impl GrabStatus {
-    pub fn new(counts: Arc<GrabCounts>, total: u64) -> GrabStatus {
+    pub fn new(counts: Vec<Arc<GrabCounts>>, total: u64) -> GrabStatus {
         GrabStatus {
             counts,
             total,
@@ -293,15 +343,20 @@ impl GrabStatus {
             rate: 0.0,
             finish_rate: 0.0,
             final_rate: None,
-            syn_retransmitted: 0,
-            syn_timeouts: 0,
-            invalid: 0,
-            partial_checksums: 0,
         }
     }
 
+    pub fn counts(&self) -> &[Arc<GrabCounts>] {
+        &self.counts
+    }
+
+    /// One counter added up over the threads.
+    fn sum(&self, counter: fn(&GrabCounts) -> &Counter) -> u64 {
+        self.counts.iter().map(|c| counter(c).get()).sum()
+    }
+
     pub fn done_fraction(&self) -> f64 {
-        self.counts.finished.get() as f64 / self.total.max(1) as f64
+        self.sum(|c| &c.finished) as f64 / self.total.max(1) as f64
     }
 
     /// The run has ended: the last line shows the summary's rate, `success_per_s`.
@@ -322,38 +377,32 @@ impl StatusSource for GrabStatus {
     }
 
     fn sample(&mut self, tick: &Tick) -> (String, String) {
-        let c = &self.counts;
-        let (finished, success) = (c.finished.get(), c.success.get());
+        let (finished, success) = (self.sum(|c| &c.finished), self.sum(|c| &c.success));
         self.rate = match self.final_rate {
             Some(rate) => rate,
             None => (success - self.last_success) as f64 / tick.dt,
         };
         self.finish_rate = (finished - self.last_finished) as f64 / tick.dt;
         (self.last_success, self.last_finished) = (success, finished);
+        let outstanding = self.sum(|c| &c.outstanding);
+        let syn_sent = self.sum(|c| &c.syn_sent);
+        let again = self.sum(|c| &c.syn_retransmitted);
+        let retransmits = self.sum(|c| &c.retransmits);
+        let drops = self.sum(|c| &c.drops);
         let text = format!(
-            "done {finished} of {} connections; {success} success ({}); open {}; SYNs {} ({} again); retransmits in {}; drops {}",
+            "done {finished} of {} connections; {success} success ({}); open {outstanding}; SYNs {syn_sent} ({again} again); retransmits in {retransmits}; drops {drops}",
             self.total,
             per_second(self.rate, "conn"),
-            c.outstanding.get(),
-            c.syn_sent.get(),
-            self.syn_retransmitted,
-            c.retransmits.get(),
-            c.drops.get()
         );
         let row = format!(
-            "{finished},{success},{:.0},{},{},{},{},{}",
+            "{finished},{success},{:.0},{outstanding},{syn_sent},{again},{retransmits},{drops}",
             self.rate,
-            c.outstanding.get(),
-            c.syn_sent.get(),
-            self.syn_retransmitted,
-            c.retransmits.get(),
-            c.drops.get()
         );
         (text, row)
     }
 
     fn seconds_left(&self) -> Option<f64> {
-        let left = self.total.saturating_sub(self.counts.finished.get());
+        let left = self.total.saturating_sub(self.sum(|c| &c.finished));
         (self.finish_rate > 0.0).then(|| left as f64 / self.finish_rate)
     }
 }

@@ -1,7 +1,11 @@
-//! Grab over sonde's own TCP client: one engine thread owns every connection (the reference
-//! design's one core). Each pass it receives from every queue, runs the timers, re-sends
-//! unanswered SYNs (statelessly: only the target's index waits), opens new connections as the
-//! table has room and the pace allows, and sends every segment of the pass in one batch.
+//! Grab over sonde's own TCP client. Each engine thread (`--threads N`, one by default, the
+//! reference design's one core) owns its connections: its share of the targets, its own engine
+//! on its own lane of source ports, its transmit queue and the receive queues given to it.
+//! Each pass it receives, runs the timers, re-sends unanswered SYNs (statelessly: only the
+//! target's index waits), opens new connections as the table has room and the pace allows,
+//! and sends every segment of the pass in one batch. A reply that lands on another thread's
+//! queue is handed to its owner without a lock ([`super::dispatch`]). The calling thread
+//! keeps the status line, answers Ctrl-C, and adds the threads' figures up at the end.
 //!
 //! With AF_XDP (`xdp`), sonde's XDP program takes every segment to sonde's ports before the
 //! kernel sees it, so this works on the host's own address; with a packet ring (`ring`), the
@@ -9,23 +13,27 @@
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
+use sonde_craft::cookie::PortLane;
 use sonde_io::{AnyRx, AnyTx, FrameTx, RxChecksum};
 use sonde_meter::output_file::IfExists;
 use sonde_meter::{peak_rss_bytes, Stopwatch};
 use sonde_scan::dedup::Dedup;
 use sonde_scan::output::RowWriter;
 use sonde_scan::reply::Value;
-use sonde_tcp::{App, Engine, Outcome, ReplyCursor, Rx, Status, SynRetries};
+use sonde_tcp::{App, Engine, Outcome, ReplyCursor, Rx, Stats, Status, SynRetries};
 use sonde_wire::{arp, ethernet, EtherType, MacAddr};
 
+use super::dispatch::Mailbox;
 use super::{
     success_rate, GrabApp, GrabCounts, GrabPlan, GrabRow, GrabStatus, GrabSummary, LoopStats,
 };
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, ThreadCheckpoint};
 use crate::feed::Feed;
 use crate::pace::Pacer;
 use crate::plan::pin_to_cpu;
@@ -35,8 +43,7 @@ use crate::stop::{Stop, StopReason};
 
 /// How often the receivers' drop counters are read.
 const DROPS_EVERY: Duration = Duration::from_millis(100);
-/// The longest a pass waits for a frame when nothing else is due: the status line and the
-/// drop counters are read at least this often.
+/// The longest a pass waits for a frame when nothing else is due.
 const MAX_WAIT: Duration = Duration::from_millis(100);
 /// Waits shorter than this are spun through: falling asleep and waking up costs about as much.
 const SPIN_BELOW: Duration = Duration::from_micros(50);
@@ -46,8 +53,10 @@ const SPIN_BELOW: Duration = Duration::from_micros(50);
 /// the frame it brings. Replies wait at most this long to be answered; their times come from
 /// their stamps. (At `-r 1000` over nginx: 1 ms used 4.5-7 % of a core, 2 ms 2.7-3.8 %.)
 const GATHER: Duration = Duration::from_millis(2);
+/// How often the calling thread updates the status line and looks for Ctrl-C.
+const STATUS_EVERY: Duration = Duration::from_millis(100);
 
-/// The queues a grab runs on: one transmit queue and the receivers.
+/// One engine thread's queues: its transmit queue and the receivers it reads.
 pub struct GrabIo {
     pub tx: AnyTx,
     pub rxs: Vec<AnyRx>,
@@ -55,8 +64,10 @@ pub struct GrabIo {
 
 impl GrabIo {
     /// Opens the plan's queues on its interface, the receivers filtered to our segments (and
-    /// ARP requests when we answer them).
-    pub fn open<A: GrabApp>(plan: &GrabPlan<A>) -> anyhow::Result<GrabIo> {
+    /// ARP requests when we answer them): one [`GrabIo`] per thread. Thread `t` sends on queue
+    /// `t` and reads the queues `q` with `q % threads == t` (over AF_XDP its own queue's pair;
+    /// a packet ring's one receiver goes to the first thread).
+    pub fn open<A: GrabApp>(plan: &GrabPlan<A>) -> anyhow::Result<Vec<GrabIo>> {
         let v4 = plan.run.space.ipv4_addresses() > 0;
         let v6 = plan.run.space.ipv6_addresses() > 0;
         let mut filter = ReplyFilter::for_tcp_client(&plan.run, v4, v6);
@@ -64,15 +75,20 @@ impl GrabIo {
             filter.expr = format!("({}) or arp", filter.expr);
         }
         let queues = open_queues(&plan.run, &filter)?;
-        let tx = queues
+        let mut ios: Vec<GrabIo> = queues
             .senders
             .into_iter()
-            .next()
-            .context("grab needs one transmit queue")?;
-        Ok(GrabIo {
-            tx,
-            rxs: queues.receivers,
-        })
+            .map(|tx| GrabIo {
+                tx,
+                rxs: Vec::new(),
+            })
+            .collect();
+        anyhow::ensure!(!ios.is_empty(), "grab needs one transmit queue");
+        let threads = ios.len();
+        for (q, rx) in queues.receivers.into_iter().enumerate() {
+            ios[q % threads].rxs.push(rx);
+        }
+        Ok(ios)
     }
 }
 
@@ -82,99 +98,294 @@ pub fn run<A: GrabApp>(
     writer: Box<dyn RowWriter + Send>,
     stop: &Stop,
 ) -> anyhow::Result<GrabSummary> {
-    let io = GrabIo::open(&plan)?;
-    run_on(plan, io, writer, stop)
+    let ios = GrabIo::open(&plan)?;
+    run_on(plan, ios, writer, stop)
 }
 
-/// [`run`] over queues already open (tests give it one end of an in-memory pair, with a
-/// scripted peer at the other).
+/// What the threads share: the row writer (locked once per pass that ends connections, never
+/// per frame), the phase the calling thread sets, one clock, and each thread's feed position
+/// when it stopped opening connections (for the checkpoint).
+struct Shared {
+    writer: Mutex<Box<dyn RowWriter + Send>>,
+    phase: AtomicU8,
+    clock: Instant,
+    drained: Mutex<Vec<Option<ThreadCheckpoint>>>,
+    /// Each thread tells the calling thread when it has nothing left of its own to do, and
+    /// when it ends.
+    events: mpsc::Sender<ThreadEvent>,
+    /// Set once every thread had nothing left to do: until then an idle thread keeps serving
+    /// (a late reply to one of its ports still gets its RST while the run goes on).
+    all_idle: AtomicBool,
+    /// The threads' wake-ups, to end their waits when the phase changes.
+    wakes: Vec<Arc<sonde_io::Wake>>,
+}
+
+enum ThreadEvent {
+    Idle,
+    Ended { failed: bool },
+}
+
+/// Open new connections; finish the open ones and open none; end every one now.
+const RUN: u8 = 0;
+const DRAIN: u8 = 1;
+const ABORT: u8 = 2;
+
+impl Shared {
+    fn phase(&self) -> u8 {
+        self.phase.load(Ordering::Relaxed)
+    }
+
+    /// Sets the phase (or the end of an all-idle run) and wakes every sleeping thread to see it.
+    fn tell_threads(&self, phase: Option<u8>) {
+        match phase {
+            Some(phase) => self.phase.store(phase, Ordering::Relaxed),
+            None => self.all_idle.store(true, Ordering::Relaxed),
+        }
+        for wake in &self.wakes {
+            wake.notify();
+        }
+    }
+
+    fn publish_feed(&self, lane: usize, feed: &Feed) {
+        if let Ok(mut drained) = self.drained.lock() {
+            drained[lane] = Some(feed.checkpoint());
+        }
+    }
+
+    fn write_rows(&self) -> anyhow::Result<std::sync::MutexGuard<'_, Box<dyn RowWriter + Send>>> {
+        self.writer
+            .lock()
+            .map_err(|_| anyhow::anyhow!("another grab thread failed while writing"))
+    }
+}
+
+/// What a thread hands back at its end.
+struct ThreadEnd {
+    stats: Stats,
+    loop_stats: LoopStats,
+    feed: ThreadCheckpoint,
+    syn_retransmitted: u64,
+    syn_timeouts: u64,
+    invalid: u64,
+    partial_checksums: u64,
+    drops: u64,
+    engine_bytes: u64,
+}
+
+/// [`run`] over queues already open, one [`GrabIo`] per thread (tests give them ends of
+/// in-memory links, with a scripted peer at the other).
 pub fn run_on<A: GrabApp>(
     plan: GrabPlan<A>,
-    io: GrabIo,
+    ios: Vec<GrabIo>,
     writer: Box<dyn RowWriter + Send>,
     stop: &Stop,
 ) -> anyhow::Result<GrabSummary> {
-    let feed = Feed::open(&plan.run.feed_spec(), 0, plan.run.resumed_thread(0))?;
-    let total = feed.left();
-    let counts = Arc::new(GrabCounts::default());
-    let retries = SynRetries::new(plan.syn_retries, plan.syn_timeout_us);
-    let tcp = sonde_tcp::Config {
-        syn_span_us: retries.span_us(),
-        ..plan.tcp.clone()
+    let threads = ios.len();
+    anyhow::ensure!(
+        threads == plan.run.threads.max(1) as usize,
+        "{threads} sets of queues for {} threads",
+        plan.run.threads
+    );
+    let mailboxes = Mailbox::for_threads(threads, plan.tcp.ports)
+        .context("creating the wake-ups between grab threads")?;
+    let (events, done_rx) = mpsc::channel();
+    let shared = Shared {
+        writer: Mutex::new(writer),
+        phase: AtomicU8::new(RUN),
+        clock: Instant::now(),
+        drained: Mutex::new(vec![None; threads]),
+        events,
+        all_idle: AtomicBool::new(false),
+        wakes: mailboxes.iter().filter_map(Mailbox::wake).collect(),
     };
-    let engine = Engine::new(tcp, AppRef(&plan.app)).map_err(anyhow::Error::msg)?;
-    let status = StatusLine::new(
+    let mut loopers = Vec::with_capacity(threads);
+    for (lane, (io, mailbox)) in ios.into_iter().zip(mailboxes).enumerate() {
+        loopers.push(Looper::new(&plan, lane, io, mailbox)?);
+    }
+    let total = loopers.iter().map(|l| l.feed.left()).sum();
+    let counts: Vec<Arc<GrabCounts>> = loopers.iter().map(|l| l.counts.clone()).collect();
+    let mut status = StatusLine::new(
         GrabStatus::new(counts.clone(), total),
         plan.run.quiet,
         plan.run.status_file.as_deref(),
         IfExists::force(plan.run.overwrite),
     )?;
-    let io_stamps = io.rxs.iter().all(AnyRx::stamps_arrivals);
-    let mut looper = Looper {
-        retries,
-        answered: Dedup::for_space(&plan.run.space),
-        sent: sent_this_run(&plan),
-        pacer: Pacer::with_burst_time(plan.run.rate, plan.run.batch, GATHER),
-        clock: Instant::now(),
-        plan: &plan,
-        engine,
-        tx: io.tx,
-        rxs: io.rxs,
-        feed,
-        writer,
-        counts,
-        status,
-        arps: Vec::new(),
-        resend: Vec::new(),
-        fresh: VecDeque::new(),
-        timed_out: Vec::new(),
-        app_values: Vec::new(),
-        drops_read: Instant::now(),
-        syn_retransmitted: 0,
-        syn_timeouts: 0,
-        invalid: 0,
-        partial_checksums: 0,
-        loop_stats: LoopStats::default(),
-        last_wake: Instant::now(),
-        gather: if io_stamps { GATHER } else { Duration::ZERO },
-    };
     let watch = Stopwatch::start();
-    pin_to_cpu(plan.run.sender_cpu(0));
-    Pacer::tighten_timers();
-    let outcome = looper.run(stop);
-    looper.tick_status_figures();
+    let (ends, status_error) = std::thread::scope(|scope| {
+        let handles: Vec<_> = loopers
+            .into_iter()
+            .map(|mut looper| {
+                let (shared, plan) = (&shared, &plan);
+                scope.spawn(move || {
+                    pin_to_cpu(plan.run.sender_cpu(looper.lane));
+                    Pacer::tighten_timers();
+                    let outcome = looper.run(shared);
+                    shared.publish_feed(looper.lane, &looper.feed);
+                    let failed = outcome.is_err();
+                    let _ = shared.events.send(ThreadEvent::Ended { failed });
+                    outcome.map(|()| looper.end())
+                })
+            })
+            .collect();
+        let status_error = coordinate(&plan, &shared, stop, &mut status, &done_rx, threads);
+        let ends: Vec<anyhow::Result<ThreadEnd>> = handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a grab thread panicked")))
+            })
+            .collect();
+        (ends, status_error)
+    });
+    let ends = ends
+        .into_iter()
+        .collect::<anyhow::Result<Vec<ThreadEnd>>>()?;
     let interrupted = stop.reason() != StopReason::None;
     let checkpoint = if interrupted {
-        looper.save_checkpoint(true)?;
+        save_checkpoint(
+            &plan,
+            &ends.iter().map(|e| e.feed.clone()).collect::<Vec<_>>(),
+            &counts,
+            true,
+        )?;
         Some(plan.run.checkpoint.display().to_string())
     } else {
         None
     };
-    outcome?;
-    let Looper {
-        writer,
-        engine,
-        mut status,
-        loop_stats,
-        ..
-    } = looper;
+    status_error?;
+    let writer = shared
+        .writer
+        .into_inner()
+        .map_err(|_| anyhow::anyhow!("the row writer was left locked by a failed thread"))?;
     writer.finish().context("finishing the output")?;
-    let stats = engine.stats();
+    let summary = summarize(&plan, &ends, &watch, interrupted, checkpoint);
+    status.source_mut().run_ended(summary.conn_per_s);
+    status.tick(Phase::Done, true)?;
+    Ok(summary)
+}
+
+/// The calling thread's part: the status line, Ctrl-C (the first stops new connections and
+/// records where each thread's targets stand; the second ends every connection), until every
+/// thread has ended. A thread that fails makes the others end at once.
+fn coordinate<A: GrabApp>(
+    plan: &GrabPlan<A>,
+    shared: &Shared,
+    stop: &Stop,
+    status: &mut StatusLine<GrabStatus>,
+    events: &mpsc::Receiver<ThreadEvent>,
+    threads: usize,
+) -> anyhow::Result<()> {
+    let (mut running, mut idle) = (threads, 0);
+    let mut drain_saved = false;
+    let mut error = None;
+    while running > 0 {
+        match events.recv_timeout(STATUS_EVERY) {
+            Ok(ThreadEvent::Idle) => {
+                idle += 1;
+                if idle == threads {
+                    shared.tell_threads(None);
+                }
+            }
+            Ok(ThreadEvent::Ended { failed }) => {
+                running -= 1;
+                if failed {
+                    shared.tell_threads(Some(ABORT));
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        if stop.is_set() {
+            match shared.phase() {
+                RUN => {
+                    shared.tell_threads(Some(DRAIN));
+                    stop.rearm();
+                    if !plan.run.quiet {
+                        to_stderr("grab: no new connections; finishing the open ones (Ctrl-C again to end them now)");
+                    }
+                }
+                _ => shared.tell_threads(Some(ABORT)),
+            }
+        }
+        if shared.phase() == DRAIN && !drain_saved {
+            drain_saved = save_drained(plan, shared, status.source().counts())?;
+        }
+        let done = status.source().done_fraction();
+        if let Err(e) = status.tick(Phase::Sending { done }, false) {
+            shared.tell_threads(Some(ABORT));
+            error.get_or_insert(e);
+        }
+    }
+    error.map_or(Ok(()), Err)
+}
+
+/// Once every thread has stopped opening connections, a checkpoint of where their targets
+/// stand (kept if the run is killed while it finishes the open ones). True once saved.
+fn save_drained<A: GrabApp>(
+    plan: &GrabPlan<A>,
+    shared: &Shared,
+    counts: &[Arc<GrabCounts>],
+) -> anyhow::Result<bool> {
+    let feeds: Option<Vec<ThreadCheckpoint>> = match shared.drained.lock() {
+        Ok(drained) => drained.iter().cloned().collect(),
+        Err(_) => None,
+    };
+    match feeds {
+        Some(feeds) => save_checkpoint(plan, &feeds, counts, false).map(|()| true),
+        None => Ok(false),
+    }
+}
+
+fn save_checkpoint<A: GrabApp>(
+    plan: &GrabPlan<A>,
+    feeds: &[ThreadCheckpoint],
+    counts: &[Arc<GrabCounts>],
+    complete: bool,
+) -> anyhow::Result<()> {
+    let run = &plan.run;
+    Checkpoint {
+        tool: "grab".into(),
+        seed: run.seed,
+        key: run.key,
+        module: plan.app.name().into(),
+        targets: run.space.len(),
+        shard: run.shard,
+        probes: run.probes,
+        sent: run.sent_before() + counts.iter().map(|c| c.syn_sent.get()).sum::<u64>(),
+        threads: feeds.to_vec(),
+        complete,
+    }
+    .save(&run.checkpoint)
+}
+
+/// The threads' figures added up into the run's summary.
+fn summarize<A: GrabApp>(
+    plan: &GrabPlan<A>,
+    ends: &[ThreadEnd],
+    watch: &Stopwatch,
+    interrupted: bool,
+    checkpoint: Option<String>,
+) -> GrabSummary {
+    let mut stats = Stats::default();
+    let mut loop_stats = LoopStats::default();
+    let sum = |f: fn(&ThreadEnd) -> u64| ends.iter().map(f).sum::<u64>();
+    for end in ends {
+        stats += &end.stats;
+        loop_stats += &end.loop_stats;
+    }
     let wall = watch.wall().as_secs_f64();
     let conn_per_s = success_rate(stats.success, wall);
-    status.source_mut().run_ended(conn_per_s);
-    status.tick(Phase::Done, true)?;
     let cpu = watch.cpu();
     let cpu_s = cpu.total().as_secs_f64();
-    Ok(GrabSummary {
+    GrabSummary {
         targets: plan.run.space.len(),
         syn_sent: stats.syn_sent,
-        syn_retransmitted: status.source().syn_retransmitted,
+        syn_retransmitted: sum(|e| e.syn_retransmitted),
         established: stats.established,
         completed: stats.completed,
         success: stats.success,
         refused: stats.refused,
-        syn_timeouts: status.source().syn_timeouts,
+        syn_timeouts: sum(|e| e.syn_timeouts),
         timeouts: stats.timeouts,
         resets: stats.resets,
         closed: stats.closed,
@@ -187,12 +398,12 @@ pub fn run_on<A: GrabApp>(
         sack_blocks_sent: stats.sack_blocks_sent,
         ooo_segments: stats.ooo_segments,
         table_full: stats.table_full,
-        invalid: stats.invalid + status.source().invalid,
+        invalid: stats.invalid + sum(|e| e.invalid),
         late_segments: stats.late,
         checksums_verified: plan.tcp.verify_checksums,
         bad_checksums: stats.bad_checksums,
-        partial_checksums: status.source().partial_checksums,
-        drops: status.source().counts.drops.get(),
+        partial_checksums: sum(|e| e.partial_checksums),
+        drops: sum(|e| e.drops),
         conn_per_s,
         wall_s: wall,
         cpu_user_s: cpu.user.as_secs_f64(),
@@ -200,13 +411,14 @@ pub fn run_on<A: GrabApp>(
         cpu_us_per_conn: cpu_s * 1e6 / (stats.success.max(1)) as f64,
         peak_outstanding: stats.peak_outstanding,
         peak_rss_bytes: peak_rss_bytes(),
-        engine_bytes: engine.memory_bytes() as u64,
+        engine_bytes: sum(|e| e.engine_bytes),
         interrupted,
         app: plan.app.name().into(),
         backend: plan.run.backend.name().into(),
+        threads: ends.len() as u32,
         checkpoint,
         loop_stats: Some(loop_stats),
-    })
+    }
 }
 
 /// The plan's app, lent to the engine (which lives no longer than the plan).
@@ -237,9 +449,11 @@ fn sent_this_run<A: GrabApp>(plan: &GrabPlan<A>) -> Option<Dedup> {
     (plan.run.resume.is_some() && fits).then(|| Dedup::for_space(space))
 }
 
-/// The engine thread's state.
+/// One engine thread's state.
 struct Looper<'p, A: GrabApp> {
     plan: &'p GrabPlan<A>,
+    /// This thread's index: its port lane, its feed's part, its queue.
+    lane: usize,
     engine: Engine<AppRef<'p, A>>,
     retries: SynRetries,
     /// Targets that answered (SYN-ACK or RST) or were given up on, by index: their SYNs are not
@@ -252,10 +466,13 @@ struct Looper<'p, A: GrabApp> {
     clock: Instant,
     tx: AnyTx,
     rxs: Vec<AnyRx>,
+    mailbox: Mailbox,
+    /// This thread's share of `--max-outstanding` (connections and SYNs in flight).
+    max_outstanding: usize,
+    /// This thread's wake-up, when other threads hand it frames.
+    wake: Option<Arc<sonde_io::Wake>>,
     feed: Feed,
-    writer: Box<dyn RowWriter + Send>,
     counts: Arc<GrabCounts>,
-    status: StatusLine<GrabStatus>,
     /// ARP requests to answer this pass.
     arps: Vec<arp::Repr>,
     /// Targets whose SYN is due again this pass.
@@ -279,45 +496,165 @@ struct Looper<'p, A: GrabApp> {
     gather: Duration,
 }
 
-impl<A: GrabApp> Looper<'_, A> {
+/// What the receive path needs of a thread to take one frame (borrowed apart from the
+/// receivers and the mailbox, which hand the frames over).
+struct Taker<'l, 'p, A: GrabApp> {
+    engine: &'l mut Engine<AppRef<'p, A>>,
+    answered: &'l mut Dedup,
+    retries: &'l mut SynRetries,
+    sent: &'l Option<Dedup>,
+    arps: &'l mut Vec<arp::Repr>,
+    plan: &'p GrabPlan<A>,
+    invalid: &'l mut u64,
+    partial_checksums: &'l mut u64,
+}
+
+impl<A: GrabApp> Taker<'_, '_, A> {
+    /// One frame of this thread's, received at `now` (µs of the loop's clock).
+    fn take(&mut self, frame: &[u8], now: u64, partial_checksum: bool) {
+        if let Some(ip) = self.plan.arp_for {
+            if let Some(asker) = arp_request_for(frame, ip) {
+                self.arps.push(asker);
+                return;
+            }
+        }
+        let space = &self.plan.run.space;
+        let (answered, sent) = (&*self.answered, self.sent);
+        // A late SYN-ACK of a target that already answered, was given up on, or belongs to
+        // the run this one resumes gets an RST, not a connection (and a late RST no row).
+        let seen = |addr, port| {
+            space.index_of(addr, port).is_some_and(|i| {
+                answered.contains(i) || sent.as_ref().is_some_and(|s| !s.contains(i))
+            })
+        };
+        let rx = if partial_checksum {
+            *self.partial_checksums += 1;
+            self.engine.on_frame_partial_with(frame, now, seen)
+        } else {
+            self.engine.on_frame_with(frame, now, seen)
+        };
+        match rx {
+            Rx::Answered { addr, port } => match space.index_of(addr, port) {
+                // Its first answer: a connection or a row now, no longer a SYN in flight.
+                Some(index) => {
+                    if !self.answered.check_and_insert(index) {
+                        self.retries.answered();
+                    }
+                }
+                None => *self.invalid += 1,
+            },
+            // The engine counts these itself (`Stats::invalid`, its ICMP counters).
+            Rx::Invalid | Rx::NotOurs | Rx::Segment | Rx::Late | Rx::Icmp => {}
+        }
+    }
+}
+
+impl<'p, A: GrabApp> Looper<'p, A> {
+    fn new(
+        plan: &'p GrabPlan<A>,
+        lane: usize,
+        io: GrabIo,
+        mailbox: Mailbox,
+    ) -> anyhow::Result<Looper<'p, A>> {
+        let threads = plan.run.threads.max(1);
+        let feed = Feed::open(
+            &plan.run.feed_spec(),
+            lane as u32,
+            plan.run.resumed_thread(lane as u32),
+        )?;
+        let retries = SynRetries::new(plan.syn_retries, plan.syn_timeout_us);
+        // The table and the receive memory are split between the threads.
+        let share = |whole: usize| whole.div_ceil(threads as usize);
+        let tcp = sonde_tcp::Config {
+            syn_span_us: retries.span_us(),
+            port_lane: PortLane {
+                index: lane as u16,
+                count: threads as u16,
+            },
+            max_outstanding: share(plan.tcp.max_outstanding),
+            rx_memory_limit: share(plan.tcp.rx_memory_limit),
+            ..plan.tcp.clone()
+        };
+        let max_outstanding = tcp.max_outstanding;
+        let engine = Engine::new(tcp, AppRef(&plan.app)).map_err(anyhow::Error::msg)?;
+        let io_stamps = io.rxs.iter().all(AnyRx::stamps_arrivals);
+        Ok(Looper {
+            plan,
+            lane,
+            engine,
+            retries,
+            answered: Dedup::for_space(&plan.run.space),
+            sent: sent_this_run(plan),
+            // Each thread keeps its share of the pace.
+            pacer: Pacer::with_burst_time(
+                plan.run.rate / f64::from(threads),
+                plan.run.batch,
+                GATHER,
+            ),
+            clock: Instant::now(),
+            tx: io.tx,
+            rxs: io.rxs,
+            max_outstanding,
+            wake: mailbox.wake(),
+            mailbox,
+            feed,
+            counts: Arc::new(GrabCounts::default()),
+            arps: Vec::new(),
+            resend: Vec::new(),
+            fresh: VecDeque::new(),
+            timed_out: Vec::new(),
+            app_values: Vec::new(),
+            drops_read: Instant::now(),
+            syn_retransmitted: 0,
+            syn_timeouts: 0,
+            invalid: 0,
+            partial_checksums: 0,
+            loop_stats: LoopStats::default(),
+            last_wake: Instant::now(),
+            gather: if io_stamps { GATHER } else { Duration::ZERO },
+        })
+    }
+
     fn now_us(&self) -> u64 {
         self.clock.elapsed().as_micros() as u64
     }
 
-    /// Passes until every target has ended. After a stop request no new target starts, and
-    /// the SYNs in flight and the open connections are seen through (bounded by their
-    /// timeouts); a second request ends everything at once.
-    fn run(&mut self, stop: &Stop) -> anyhow::Result<()> {
+    /// Passes until every target of this thread has ended. Once the calling thread says
+    /// drain, no new target starts, and the SYNs in flight and the open connections are seen
+    /// through (bounded by their timeouts); abort ends everything at once.
+    fn run(&mut self, shared: &Shared) -> anyhow::Result<()> {
+        self.clock = shared.clock;
         let mut draining = false;
+        let mut said_idle = false;
+        let alone = shared.wakes.is_empty();
         loop {
-            if stop.is_set() && !draining {
-                draining = true;
-                let fresh: Vec<u64> = self.fresh.drain(..).collect();
-                self.feed.put_back(fresh);
-                self.save_checkpoint(false)?;
-                stop.rearm();
-                if !self.plan.run.quiet {
-                    to_stderr("grab: no new connections; finishing the open ones (Ctrl-C again to end them now)");
+            match shared.phase() {
+                DRAIN if !draining => {
+                    draining = true;
+                    let fresh: Vec<u64> = self.fresh.drain(..).collect();
+                    self.feed.put_back(fresh);
+                    shared.publish_feed(self.lane, &self.feed);
                 }
-            } else if stop.is_set() && draining {
-                self.abort();
-                return Ok(());
+                ABORT => return self.abort(shared),
+                _ => {}
             }
-            let busy = self.pass(!draining)?;
+            self.pass(!draining, shared)?;
             let idle = self.feed_exhausted(draining)
                 && self.fresh.is_empty()
                 && self.resend.is_empty()
                 && self.retries.in_flight() == 0
                 && self.engine.outstanding() == 0
                 && self.engine.tx_pending() == 0;
-            if idle {
+            self.publish_figures();
+            if idle && alone {
                 return Ok(());
             }
-            let ticked = Instant::now();
-            self.tick_status()?;
-            self.loop_stats.status_s += ticked.elapsed().as_secs_f64();
-            if !busy {
-                std::hint::spin_loop();
+            if idle && !said_idle {
+                said_idle = true;
+                let _ = shared.events.send(ThreadEvent::Idle);
+            }
+            if said_idle && shared.all_idle.load(Ordering::Relaxed) {
+                return Ok(());
             }
         }
     }
@@ -326,9 +663,9 @@ impl<A: GrabApp> Looper<'_, A> {
         draining || self.feed.is_done()
     }
 
-    /// One pass: receive, timers, SYN retries, new SYNs, one transmit batch, rows. Returns
-    /// whether anything happened. Each part's wall time is added to the loop's counters.
-    fn pass(&mut self, open_new: bool) -> anyhow::Result<bool> {
+    /// One pass: receive, timers, SYN retries, new SYNs, one transmit batch, rows. Each
+    /// part's wall time is added to the loop's counters.
+    fn pass(&mut self, open_new: bool, shared: &Shared) -> anyhow::Result<()> {
         let start = Instant::now();
         let received = self.receive(open_new)?;
         let received_at = Instant::now();
@@ -339,7 +676,7 @@ impl<A: GrabApp> Looper<'_, A> {
         let timed_at = Instant::now();
         let sent = self.transmit(new, now)?;
         let sent_at = Instant::now();
-        let rows = self.write_rows()?;
+        let rows = self.write_rows(shared)?;
         let l = &mut self.loop_stats;
         l.receive_s += (received_at - start).as_secs_f64();
         l.timers_s += (timed_at - received_at).as_secs_f64();
@@ -347,14 +684,13 @@ impl<A: GrabApp> Looper<'_, A> {
         l.rows_s += sent_at.elapsed().as_secs_f64();
         l.passes += 1;
         l.frames_received += received as u64;
-        let busy = received + sent + rows > 0;
-        l.idle_passes += u64::from(!busy);
-        Ok(busy)
+        l.idle_passes += u64::from(received + sent + rows == 0);
+        Ok(())
     }
 
     /// New SYNs this pass may send: table room, SYNs in flight, the pace.
     fn room(&mut self) -> usize {
-        let cap = self.plan.tcp.max_outstanding;
+        let cap = self.max_outstanding;
         let in_flight = self.retries.in_flight();
         let l = &mut self.loop_stats;
         l.peak_syns_in_flight = l.peak_syns_in_flight.max(in_flight as u64);
@@ -385,7 +721,7 @@ impl<A: GrabApp> Looper<'_, A> {
         }
         let now = self.now_us();
         let mut until = now + MAX_WAIT.as_micros() as u64;
-        let cap = self.plan.tcp.max_outstanding;
+        let cap = self.max_outstanding;
         let has_room = self.engine.outstanding() + self.retries.in_flight() < cap;
         if open_new && has_room && !self.feed.is_done() {
             until = until.min(now + self.pacer.until_due().as_micros() as u64);
@@ -415,86 +751,6 @@ impl<A: GrabApp> Looper<'_, A> {
         }
         std::thread::sleep(hold);
         wait - hold
-    }
-
-    fn receive(&mut self, open_new: bool) -> anyhow::Result<usize> {
-        let wait = self.idle_wait(open_new);
-        let waited = (!wait.is_zero()).then(Instant::now);
-        let wait = self.gather_frames(wait);
-        let Looper {
-            rxs,
-            engine,
-            answered,
-            retries,
-            sent,
-            arps,
-            plan,
-            clock,
-            invalid,
-            partial_checksums,
-            ..
-        } = self;
-        // The clocks are read once per receiver's batch, when its first frame is handed over:
-        // a reading from before the wait would date the replies early (and shorten RTTs). A
-        // frame the kernel stamped on arrival (packet rings; AF_XDP behind the reply filter)
-        // is dated by its stamp: the loop reads frames in batches, after they arrived.
-        let mut stamp: Option<(usize, u64, u64)> = None;
-        let arp_for = plan.arp_for;
-        let space = &plan.run.space;
-        let n = sonde_io::rx_many_meta(rxs, 256, wait, |queue, frame, meta| {
-            let (now_us, now_epoch_ns) = match stamp {
-                Some((q, now_us, epoch_ns)) if q == queue => (now_us, epoch_ns),
-                _ => {
-                    let (_, now_us, epoch_ns) = *stamp.insert(read_clocks(queue, *clock));
-                    (now_us, epoch_ns)
-                }
-            };
-            let age_us = crate::arrival::stamp_age_us(now_epoch_ns, meta.stamp_ns);
-            let now = now_us.saturating_sub(age_us.unwrap_or(0));
-            if let Some(ip) = arp_for {
-                if let Some(asker) = arp_request_for(frame, ip) {
-                    arps.push(asker);
-                    return;
-                }
-            }
-            // A late SYN-ACK of a target that already answered, was given up on, or belongs to
-            // the run this one resumes gets an RST, not a connection (and a late RST no row).
-            let seen = |addr, port| {
-                space.index_of(addr, port).is_some_and(|i| {
-                    answered.contains(i) || sent.as_ref().is_some_and(|s| !s.contains(i))
-                })
-            };
-            let rx = if meta.checksum == RxChecksum::Partial {
-                *partial_checksums += 1;
-                engine.on_frame_partial_with(frame, now, seen)
-            } else {
-                engine.on_frame_with(frame, now, seen)
-            };
-            match rx {
-                Rx::Answered { addr, port } => match space.index_of(addr, port) {
-                    // Its first answer: a connection or a row now, no longer a SYN in flight.
-                    Some(index) => {
-                        if !answered.check_and_insert(index) {
-                            retries.answered();
-                        }
-                    }
-                    None => *invalid += 1,
-                },
-                // The engine counts these itself (`Stats::invalid`, its ICMP counters).
-                Rx::Invalid | Rx::NotOurs | Rx::Segment | Rx::Late | Rx::Icmp => {}
-            }
-        })?;
-        if let Some(start) = waited {
-            self.last_wake = Instant::now();
-            self.loop_stats.waits += 1;
-            self.loop_stats.wait_s += start.elapsed().as_secs_f64();
-        }
-        if self.drops_read.elapsed() >= DROPS_EVERY {
-            self.drops_read = Instant::now();
-            let drops: u64 = self.rxs.iter_mut().map(AnyRx::take_drops).sum();
-            self.counts.drops.add(drops);
-        }
-        Ok(n)
     }
 
     /// SYNs due again (unless their target answered), and targets that never answered.
@@ -592,16 +848,97 @@ impl<A: GrabApp> Looper<'_, A> {
         Ok(sent)
     }
 
-    /// One row per connection that ended, and per target that never answered.
-    fn write_rows(&mut self) -> anyhow::Result<usize> {
+    /// Takes what the receivers and the other threads have for this thread: frames of its
+    /// own connections go to its engine, the others' are handed to their owners.
+    fn receive(&mut self, open_new: bool) -> anyhow::Result<usize> {
+        let mut wait = self.idle_wait(open_new);
+        if !wait.is_zero() && !self.mailbox.fall_asleep() {
+            wait = Duration::ZERO;
+        }
+        let waited = (!wait.is_zero()).then(Instant::now);
+        let wait = self.gather_frames(wait);
+        let Looper {
+            rxs,
+            mailbox,
+            wake,
+            engine,
+            answered,
+            retries,
+            sent,
+            arps,
+            plan,
+            clock,
+            invalid,
+            partial_checksums,
+            ..
+        } = self;
+        let mut taker = Taker {
+            engine,
+            answered,
+            retries,
+            sent,
+            arps,
+            plan,
+            invalid,
+            partial_checksums,
+        };
+        // The clocks are read once per receiver's batch, when its first frame is handed over:
+        // a reading from before the wait would date the replies early (and shorten RTTs). A
+        // frame the kernel stamped on arrival (packet rings; AF_XDP behind the reply filter)
+        // is dated by its stamp: the loop reads frames in batches, after they arrived.
+        let mut stamp: Option<(usize, u64, u64)> = None;
+        let n = sonde_io::rx_many_meta_or_wake(
+            rxs,
+            256,
+            wait,
+            wake.as_deref(),
+            |queue, frame, meta| {
+                let (now_us, now_epoch_ns) = match stamp {
+                    Some((q, now_us, epoch_ns)) if q == queue => (now_us, epoch_ns),
+                    _ => {
+                        let (_, now_us, epoch_ns) = *stamp.insert(read_clocks(queue, *clock));
+                        (now_us, epoch_ns)
+                    }
+                };
+                let age_us = crate::arrival::stamp_age_us(now_epoch_ns, meta.stamp_ns);
+                let now = now_us.saturating_sub(age_us.unwrap_or(0));
+                let partial = meta.checksum == RxChecksum::Partial;
+                match mailbox.other_owner(frame) {
+                    Some(owner) => mailbox.hand_over(owner, frame, now, partial),
+                    None => taker.take(frame, now, partial),
+                }
+            },
+        )?;
+        mailbox.wake_owners();
+        let handed = mailbox.take_handed(|h| taker.take(h.frame, h.now_us, h.partial_checksum));
+        if let Some(start) = waited {
+            self.mailbox.wake_up();
+            self.last_wake = Instant::now();
+            self.loop_stats.waits += 1;
+            self.loop_stats.wait_s += start.elapsed().as_secs_f64();
+        }
+        if self.drops_read.elapsed() >= DROPS_EVERY {
+            self.drops_read = Instant::now();
+            let drops: u64 = self.rxs.iter_mut().map(AnyRx::take_drops).sum();
+            self.counts.drops.add(drops);
+        }
+        Ok(n + handed)
+    }
+
+    /// One row per connection that ended, and per target that never answered, written under
+    /// one lock of the shared writer (taken only when this pass has rows).
+    fn write_rows(&mut self, shared: &Shared) -> anyhow::Result<usize> {
+        if !self.engine.has_outcomes() && self.timed_out.is_empty() {
+            return Ok(0);
+        }
         let epoch_us = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as u64);
         let mut rows = 0;
         let mut error = None;
+        let mut writer = shared.write_rows()?;
         let Looper {
             engine,
-            writer,
             plan,
             app_values,
             counts,
@@ -653,7 +990,7 @@ impl<A: GrabApp> Looper<'_, A> {
             self.syn_timeouts += 1;
             self.counts.finished.add(1);
             rows += 1;
-            if let Err(e) = self.writer.write(&row) {
+            if let Err(e) = writer.write(&row) {
                 error.get_or_insert(e);
             }
         }
@@ -663,28 +1000,18 @@ impl<A: GrabApp> Looper<'_, A> {
         }
     }
 
-    fn tick_status(&mut self) -> anyhow::Result<()> {
-        self.tick_status_figures();
-        let done = self.status.source().done_fraction();
-        self.status.tick(Phase::Sending { done }, false)
-    }
-
-    /// Hands the loop's own figures to the status line (and so to the summary).
-    fn tick_status_figures(&mut self) {
-        self.counts
-            .outstanding
-            .set(self.engine.outstanding() as u64);
-        let stats = self.engine.stats();
-        self.counts.retransmits.set(stats.retransmits_received);
-        let s = self.status.source_mut();
-        s.syn_retransmitted = self.syn_retransmitted;
-        s.syn_timeouts = self.syn_timeouts;
-        s.invalid = self.invalid;
-        s.partial_checksums = self.partial_checksums;
+    /// Hands the loop's own figures to the status line (the calling thread adds every
+    /// thread's up).
+    fn publish_figures(&self) {
+        let c = &self.counts;
+        c.outstanding.set(self.engine.outstanding() as u64);
+        c.retransmits.set(self.engine.stats().retransmits_received);
+        c.syn_retransmitted.set(self.syn_retransmitted);
+        c.syn_timeouts.set(self.syn_timeouts);
     }
 
     /// Ends every connection now, putting unanswered targets back for a resume.
-    fn abort(&mut self) {
+    fn abort(&mut self, shared: &Shared) -> anyhow::Result<()> {
         let now = self.now_us();
         self.engine.abort_all(now);
         let (mut due, mut last) = (Vec::new(), Vec::new());
@@ -700,28 +1027,28 @@ impl<A: GrabApp> Looper<'_, A> {
         );
         let fresh: Vec<u64> = self.fresh.drain(..).collect();
         self.feed.put_back(due.into_iter().chain(last).chain(fresh));
-        let _ = self.write_rows();
+        self.write_rows(shared).map(|_| ())
     }
 
-    fn save_checkpoint(&self, complete: bool) -> anyhow::Result<()> {
-        let run = &self.plan.run;
-        Checkpoint {
-            tool: "grab".into(),
-            seed: run.seed,
-            key: run.key,
-            module: self.plan.app.name().into(),
-            targets: run.space.len(),
-            shard: run.shard,
-            probes: run.probes,
-            sent: run.sent_before() + self.counts.syn_sent.get(),
-            threads: vec![self.feed.checkpoint()],
-            complete,
+    /// The thread's figures, for the run's summary.
+    fn end(self) -> ThreadEnd {
+        let mut loop_stats = self.loop_stats;
+        loop_stats.handed_over = self.mailbox.handed;
+        loop_stats.handover_ring_full = self.mailbox.ring_full;
+        ThreadEnd {
+            stats: self.engine.stats().clone(),
+            loop_stats,
+            feed: self.feed.checkpoint(),
+            syn_retransmitted: self.syn_retransmitted,
+            syn_timeouts: self.syn_timeouts,
+            invalid: self.invalid,
+            partial_checksums: self.partial_checksums,
+            drops: self.counts.drops.get(),
+            engine_bytes: self.engine.memory_bytes() as u64,
         }
-        .save(&run.checkpoint)
     }
 }
 
-/// An ARP request asking who has `ip`.
 /// Receiver `queue`'s batch: the loop's clock (µs) and the wall clock (ns since the Unix
 /// epoch, as arrival stamps are), read now.
 fn read_clocks(queue: usize, clock: Instant) -> (usize, u64, u64) {
@@ -731,6 +1058,7 @@ fn read_clocks(queue: usize, clock: Instant) -> (usize, u64, u64) {
     (queue, clock.elapsed().as_micros() as u64, epoch_ns)
 }
 
+/// An ARP request asking who has `ip`.
 fn arp_request_for(frame: &[u8], ip: Ipv4Addr) -> Option<arp::Repr> {
     let eth = ethernet::Frame::new_checked(frame).ok()?;
     if eth.ethertype() != EtherType::Arp {

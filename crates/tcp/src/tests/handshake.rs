@@ -488,3 +488,37 @@ fn an_option_of_the_wrong_length_is_skipped() {
     h.engine.abort_all(h.now);
     assert_eq!(h.outcome().1, b"data");
 }
+
+/// Grab's threads: an engine on a port lane sends from its lane's ports only, a reply (and an
+/// ICMP error quoting its SYN) names that port to `our_port_of`, and an engine of another lane
+/// takes no connection from it.
+#[test]
+fn an_engine_on_a_lane_uses_its_ports_and_replies_name_them() {
+    use sonde_craft::cookie::PortLane;
+    for v6 in [false, true] {
+        let target = if v6 { "2001:2::7" } else { "198.18.0.7" };
+        for index in 0..3u16 {
+            let lane = PortLane { index, count: 3 };
+            let mut cfg = config();
+            cfg.port_lane = lane;
+            let mut h = Harness::new(cfg.clone(), TestApp::http(), Server::new(target, 80));
+            let syn = h.syn();
+            let port = syn.tcp.src_port;
+            assert_eq!(cfg.ports.lane_of(port, 3), index, "{port}");
+            let synack = h.server.syn_ack();
+            assert_eq!(crate::our_port_of(&synack), Some(port));
+            let (t, c) = if v6 { (1, 3) } else { (3, 1) };
+            assert_eq!(crate::our_port_of(&icmp_about(&syn, t, c, 0)), Some(port));
+            // The same SYN-ACK at an engine of the next lane: no connection of its own.
+            cfg.port_lane = PortLane {
+                index: (index + 1) % 3,
+                count: 3,
+            };
+            let mut other = Harness::new(cfg, TestApp::http(), Server::new(target, 80));
+            assert_eq!(other.input(&synack), Rx::Invalid);
+            assert_eq!(other.engine.outstanding(), 0);
+            assert!(matches!(h.input(&synack), Rx::Answered { .. }));
+        }
+    }
+    assert_eq!(crate::our_port_of(&[0u8; 10]), None);
+}

@@ -171,16 +171,48 @@ fn link() -> (mem::MemPort, mem::MemPort) {
     mem::pair(4096)
 }
 
-fn io_of(end: &mem::MemPort) -> GrabIo {
-    GrabIo {
-        tx: AnyTx::Mem(end.another_handle()),
-        rxs: vec![AnyRx::Mem(end.another_handle())],
-    }
+/// Each thread's queues on the loop's end of the link: every thread sends on it, and the first
+/// thread alone receives, so every reply to another thread's connection must be handed over.
+fn ios_of(end: &mem::MemPort, threads: u32) -> Vec<GrabIo> {
+    (0..threads.max(1))
+        .map(|t| GrabIo {
+            tx: AnyTx::Mem(end.another_handle()),
+            rxs: if t == 0 {
+                vec![AnyRx::Mem(end.another_handle())]
+            } else {
+                Vec::new()
+            },
+        })
+        .collect()
 }
 
 /// Runs `plan` over `end` to its end (or `stop`), writing rows to `rows`.
 fn grab(plan: GrabPlan<AnyApp>, end: &mem::MemPort, rows: &RowLog, stop: &Stop) -> GrabSummary {
-    run_on(plan, io_of(end), Box::new(rows.clone()), stop).unwrap()
+    let ios = ios_of(end, plan.run.threads);
+    run_on(plan, ios, Box::new(rows.clone()), stop).unwrap()
+}
+
+/// `plan` on `threads` engine threads.
+fn on_threads(mut plan: GrabPlan<AnyApp>, threads: u32) -> GrabPlan<AnyApp> {
+    plan.run.threads = threads;
+    plan
+}
+
+/// With several threads, every figure of the summary adds up to what the rows say, and the
+/// frames for the threads that receive nothing were handed over.
+fn check_threads_add_up(summary: &GrabSummary, rows: &[Logged], threads: u32) {
+    let count = |status: &str| rows.iter().filter(|r| r.status == status).count() as u64;
+    assert_eq!(summary.threads, threads);
+    assert_eq!(summary.success, count("success"));
+    assert_eq!(summary.refused, count("refused"));
+    assert_eq!(summary.syn_timeouts, count("syn-timeout"));
+    let l = summary.loop_stats.as_ref().unwrap();
+    if threads > 1 {
+        assert!(l.handed_over > 0, "nothing handed to the other threads");
+        assert_eq!(l.handover_ring_full, 0);
+    } else {
+        assert_eq!(l.handed_over, 0);
+    }
 }
 
 /// Each target's rows, by address.
@@ -213,14 +245,23 @@ fn every_kind(addr: IpAddr) -> Script {
 
 #[test]
 fn late_and_duplicate_answers_never_make_a_second_row() {
-    let dir = tempdir::Dir::new("late");
+    late_and_duplicate_answers(1);
+}
+
+#[test]
+fn with_two_threads_late_and_duplicate_answers_never_make_a_second_row() {
+    late_and_duplicate_answers(2);
+}
+
+fn late_and_duplicate_answers(threads: u32) {
+    let dir = tempdir::Dir::new(&format!("late{threads}"));
     let (ours, theirs) = link();
     let rows = RowLog::default();
     let controls = Controls::default();
     let peer = Peer::new(theirs, every_kind, rows.clone(), controls.clone());
     let peer = thread::spawn(move || peer.run());
     let summary = grab(
-        plan("198.18.0.0/29", 0.0, &dir),
+        on_threads(plan("198.18.0.0/29", 0.0, &dir), threads),
         &ours,
         &rows,
         &Stop::manual(),
@@ -275,6 +316,7 @@ fn late_and_duplicate_answers_never_make_a_second_row() {
     assert_eq!(summary.bad_checksums, 0);
     // Invalid, each counted once: three late SYN-ACKs, the late RST, the second refusal.
     assert_eq!(summary.invalid, 5);
+    check_threads_add_up(&summary, &rows, threads);
 }
 
 fn a_quarter_late(addr: IpAddr) -> Script {
@@ -287,7 +329,16 @@ fn a_quarter_late(addr: IpAddr) -> Script {
 
 #[test]
 fn a_resumed_grab_writes_each_target_once_across_both_runs() {
-    let dir = tempdir::Dir::new("resume");
+    resumed_grab(1);
+}
+
+#[test]
+fn with_two_threads_a_resumed_grab_writes_each_target_once_across_both_runs() {
+    resumed_grab(2);
+}
+
+fn resumed_grab(threads: u32) {
+    let dir = tempdir::Dir::new(&format!("resume{threads}"));
     let (ours, theirs) = link();
     // The peer sees the rows of both runs: a late answer follows a row in either.
     let all_rows = RowLog::default();
@@ -310,13 +361,18 @@ fn a_resumed_grab_writes_each_target_once_across_both_runs() {
             }
         })
     };
-    let first = grab(plan("198.18.0.0/26", 50.0, &dir), &ours, &rows[0], &stop);
+    let first = grab(
+        on_threads(plan("198.18.0.0/26", 50.0, &dir), threads),
+        &ours,
+        &rows[0],
+        &stop,
+    );
     stopper.join().unwrap();
-    let checkpoint = PathBuf::from(first.checkpoint.expect("interrupted: a checkpoint"));
+    let checkpoint = PathBuf::from(first.checkpoint.clone().expect("interrupted: a checkpoint"));
 
     // The second run resumes; the previous run's late SYN-ACKs arrive as it starts.
     controls.replay.store(true, Ordering::Release);
-    let mut again = plan("198.18.0.0/26", 0.0, &dir);
+    let mut again = on_threads(plan("198.18.0.0/26", 0.0, &dir), threads);
     again.run.resume = Some(Checkpoint::load(&checkpoint).unwrap());
     let second = grab(again, &ours, &rows[1], &Stop::manual());
     controls.done.store(true, Ordering::Release);
@@ -340,6 +396,8 @@ fn a_resumed_grab_writes_each_target_once_across_both_runs() {
         assert_eq!(t.rsts_after_late(), 1, "{addr}: a late SYN-ACK not reset");
     }
     assert_eq!(first.success + second.success, 48);
+    check_threads_add_up(&first, &a, threads);
+    check_threads_add_up(&second, &b, threads);
 }
 
 fn corrupt_first(_: IpAddr) -> Script {

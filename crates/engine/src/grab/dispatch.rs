@@ -1,0 +1,319 @@
+//! How a reply reaches the grab thread that owns its connection, with no lock.
+//!
+//! Each thread's engine sends from its own lane of the source-port range (every N-th port),
+//! so the port on our side of a reply (or of the segment an ICMP error quotes) names the
+//! owner. The kernel puts a reply on whichever receive queue its hash picks (a NIC's RSS, a
+//! veth's CPU), and a queue is read by one thread: a frame that lands at another thread is
+//! copied into a single-producer single-consumer ring from that thread to its owner (one per
+//! pair of threads, `rtrb`), and the owner, if it sleeps, is woken through its eventfd.
+//!
+//! Why this and not steering: an AF_XDP socket receives only from the queue it is bound to,
+//! so frames cannot be redirected between queues in XDP; a NIC's flow rules could steer port
+//! lanes to queues (ethtool ntuple), but veths and many NICs have none. The copy is a few
+//! hundred bytes per frame that lands at the wrong thread, and is correct on every link.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use rtrb::{Consumer, Producer, RingBuffer};
+use sonde_craft::cookie::PortRange;
+use sonde_io::Wake;
+
+/// Bytes of each ring between two threads: thousands of frames, far more than a pass hands
+/// over.
+const RING_BYTES: usize = 1 << 20;
+/// A record's header: the frame's length, whether its checksum was left partial, and the time
+/// (the loop's clock, µs) the receiving thread gave it.
+const HEADER: usize = 16;
+/// The largest frame a record carries (a jumbo frame is not a reply of ours).
+const MAX_FRAME: usize = 9216;
+
+/// A frame handed from one thread to another, as the owner reads it.
+pub(crate) struct Handed<'a> {
+    pub frame: &'a [u8],
+    pub now_us: u64,
+    pub partial_checksum: bool,
+}
+
+/// What every thread shares: the wake-ups and whether each thread sleeps.
+struct Sleepers {
+    wakes: Vec<Arc<Wake>>,
+    sleeping: Vec<AtomicBool>,
+}
+
+/// One thread's ends of the rings: to every other thread, and from every other thread.
+pub(crate) struct Mailbox {
+    lane: usize,
+    ports: PortRange,
+    outboxes: Vec<Option<Producer<u8>>>,
+    inboxes: Vec<Consumer<u8>>,
+    sleepers: Arc<Sleepers>,
+    /// Threads handed a frame since the last [`Mailbox::wake_owners`] (a bit each).
+    to_wake: u64,
+    /// A frame whose record wrapped around the ring's end, made whole.
+    scratch: Vec<u8>,
+    /// Frames handed to other threads, and those dropped because the owner's ring was full
+    /// (the peer sends them again).
+    pub handed: u64,
+    pub ring_full: u64,
+}
+
+impl Mailbox {
+    /// The mailboxes of `threads` threads whose engines use lanes of `ports`.
+    pub fn for_threads(threads: usize, ports: PortRange) -> std::io::Result<Vec<Mailbox>> {
+        assert!((1..=64).contains(&threads), "1 to 64 grab threads");
+        let sleepers = Arc::new(Sleepers {
+            wakes: (0..threads)
+                .map(|_| Wake::new().map(Arc::new))
+                .collect::<Result<_, _>>()?,
+            sleeping: (0..threads).map(|_| AtomicBool::new(false)).collect(),
+        });
+        let mut outboxes: Vec<Vec<Option<Producer<u8>>>> = (0..threads)
+            .map(|_| (0..threads).map(|_| None).collect())
+            .collect();
+        let mut inboxes: Vec<Vec<Consumer<u8>>> = (0..threads).map(|_| Vec::new()).collect();
+        for (from, outbox) in outboxes.iter_mut().enumerate() {
+            for to in (0..threads).filter(|&to| to != from) {
+                let (producer, consumer) = RingBuffer::new(RING_BYTES);
+                outbox[to] = Some(producer);
+                inboxes[to].push(consumer);
+            }
+        }
+        Ok(outboxes
+            .into_iter()
+            .zip(inboxes)
+            .enumerate()
+            .map(|(lane, (outboxes, inboxes))| Mailbox {
+                lane,
+                ports,
+                outboxes,
+                inboxes,
+                sleepers: sleepers.clone(),
+                to_wake: 0,
+                scratch: vec![0; MAX_FRAME],
+                handed: 0,
+                ring_full: 0,
+            })
+            .collect())
+    }
+
+    fn threads(&self) -> usize {
+        self.outboxes.len()
+    }
+
+    /// The thread whose connection `frame` is about, when it is not this one; `None` when it
+    /// is this thread's (or names no port of ours: the engine then judges it).
+    pub fn other_owner(&self, frame: &[u8]) -> Option<usize> {
+        let lanes = self.threads();
+        if lanes == 1 {
+            return None;
+        }
+        let port = sonde_tcp::our_port_of(frame)?;
+        if !self.ports.contains(port) {
+            return None;
+        }
+        let owner = usize::from(self.ports.lane_of(port, lanes as u16));
+        (owner != self.lane).then_some(owner)
+    }
+
+    /// Copies `frame` to `owner`'s ring (dropped and counted when the ring is full).
+    pub fn hand_over(&mut self, owner: usize, frame: &[u8], now_us: u64, partial_checksum: bool) {
+        let Some(ring) = self.outboxes[owner].as_mut() else {
+            return;
+        };
+        if frame.len() > MAX_FRAME {
+            return;
+        }
+        let Ok(mut chunk) = ring.write_chunk(HEADER + frame.len()) else {
+            self.ring_full += 1;
+            return;
+        };
+        let mut header = [0u8; HEADER];
+        header[0..2].copy_from_slice(&(frame.len() as u16).to_le_bytes());
+        header[2] = u8::from(partial_checksum);
+        header[8..16].copy_from_slice(&now_us.to_le_bytes());
+        let (first, second) = chunk.as_mut_slices();
+        let split = first.len();
+        copy_record_part(first, 0, &header, frame);
+        copy_record_part(second, split, &header, frame);
+        chunk.commit_all();
+        self.handed += 1;
+        self.to_wake |= 1 << owner;
+    }
+
+    /// Wakes the threads handed frames since the last call that are asleep.
+    pub fn wake_owners(&mut self) {
+        while self.to_wake != 0 {
+            let owner = self.to_wake.trailing_zeros() as usize;
+            self.to_wake &= self.to_wake - 1;
+            if self.sleepers.sleeping[owner].load(Ordering::SeqCst) {
+                self.sleepers.wakes[owner].notify();
+            }
+        }
+    }
+
+    /// Hands every frame other threads left for this one to `take`; returns how many.
+    pub fn take_handed(&mut self, mut take: impl FnMut(Handed)) -> usize {
+        let mut taken = 0;
+        for inbox in &mut self.inboxes {
+            while let Ok(chunk) = inbox.read_chunk(HEADER) {
+                let (a, b) = chunk.as_slices();
+                let mut header = [0u8; HEADER];
+                for (slot, byte) in header.iter_mut().zip(a.iter().chain(b)) {
+                    *slot = *byte;
+                }
+                chunk.commit_all();
+                let len = usize::from(u16::from_le_bytes([header[0], header[1]]));
+                let now_us = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
+                // The producer commits header and frame together: the frame is there.
+                let Ok(chunk) = inbox.read_chunk(len) else {
+                    break;
+                };
+                let (a, b) = chunk.as_slices();
+                let frame = if b.is_empty() {
+                    a
+                } else {
+                    self.scratch[..a.len()].copy_from_slice(a);
+                    self.scratch[a.len()..len].copy_from_slice(b);
+                    &self.scratch[..len]
+                };
+                take(Handed {
+                    frame,
+                    now_us,
+                    partial_checksum: header[2] != 0,
+                });
+                chunk.commit_all();
+                taken += 1;
+            }
+        }
+        taken
+    }
+
+    /// This thread's wake-up, to wait on beside its receivers (none with one thread).
+    pub fn wake(&self) -> Option<Arc<Wake>> {
+        (self.threads() > 1).then(|| self.sleepers.wakes[self.lane].clone())
+    }
+
+    /// Before a wait: tells the others to wake this thread for a frame. False when a frame
+    /// came in meanwhile (do not sleep then).
+    pub fn fall_asleep(&self) -> bool {
+        if self.threads() == 1 {
+            return true;
+        }
+        self.sleepers.sleeping[self.lane].store(true, Ordering::SeqCst);
+        // A frame handed over before the flag was seen is in a ring now: look once more.
+        let empty = self.inboxes.iter().all(|inbox| inbox.is_empty());
+        if !empty {
+            self.wake_up();
+        }
+        empty
+    }
+
+    /// After a wait.
+    pub fn wake_up(&self) {
+        if self.threads() == 1 {
+            return;
+        }
+        self.sleepers.sleeping[self.lane].store(false, Ordering::SeqCst);
+        self.sleepers.wakes[self.lane].clear();
+    }
+}
+
+/// Fills `dst` with the record (`header` then `frame`) from its byte `start` on: a record
+/// that wraps around the ring's end is written in two parts.
+fn copy_record_part(dst: &mut [u8], start: usize, header: &[u8; HEADER], frame: &[u8]) {
+    let in_header = HEADER.saturating_sub(start).min(dst.len());
+    dst[..in_header].copy_from_slice(&header[start.min(HEADER)..start.min(HEADER) + in_header]);
+    let from = start.saturating_sub(HEADER);
+    let rest = &mut dst[in_header..];
+    rest.copy_from_slice(&frame[from..from + rest.len()]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame_to_port(port: u16, fill: u8, len: usize) -> Vec<u8> {
+        // Ethernet + IPv4 (IHL 5, protocol TCP) + a TCP header with `port` as destination.
+        let mut f = vec![fill; len.max(54)];
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        f[14] = 0x45;
+        let ip_len = (f.len() - 14) as u16;
+        f[16..18].copy_from_slice(&ip_len.to_be_bytes());
+        f[20..22].copy_from_slice(&[0x40, 0]);
+        f[23] = 6;
+        f[36..38].copy_from_slice(&port.to_be_bytes());
+        f[46] = 0x50;
+        f
+    }
+
+    #[test]
+    fn frames_reach_the_owner_of_their_port_whole_and_in_order() {
+        let ports = PortRange::new(61000, 61999).unwrap();
+        let mut boxes = Mailbox::for_threads(3, ports).unwrap();
+        let mut sent = Vec::new();
+        // Enough frames, of varied lengths, that records wrap around the ring's end.
+        for i in 0..20_000u32 {
+            let port = 61000 + (i % 1000) as u16;
+            let frame = frame_to_port(port, i as u8, 60 + (i as usize * 7) % 1400);
+            let owner = boxes[0].other_owner(&frame);
+            let lane = usize::from(ports.lane_of(port, 3));
+            assert_eq!(owner, (lane != 0).then_some(lane), "port {port}");
+            if let Some(owner) = owner {
+                boxes[0].hand_over(owner, &frame, u64::from(i), i % 2 == 0);
+                sent.push((owner, frame, u64::from(i)));
+            }
+            if i % 500 == 499 {
+                for (lane, inbox) in boxes.iter_mut().enumerate().skip(1) {
+                    let mut got = Vec::new();
+                    inbox.take_handed(|h| {
+                        got.push((h.frame.to_vec(), h.now_us, h.partial_checksum))
+                    });
+                    let want: Vec<_> = sent
+                        .iter()
+                        .filter(|(o, _, _)| *o == lane)
+                        .map(|(_, f, t)| (f.clone(), *t, t % 2 == 0))
+                        .collect();
+                    assert_eq!(got, want, "lane {lane} after frame {i}");
+                }
+                sent.clear();
+            }
+        }
+        assert_eq!(boxes[0].ring_full, 0);
+        assert!(boxes[0].handed > 10_000);
+        // Not a frame of ours: the receiving thread's engine judges it.
+        assert_eq!(boxes[0].other_owner(&[0u8; 20]), None);
+        assert_eq!(boxes[0].other_owner(&frame_to_port(80, 0, 60)), None);
+    }
+
+    #[test]
+    fn a_full_ring_drops_and_counts_and_a_sleeper_is_woken() {
+        let ports = PortRange::new(61000, 61999).unwrap();
+        let mut boxes = Mailbox::for_threads(2, ports).unwrap();
+        let frame = frame_to_port(61001, 1, 1500);
+        let fits = RING_BYTES / (HEADER + frame.len());
+        for _ in 0..fits + 10 {
+            boxes[0].hand_over(1, &frame, 0, false);
+        }
+        assert_eq!(boxes[0].handed as usize, fits);
+        assert_eq!(boxes[0].ring_full, 10);
+        assert!(!boxes[1].fall_asleep(), "frames wait: no sleep");
+        assert_eq!(boxes[1].take_handed(|_| {}), fits);
+        assert!(boxes[1].fall_asleep());
+        boxes[0].hand_over(1, &frame, 0, false);
+        boxes[0].wake_owners();
+        let wake = boxes[1].wake().unwrap();
+        let start = std::time::Instant::now();
+        let got = sonde_io::rx_many_meta_or_wake(
+            &mut [],
+            1,
+            std::time::Duration::from_secs(10),
+            Some(&*wake),
+            |_, _, _| {},
+        );
+        assert_eq!(got.unwrap(), 0);
+        assert!(start.elapsed().as_secs() < 5, "woken, not timed out");
+        boxes[1].wake_up();
+        assert_eq!(boxes[1].take_handed(|_| {}), 1);
+    }
+}
