@@ -24,7 +24,7 @@ use sonde_io::{AnyRx, AnyTx, FrameTx, RxChecksum};
 use sonde_meter::output_file::IfExists;
 use sonde_meter::{peak_rss_bytes, Stopwatch};
 use sonde_scan::dedup::Dedup;
-use sonde_scan::output::RowWriter;
+use sonde_scan::output::{RowRenderer, RowWriter};
 use sonde_scan::reply::Value;
 use sonde_tcp::{App, Engine, Outcome, ReplyCursor, Rx, Stats, Status, SynRetries};
 use sonde_wire::{arp, ethernet, EtherType, MacAddr};
@@ -188,6 +188,7 @@ pub fn run_on<A: GrabApp>(
     );
     let mailboxes = Mailbox::for_threads(threads, plan.tcp.ports)
         .context("creating the wake-ups between grab threads")?;
+    let renderers: Vec<_> = (0..threads).map(|_| writer.renderer()).collect();
     let (events, done_rx) = mpsc::channel();
     let shared = Shared {
         writer: Mutex::new(writer),
@@ -199,8 +200,9 @@ pub fn run_on<A: GrabApp>(
         wakes: mailboxes.iter().filter_map(Mailbox::wake).collect(),
     };
     let mut loopers = Vec::with_capacity(threads);
-    for (lane, (io, mailbox)) in ios.into_iter().zip(mailboxes).enumerate() {
-        loopers.push(Looper::new(&plan, lane, io, mailbox)?);
+    let parts = ios.into_iter().zip(mailboxes).zip(renderers);
+    for (lane, ((io, mailbox), renderer)) in parts.enumerate() {
+        loopers.push(Looper::new(&plan, lane, io, mailbox, renderer)?);
     }
     let total = loopers.iter().map(|l| l.feed.left()).sum();
     let counts: Vec<Arc<GrabCounts>> = loopers.iter().map(|l| l.counts.clone()).collect();
@@ -482,6 +484,9 @@ struct Looper<'p, A: GrabApp> {
     /// Targets whose last SYN went unanswered.
     timed_out: Vec<u64>,
     app_values: Vec<Value>,
+    /// This thread's renderer of the writer's rows (text formats), and its rows of a pass.
+    renderer: Option<Box<dyn RowRenderer>>,
+    rendered: Vec<u8>,
     /// When the receivers' drop counters were last read (a system call for AF_XDP).
     drops_read: Instant,
     syn_retransmitted: u64,
@@ -555,6 +560,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
         lane: usize,
         io: GrabIo,
         mailbox: Mailbox,
+        renderer: Option<Box<dyn RowRenderer>>,
     ) -> anyhow::Result<Looper<'p, A>> {
         let threads = plan.run.threads.max(1);
         let feed = Feed::open(
@@ -604,6 +610,8 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             fresh: VecDeque::new(),
             timed_out: Vec::new(),
             app_values: Vec::new(),
+            renderer,
+            rendered: Vec::new(),
             drops_read: Instant::now(),
             syn_retransmitted: 0,
             syn_timeouts: 0,
@@ -683,7 +691,6 @@ impl<'p, A: GrabApp> Looper<'p, A> {
         l.transmit_s += (sent_at - timed_at).as_secs_f64();
         l.rows_s += sent_at.elapsed().as_secs_f64();
         l.passes += 1;
-        l.frames_received += received as u64;
         l.idle_passes += u64::from(received + sent + rows == 0);
         Ok(())
     }
@@ -911,6 +918,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
         )?;
         mailbox.wake_owners();
         let handed = mailbox.take_handed(|h| taker.take(h.frame, h.now_us, h.partial_checksum));
+        self.loop_stats.frames_received += n as u64;
         if let Some(start) = waited {
             self.mailbox.wake_up();
             self.last_wake = Instant::now();
@@ -925,18 +933,44 @@ impl<'p, A: GrabApp> Looper<'p, A> {
         Ok(n + handed)
     }
 
-    /// One row per connection that ended, and per target that never answered, written under
-    /// one lock of the shared writer (taken only when this pass has rows).
+    /// One row per connection that ended, and per target that never answered. Text rows are
+    /// rendered (the app's fields read) by this thread, and the shared writer is locked once to
+    /// copy them; a writer with no renderer (parquet) takes them one by one under the lock.
     fn write_rows(&mut self, shared: &Shared) -> anyhow::Result<usize> {
         if !self.engine.has_outcomes() && self.timed_out.is_empty() {
             return Ok(0);
         }
+        let written = match self.renderer.take() {
+            Some(mut renderer) => {
+                let mut rendered = std::mem::take(&mut self.rendered);
+                let rows = self.each_row(|row| renderer.render(row, &mut rendered));
+                let copied = rows.and_then(|rows| {
+                    shared.write_rows()?.write_rendered(&rendered)?;
+                    Ok(rows)
+                });
+                rendered.clear();
+                (self.renderer, self.rendered) = (Some(renderer), rendered);
+                copied
+            }
+            None => {
+                let mut writer = shared.write_rows()?;
+                self.each_row(|row| writer.write(row))
+            }
+        };
+        written.context("writing the output")
+    }
+
+    /// Hands `emit` each row of this pass: the connections that ended, then the targets given
+    /// up on. Every row is counted even when `emit` fails; the first failure is returned.
+    fn each_row(
+        &mut self,
+        mut emit: impl FnMut(&dyn sonde_scan::output::Row) -> anyhow::Result<()>,
+    ) -> anyhow::Result<usize> {
         let epoch_us = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as u64);
         let mut rows = 0;
         let mut error = None;
-        let mut writer = shared.write_rows()?;
         let Looper {
             engine,
             plan,
@@ -961,7 +995,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
                 counts.success.add(1);
             }
             rows += 1;
-            if let Err(e) = writer.write(&row) {
+            if let Err(e) = emit(&row) {
                 error.get_or_insert(e);
             }
         });
@@ -990,14 +1024,11 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             self.syn_timeouts += 1;
             self.counts.finished.add(1);
             rows += 1;
-            if let Err(e) = writer.write(&row) {
+            if let Err(e) = emit(&row) {
                 error.get_or_insert(e);
             }
         }
-        match error {
-            Some(e) => Err(e.context("writing the output")),
-            None => Ok(rows),
-        }
+        error.map_or(Ok(rows), Err)
     }
 
     /// Hands the loop's own figures to the status line (the calling thread adds every

@@ -62,6 +62,26 @@ pub trait RowWriter {
     /// flushes. Dropping a writer without calling this may lose rows and, for parquet, leaves
     /// an unreadable file.
     fn finish(self: Box<Self>) -> Result<()>;
+
+    /// A renderer of rows in this writer's format, for a format whose rows are text (csv,
+    /// ndjson): threads render their rows apart and hand the writer whole rows with
+    /// [`RowWriter::write_rendered`], so a shared writer is held only for a copy. `None` for
+    /// parquet (its rows become columns: written one by one).
+    fn renderer(&self) -> Option<Box<dyn RowRenderer>> {
+        None
+    }
+
+    /// Appends rows a [`RowWriter::renderer`] of this writer rendered: whole rows only.
+    fn write_rendered(&mut self, rows: &[u8]) -> Result<()> {
+        let _ = rows;
+        bail!("this output format takes its rows one by one")
+    }
+}
+
+/// Renders rows as a text writer would write them (see [`RowWriter::renderer`]).
+pub trait RowRenderer: Send {
+    /// Appends `r`, rendered whole, to `out`.
+    fn render(&mut self, r: &dyn Row, out: &mut Vec<u8>) -> Result<()>;
 }
 
 /// An output file format.
@@ -274,6 +294,65 @@ mod tests {
         }
         assert_eq!(std::fs::read_to_string(&kept).unwrap(), "old rows\n");
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A row whose text needs quoting and escaping in both formats.
+    struct Awkward;
+
+    impl Row for Awkward {
+        fn get(&self, name: &str) -> Value {
+            match name {
+                "saddr" => Value::Str("198.18.0.7".into()),
+                "sport" => Value::Int(80),
+                _ => Value::Str("a \"quoted\", comma\nand newline\u{7}".into()),
+            }
+        }
+    }
+
+    #[test]
+    fn rows_rendered_apart_are_written_as_the_writer_writes_them() {
+        let dir = std::env::temp_dir().join(format!("sonde-render-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fields = select_fields(
+            Some("saddr,sport,classification"),
+            crate::probe::ModuleKind::TcpSyn,
+        )
+        .unwrap();
+        for format in [OutputFormat::Csv, OutputFormat::Ndjson] {
+            let (direct, rendered) = (
+                dir.join(format!("d.{format}")),
+                dir.join(format!("r.{format}")),
+            );
+            let mut w = open_writer(format, Some(&direct), fields.clone()).unwrap();
+            for _ in 0..3 {
+                w.write(&Awkward).unwrap();
+                w.write(&Reply::example()).unwrap();
+            }
+            w.finish().unwrap();
+            let mut w = open_writer(format, Some(&rendered), fields.clone()).unwrap();
+            let mut renderer = w.renderer().expect("a text format renders");
+            let mut rows = Vec::new();
+            for _ in 0..3 {
+                renderer.render(&Awkward, &mut rows).unwrap();
+                renderer.render(&Reply::example(), &mut rows).unwrap();
+            }
+            w.write_rendered(&rows).unwrap();
+            w.finish().unwrap();
+            let (a, b) = (
+                std::fs::read(&direct).unwrap(),
+                std::fs::read(&rendered).unwrap(),
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&a),
+                String::from_utf8_lossy(&b),
+                "{format}"
+            );
+            assert!(a.len() > 100, "{format}");
+        }
+        let parquet =
+            open_writer(OutputFormat::Parquet, Some(&dir.join("p.parquet")), fields).unwrap();
+        assert!(parquet.renderer().is_none(), "parquet rows become columns");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

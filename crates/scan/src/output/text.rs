@@ -1,12 +1,13 @@
 //! The text formats: csv (ZMap style: header, bools as 1/0, Null as an empty cell) and ndjson
 //! (one typed JSON object per line, fields in selection order).
 
+use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use anyhow::Result;
 
-use super::{Row, RowWriter, Sink};
+use super::{Row, RowRenderer, RowWriter, Sink};
 use crate::reply::{Field, Value};
 
 /// Appends rows to a [`Sink`] one whole row at a time. Each row is rendered into `row` first
@@ -14,21 +15,23 @@ use crate::reply::{Field, Value};
 /// a write that does not fit, so the OS only ever receives whole rows, and even a killed scan
 /// leaves a file ending at a row boundary.
 struct RowSink {
-    out: Sink,
+    /// In a cell so that rows rendered elsewhere can be written past the csv crate's writer,
+    /// which lends its target only immutably (it holds no bytes between rows).
+    out: RefCell<Sink>,
     row: Vec<u8>,
 }
 
 impl RowSink {
     fn new(out: Sink) -> Self {
         RowSink {
-            out,
+            out: RefCell::new(out),
             row: Vec::with_capacity(512),
         }
     }
 
     /// Hands the rendered row to the buffer and starts the next one.
     fn commit(&mut self) -> io::Result<()> {
-        let written = self.out.write_all(&self.row);
+        let written = self.out.get_mut().write_all(&self.row);
         // Cleared even on failure, so a retry never repeats this row's bytes.
         self.row.clear();
         written
@@ -46,7 +49,7 @@ impl Write for RowSink {
 
     fn flush(&mut self) -> io::Result<()> {
         if self.row.is_empty() {
-            self.out.flush()
+            self.out.get_mut().flush()
         } else {
             self.commit()
         }
@@ -64,9 +67,7 @@ impl CsvWriter {
     /// Writes the header line at once (unless appending to rows already there), so even an
     /// empty scan leaves a well-formed file.
     pub(super) fn new(out: Sink, fields: Vec<&'static Field>, header: bool) -> Result<Self> {
-        let mut csv = csv::WriterBuilder::new()
-            .has_headers(false)
-            .from_writer(RowSink::new(out));
+        let mut csv = csv_writer(RowSink::new(out));
         if header {
             csv.write_record(fields.iter().map(|f| f.name))?;
             csv.flush()?; // commits the header
@@ -79,16 +80,76 @@ impl CsvWriter {
     }
 }
 
+/// One csv record of `r`'s `fields` (then flushed: the record leaves the csv crate's buffer).
+fn csv_record<W: Write>(
+    csv: &mut csv::Writer<W>,
+    fields: &[&'static Field],
+    r: &dyn Row,
+    cell: &mut String,
+) -> Result<()> {
+    for field in fields {
+        cell.clear();
+        csv_cell(&r.get(field.name), cell);
+        csv.write_field(&*cell)?;
+    }
+    // An empty record ends the one the fields above started.
+    csv.write_record(None::<&[u8]>)?;
+    csv.flush()?;
+    Ok(())
+}
+
+/// Renders csv records as [`CsvWriter`] writes them, into a spool it empties after each.
+struct CsvRenderer {
+    csv: csv::Writer<Spool>,
+    fields: Vec<&'static Field>,
+    cell: String,
+}
+
+/// Bytes the csv crate's writer renders, taken back through its immutable `get_ref`.
+struct Spool(RefCell<Vec<u8>>);
+
+impl Write for Spool {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.get_mut().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl RowRenderer for CsvRenderer {
+    fn render(&mut self, r: &dyn Row, out: &mut Vec<u8>) -> Result<()> {
+        let rendered = csv_record(&mut self.csv, &self.fields, r, &mut self.cell);
+        let mut spool = self.csv.get_ref().0.borrow_mut();
+        if rendered.is_ok() {
+            out.extend_from_slice(&spool);
+        }
+        spool.clear(); // whole rows only
+        rendered
+    }
+}
+
 impl RowWriter for CsvWriter {
     fn write(&mut self, r: &dyn Row) -> Result<()> {
-        for field in &self.fields {
-            self.cell.clear();
-            csv_cell(&r.get(field.name), &mut self.cell);
-            self.csv.write_field(&self.cell)?;
-        }
-        // An empty record ends the one the fields above started.
-        self.csv.write_record(None::<&[u8]>)?;
-        self.csv.flush()?; // commits the row
+        // The flush commits the row.
+        csv_record(&mut self.csv, &self.fields, r, &mut self.cell)
+    }
+
+    fn renderer(&self) -> Option<Box<dyn RowRenderer>> {
+        Some(Box::new(CsvRenderer {
+            csv: csv::WriterBuilder::new()
+                .has_headers(false)
+                .from_writer(Spool(RefCell::new(Vec::new()))),
+            fields: self.fields.clone(),
+            cell: String::new(),
+        }))
+    }
+
+    fn write_rendered(&mut self, rows: &[u8]) -> Result<()> {
+        // The csv writer holds no row between calls (each is flushed): written past it.
+        self.csv.get_ref().out.borrow_mut().write_all(rows)?;
         Ok(())
     }
 
@@ -100,6 +161,12 @@ impl RowWriter for CsvWriter {
     fn finish(mut self: Box<Self>) -> Result<()> {
         self.flush_rows()
     }
+}
+
+fn csv_writer(sink: RowSink) -> csv::Writer<RowSink> {
+    csv::WriterBuilder::new()
+        .has_headers(false)
+        .from_writer(sink)
 }
 
 /// ZMap's csv conventions: Null is an empty cell, booleans are 1/0.
@@ -129,25 +196,56 @@ impl NdjsonWriter {
     }
 }
 
+/// One JSON object of `r`'s `fields`, and its newline, appended to `row`.
+fn ndjson_row(fields: &[&'static Field], r: &dyn Row, row: &mut Vec<u8>) -> Result<()> {
+    row.push(b'{');
+    for (i, field) in fields.iter().enumerate() {
+        if i > 0 {
+            row.push(b',');
+        }
+        serde_json::to_writer(&mut *row, field.name)?;
+        row.push(b':');
+        json_value(&r.get(field.name), row)?;
+    }
+    row.extend_from_slice(b"}\n");
+    Ok(())
+}
+
+struct NdjsonRenderer {
+    fields: Vec<&'static Field>,
+}
+
+impl RowRenderer for NdjsonRenderer {
+    fn render(&mut self, r: &dyn Row, out: &mut Vec<u8>) -> Result<()> {
+        let start = out.len();
+        let rendered = ndjson_row(&self.fields, r, out);
+        if rendered.is_err() {
+            out.truncate(start); // whole rows only
+        }
+        rendered
+    }
+}
+
 impl RowWriter for NdjsonWriter {
     fn write(&mut self, r: &dyn Row) -> Result<()> {
-        let row = &mut self.sink.row;
-        row.push(b'{');
-        for (i, field) in self.fields.iter().enumerate() {
-            if i > 0 {
-                row.push(b',');
-            }
-            serde_json::to_writer(&mut *row, field.name)?;
-            row.push(b':');
-            json_value(&r.get(field.name), row)?;
-        }
-        row.extend_from_slice(b"}\n");
+        ndjson_row(&self.fields, r, &mut self.sink.row)?;
         self.sink.commit()?;
         Ok(())
     }
 
+    fn renderer(&self) -> Option<Box<dyn RowRenderer>> {
+        Some(Box::new(NdjsonRenderer {
+            fields: self.fields.clone(),
+        }))
+    }
+
+    fn write_rendered(&mut self, rows: &[u8]) -> Result<()> {
+        self.sink.out.get_mut().write_all(rows)?;
+        Ok(())
+    }
+
     fn flush_rows(&mut self) -> Result<()> {
-        self.sink.out.flush()?;
+        self.sink.out.get_mut().flush()?;
         Ok(())
     }
 
