@@ -114,10 +114,22 @@ fn slurm_array_shards_resume_and_read_as_one_table_in_duckdb() {
         );
         finished(child, &format!("task {task}"));
     }
-    // Task 2 at 500 probes/s: its 2,048 targets take 4 s; scancel's SIGTERM comes first.
+    // Task 2 at 500 probes/s: its 2,048 targets take 4 s; scancel's SIGTERM comes after the
+    // first second of sending (its status file gains a line a second after the header).
     let first = out("shard-2.parquet");
-    let killed = slurm_task(&lab, 2, array, &first, &["-r", "500"]);
-    std::thread::sleep(Duration::from_millis(1200));
+    let status = out("shard-2.status.csv");
+    let killed = slurm_task(
+        &lab,
+        2,
+        array,
+        &first,
+        &["-r", "500", "--status-file", &status],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&status).map_or(0, |s| s.lines().count()) < 2 {
+        assert!(Instant::now() < deadline, "task 2 never started sending");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let pid = nix::unistd::Pid::from_raw(killed.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
     finished(killed, "the stopped task");
