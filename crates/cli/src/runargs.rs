@@ -237,7 +237,12 @@ pub fn resolve(
     if probes_ports && plan.space.ports().contains(&0) {
         bail!("the input file names port 0, which cannot be probed: give -p PORTS, or leave those lines out");
     }
-    let shard = shard_from_env(args.shards, args.shard)?.unwrap_or((0, 1));
+    let shard = match (&resume, args.shards, args.shard) {
+        // The checkpoint knows the shard; a scheduler's variables may not: a Slurm task
+        // resubmitted alone (`sbatch --array=2`) is the one task of an array of one.
+        (Some(c), None, None) => c.shard,
+        _ => shard_from_env(args.shards, args.shard)?.unwrap_or((0, 1)),
+    };
     let seed = match (&resume, args.seed) {
         (Some(c), _) => c.seed,
         (None, Some(s)) => s,

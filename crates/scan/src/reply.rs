@@ -48,12 +48,48 @@ pub enum Value {
     Str(String),
 }
 
-/// The type a field always has (parquet needs it up front).
+/// The type a field always has (parquet needs it up front). Text formats write the narrow
+/// integers and times as `Int`, and addresses as `Str`; parquet gives each its own column type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FieldType {
     Bool,
+    /// An unsigned integer of up to 64 bits.
     Int,
+    /// Unsigned integers known to fit 8, 16 or 32 bits (TTLs, ports, TCP timestamps).
+    U8,
+    U16,
+    U32,
+    /// Microseconds since the Unix epoch, UTC.
+    Micros,
     Str,
+    /// An IP address (v4 or v6) in its text form.
+    Addr,
+}
+
+impl FieldType {
+    /// Whether values are `Value::Int` (compared as numbers by output filters).
+    pub fn is_int(self) -> bool {
+        matches!(
+            self,
+            FieldType::Int | FieldType::U8 | FieldType::U16 | FieldType::U32 | FieldType::Micros
+        )
+    }
+
+    /// The largest integer a field of this type holds; `None` if its values are not integers.
+    pub fn int_max(self) -> Option<u64> {
+        match self {
+            FieldType::U8 => Some(u8::MAX.into()),
+            FieldType::U16 => Some(u16::MAX.into()),
+            FieldType::U32 => Some(u32::MAX.into()),
+            FieldType::Int | FieldType::Micros => Some(u64::MAX),
+            FieldType::Bool | FieldType::Str | FieldType::Addr => None,
+        }
+    }
+
+    /// Whether values are `Value::Str` (compared for equality only by output filters).
+    pub fn is_text(self) -> bool {
+        matches!(self, FieldType::Str | FieldType::Addr)
+    }
 }
 
 /// A named output field.
@@ -70,14 +106,14 @@ const fn field(name: &'static str, kind: FieldType, help: &'static str) -> Field
 
 /// Every field, in default output order.
 pub const FIELDS: &[Field] = &[
-    field("saddr", FieldType::Str, "address that answered"),
+    field("saddr", FieldType::Addr, "address that answered"),
     field(
         "sport",
-        FieldType::Int,
+        FieldType::U16,
         "port it answered from (0 for ICMP)",
     ),
-    field("daddr", FieldType::Str, "our address the answer came to"),
-    field("dport", FieldType::Int, "our port the answer came to"),
+    field("daddr", FieldType::Addr, "our address the answer came to"),
+    field("dport", FieldType::U16, "our port the answer came to"),
     field(
         "classification",
         FieldType::Str,
@@ -89,28 +125,28 @@ pub const FIELDS: &[Field] = &[
         FieldType::Bool,
         "a duplicate of an answer already seen",
     ),
-    field("ttl", FieldType::Int, "IP TTL / hop limit of the answer"),
-    field("ipid", FieldType::Int, "IPv4 identification of the answer"),
-    field("window", FieldType::Int, "TCP window of the answer"),
-    field("tcp_mss", FieldType::Int, "TCP MSS option"),
-    field("tcp_wscale", FieldType::Int, "TCP window scale option"),
+    field("ttl", FieldType::U8, "IP TTL / hop limit of the answer"),
+    field("ipid", FieldType::U16, "IPv4 identification of the answer"),
+    field("window", FieldType::U16, "TCP window of the answer"),
+    field("tcp_mss", FieldType::U16, "TCP MSS option"),
+    field("tcp_wscale", FieldType::U8, "TCP window scale option"),
     field("tcp_sack_ok", FieldType::Bool, "TCP SACK-permitted option"),
-    field("tcp_ts", FieldType::Int, "TCP timestamp option: TSval"),
+    field("tcp_ts", FieldType::U32, "TCP timestamp option: TSval"),
     field("rtt_us", FieldType::Int, "round-trip time in microseconds"),
     field(
         "timestamp",
-        FieldType::Int,
+        FieldType::Micros,
         "arrival time, microseconds since the Unix epoch",
     ),
-    field("icmp_type", FieldType::Int, "ICMP type (icmp_echo)"),
-    field("icmp_code", FieldType::Int, "ICMP code (icmp_echo)"),
+    field("icmp_type", FieldType::U8, "ICMP type (icmp_echo)"),
+    field("icmp_code", FieldType::U8, "ICMP code (icmp_echo)"),
     field(
         "udp_len",
-        FieldType::Int,
+        FieldType::U16,
         "UDP payload length of the answer (udp, dns)",
     ),
-    field("dns_rcode", FieldType::Int, "DNS response code (dns)"),
-    field("dns_answers", FieldType::Int, "DNS answer count (dns)"),
+    field("dns_rcode", FieldType::U8, "DNS response code (dns)"),
+    field("dns_answers", FieldType::U16, "DNS answer count (dns)"),
     field(
         "fragmented",
         FieldType::Bool,
@@ -182,18 +218,44 @@ impl Reply {
 mod tests {
     use super::*;
 
+    /// A reply whose every number is the largest its Rust type holds.
+    fn widest() -> Reply {
+        Reply {
+            sport: u16::MAX,
+            dport: u16::MAX,
+            ttl: u8::MAX,
+            ipid: u16::MAX,
+            window: u16::MAX,
+            tcp_mss: Some(u16::MAX),
+            tcp_wscale: Some(u8::MAX),
+            tcp_ts: Some(u32::MAX),
+            rtt_us: Some(u64::MAX),
+            timestamp_us: u64::MAX,
+            icmp_type: Some(u8::MAX),
+            icmp_code: Some(u8::MAX),
+            udp_len: Some(u16::MAX),
+            dns_rcode: Some(u8::MAX),
+            dns_answers: Some(u16::MAX),
+            ..Reply::example()
+        }
+    }
+
+    /// Every value has its field's type, and the narrow integer types (parquet's UINT_8 etc.)
+    /// hold the largest value the reply can carry.
     #[test]
     fn every_field_has_a_value_of_its_type() {
-        let r = Reply::example();
-        for f in FIELDS {
-            match (r.get(f.name), f.kind) {
-                (Value::Null, _)
-                | (Value::Bool(_), FieldType::Bool)
-                | (Value::Int(_), FieldType::Int)
-                | (Value::Str(_), FieldType::Str) => {}
-                (v, k) => panic!("{} is {v:?}, declared {k:?}", f.name),
+        for r in [Reply::example(), widest()] {
+            for f in FIELDS {
+                match (r.get(f.name), f.kind) {
+                    (Value::Null, _) | (Value::Bool(_), FieldType::Bool) => {}
+                    (Value::Int(n), k) if k.is_int() => {
+                        assert!(Some(n) <= k.int_max(), "{} = {n} exceeds {k:?}", f.name)
+                    }
+                    (Value::Str(_), k) if k.is_text() => {}
+                    (v, k) => panic!("{} is {v:?}, declared {k:?}", f.name),
+                }
             }
         }
-        assert_eq!(r.get("nonsense"), Value::Null);
+        assert_eq!(Reply::example().get("nonsense"), Value::Null);
     }
 }

@@ -5,11 +5,16 @@ mod output_parquet {
     use std::path::{Path, PathBuf};
     use std::time::{SystemTime, UNIX_EPOCH};
 
-    use parquet::basic::{LogicalType, Repetition, Type as PhysicalType};
+    use parquet::basic::{ConvertedType, LogicalType, Repetition, TimeUnit, Type as PhysicalType};
     use parquet::file::reader::{FileReader, SerializedFileReader};
+    use parquet::format::MicroSeconds;
     use parquet::record::Field as Cell;
-    use sonde_scan::output::{open_writer, select_fields, OutputFormat, ROW_GROUP_ROWS};
+    use sonde_scan::output::{
+        open_writer, open_writer_with_metadata, select_fields, OpenMode, OutputFormat, Row,
+        RunMetadata, ROW_GROUP_ROWS,
+    };
     use sonde_scan::probe::ModuleKind;
+    use sonde_scan::reply::Value;
     use sonde_scan::Reply;
 
     /// A unique temp file, removed when dropped (also when a test fails).
@@ -60,13 +65,20 @@ mod output_parquet {
     /// The cells row `i` should read back as.
     fn expected(i: u32) -> Vec<Cell> {
         let r = row(i);
+        let std::net::IpAddr::V4(v4) = r.saddr else {
+            unreachable!("row() makes IPv4 addresses")
+        };
+        let mut mapped = [0u8; 16];
+        mapped[10..12].copy_from_slice(&[0xff, 0xff]);
+        mapped[12..].copy_from_slice(&v4.octets());
         vec![
             Cell::Str(r.saddr.to_string()),
-            Cell::Long(r.sport.into()),
+            Cell::Bytes(mapped.to_vec().into()),
+            Cell::UShort(r.sport),
             Cell::Bool(r.success),
-            r.tcp_ts.map_or(Cell::Null, |ts| Cell::Long(ts.into())),
+            r.tcp_ts.map_or(Cell::Null, Cell::UInt),
             Cell::Str(r.classification.to_string()),
-            Cell::Long(r.timestamp_us as i64),
+            Cell::TimestampMicros(r.timestamp_us as i64),
         ]
     }
 
@@ -119,9 +131,10 @@ mod output_parquet {
             columns,
             [
                 ("saddr", PhysicalType::BYTE_ARRAY),
-                ("sport", PhysicalType::INT64),
+                ("saddr_bytes", PhysicalType::FIXED_LEN_BYTE_ARRAY),
+                ("sport", PhysicalType::INT32),
                 ("success", PhysicalType::BOOLEAN),
-                ("tcp_ts", PhysicalType::INT64),
+                ("tcp_ts", PhysicalType::INT32),
                 ("classification", PhysicalType::BYTE_ARRAY),
                 ("timestamp", PhysicalType::INT64),
             ]
@@ -130,7 +143,126 @@ mod output_parquet {
             let info = column.self_type().get_basic_info();
             assert_eq!(info.repetition(), Repetition::OPTIONAL, "{}", column.name());
         }
-        assert_eq!(schema.column(0).logical_type(), Some(LogicalType::String));
+        let unsigned = |bits| {
+            Some(LogicalType::Integer {
+                bit_width: bits,
+                is_signed: false,
+            })
+        };
+        let logical: Vec<Option<LogicalType>> =
+            schema.columns().iter().map(|c| c.logical_type()).collect();
+        assert_eq!(
+            logical,
+            [
+                Some(LogicalType::String),
+                None,
+                unsigned(16),
+                None,
+                unsigned(32),
+                Some(LogicalType::String),
+                Some(LogicalType::Timestamp {
+                    is_adjusted_to_u_t_c: true,
+                    unit: TimeUnit::MICROS(MicroSeconds {}),
+                }),
+            ]
+        );
+        assert_eq!(schema.column(1).type_length(), 16);
+        // Readers that know only the legacy annotations (older Spark, Hive) see them too.
+        assert_eq!(schema.column(2).converted_type(), ConvertedType::UINT_16);
+        assert_eq!(
+            schema.column(6).converted_type(),
+            ConvertedType::TIMESTAMP_MICROS
+        );
+    }
+
+    /// The narrow types at their bounds, an IPv6 address, and a value too large for its column.
+    #[test]
+    fn narrow_columns_hold_their_whole_range_and_refuse_more() {
+        let file = TempFile::new("bounds");
+        let fields = select_fields(Some("saddr,ttl,window,tcp_ts"), ModuleKind::TcpSyn).unwrap();
+        let mut writer = open_writer(OutputFormat::Parquet, Some(file.path()), fields).unwrap();
+        let widest = Reply {
+            saddr: "2001:2::ff".parse().unwrap(),
+            ttl: u8::MAX,
+            window: u16::MAX,
+            tcp_ts: Some(u32::MAX),
+            ..Reply::example()
+        };
+        writer.write(&widest).unwrap();
+        writer.finish().unwrap();
+        let got = file.reader().get_row_iter(None).unwrap().next().unwrap();
+        let cells: Vec<Cell> = got
+            .unwrap()
+            .get_column_iter()
+            .map(|(_, c)| c.clone())
+            .collect();
+        let six: std::net::Ipv6Addr = "2001:2::ff".parse().unwrap();
+        assert_eq!(
+            cells,
+            [
+                Cell::Str("2001:2::ff".into()),
+                Cell::Bytes(six.octets().to_vec().into()),
+                Cell::UByte(u8::MAX),
+                Cell::UShort(u16::MAX),
+                Cell::UInt(u32::MAX),
+            ]
+        );
+
+        /// A row (as an app or another tool could make) whose TTL does not fit 8 bits.
+        struct TooWide;
+        impl Row for TooWide {
+            fn get(&self, name: &str) -> Value {
+                match name {
+                    "saddr" => Value::Str("198.18.0.1".into()),
+                    "ttl" => Value::Int(256),
+                    _ => Value::Null,
+                }
+            }
+        }
+        let refused = TempFile::new("too-wide");
+        let fields = select_fields(Some("saddr,ttl"), ModuleKind::TcpSyn).unwrap();
+        let mut writer = open_writer(OutputFormat::Parquet, Some(refused.path()), fields).unwrap();
+        let err = writer.write(&TooWide).unwrap_err().to_string();
+        assert!(err.contains("ttl = 256"), "{err}");
+    }
+
+    #[test]
+    fn run_metadata_is_kept_in_the_footer() {
+        let file = TempFile::new("meta");
+        let meta = RunMetadata {
+            command_line: vec!["sonde".into(), "scan".into(), "--seed".into(), "9".into()],
+            seed: 9,
+            shard: (1, 4),
+            version: "0.1.0".into(),
+            start_time_us: 1_795_000_000_000_000,
+        };
+        let fields = select_fields(Some(SPEC), ModuleKind::TcpSyn).unwrap();
+        let mut writer = open_writer_with_metadata(
+            OutputFormat::Parquet,
+            Some(file.path()),
+            fields,
+            OpenMode::Create,
+            &meta.key_values(),
+        )
+        .unwrap();
+        writer.write(&row(1)).unwrap();
+        writer.finish().unwrap();
+        let reader = file.reader();
+        let stored: Vec<(String, Option<String>)> = reader
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()
+            .expect("no key-value metadata")
+            .iter()
+            .map(|kv| (kv.key.clone(), kv.value.clone()))
+            .collect();
+        let wanted: Vec<(String, Option<String>)> = meta
+            .key_values()
+            .into_iter()
+            .map(|(k, v)| (k, Some(v)))
+            .collect();
+        assert_eq!(stored, wanted);
+        assert!(stored.contains(&("sonde.shard".into(), Some("1".into()))));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 mod targets {
     use std::collections::HashMap;
 
-    use sonde_scan::targets::{shard_from_env, shard_from_vars};
+    use sonde_scan::targets::{shard_from_env, shard_from_vars, Part, Permutation};
 
     fn with_env(
         shards: Option<u32>,
@@ -95,5 +95,73 @@ mod targets {
         assert!(message(with_env(Some(3), None, &[])).contains("needs --shard I"));
         assert!(message(with_env(Some(3), Some(3), &[])).contains("not in 0..3"));
         assert!(message(with_env(Some(0), Some(0), &[])).contains("at least 1"));
+    }
+
+    /// The indexed-job manifest in docs/sharding.md: the yaml block's text.
+    fn kubernetes_manifest() -> String {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/sharding.md");
+        let doc = std::fs::read_to_string(path).expect("docs/sharding.md");
+        let start = doc
+            .find("```yaml\n")
+            .expect("a yaml block in docs/sharding.md")
+            + 8;
+        let len = doc[start..].find("```").expect("the yaml block's end");
+        doc[start..start + len].to_string()
+    }
+
+    /// The number after `key` in the manifest (`completions: 4`, `--shards 4`).
+    fn number_after(manifest: &str, key: &str) -> u32 {
+        let at = manifest
+            .find(key)
+            .unwrap_or_else(|| panic!("{key} in the manifest"))
+            + key.len();
+        let digits: String = manifest[at..]
+            .trim_start()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits
+            .parse()
+            .unwrap_or_else(|_| panic!("a number after {key}"))
+    }
+
+    /// What Kubernetes gives each pod of the documented indexed job (JOB_COMPLETION_INDEX 0 to
+    /// completions - 1, nothing else), with the manifest's `--shards`: the pods' shards cover
+    /// a target space exactly once.
+    #[test]
+    fn the_documented_kubernetes_job_covers_every_target_once() {
+        let manifest = kubernetes_manifest();
+        assert!(manifest.contains("completionMode: Indexed"), "{manifest}");
+        let completions = number_after(&manifest, "completions:");
+        let shards = number_after(&manifest, "--shards");
+        assert_eq!(
+            shards, completions,
+            "--shards must be the job's completions"
+        );
+        assert!(completions > 1, "{manifest}");
+
+        let permutation = Permutation::new(10_007, 7);
+        let mut seen = vec![0u8; 10_007];
+        for index in 0..completions {
+            let index = index.to_string();
+            let pod = [("JOB_COMPLETION_INDEX", index.as_str())];
+            let (shard, n) = with_env(Some(shards), None, &pod).unwrap().unwrap();
+            assert_eq!((shard.to_string(), n), (index, completions));
+            for target in permutation.cursor(Part::new(shard, n, 0, 1).unwrap()) {
+                seen[target as usize] += 1;
+            }
+        }
+        assert!(
+            seen.iter().all(|&n| n == 1),
+            "a target missed or probed twice"
+        );
+        // The pod of an index past the job's completions is refused, not folded in.
+        let past = completions.to_string();
+        let stray = [("JOB_COMPLETION_INDEX", past.as_str())];
+        let refused = message(with_env(Some(completions), None, &stray));
+        assert!(
+            refused.contains(&format!("not in 0..{completions}")),
+            "{refused}"
+        );
     }
 }

@@ -13,7 +13,9 @@ use sonde_engine::status::{human_seconds, to_stderr};
 use sonde_engine::stop::Stop;
 use sonde_io::BackendKind;
 use sonde_meter::output_file::IfExists;
-use sonde_scan::output::{open_writer_with, select_fields, OutputFilter, OutputFormat};
+use sonde_scan::output::{
+    open_writer_with_metadata, select_fields, OutputFilter, OutputFormat, RunMetadata,
+};
 use sonde_scan::probe::{ModuleKind, ModuleOptions, Probe, ProbeSetup};
 
 use crate::runargs::{self, Place, RunArgs};
@@ -154,12 +156,33 @@ fn execute(
         &plan.run,
         args.output_format == OutputFormat::Parquet,
     )?;
-    let writer = open_writer_with(args.output_format, args.run.output.as_deref(), fields, mode)?;
+    let metadata = run_metadata(&plan.run);
+    let writer = open_writer_with_metadata(
+        args.output_format,
+        args.run.output.as_deref(),
+        fields,
+        mode,
+        &metadata.key_values(),
+    )?;
     if !args.run.quiet {
         announce(&plan, notes);
     }
     let stop = Stop::on_signals()?;
     sonde_engine::scan::run(plan, writer, &stop)
+}
+
+/// What the output file records about this run (parquet keeps it in its footer).
+fn run_metadata(run: &RunPlan) -> RunMetadata {
+    let start_time_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    RunMetadata {
+        command_line: std::env::args().collect(),
+        seed: run.seed,
+        shard: run.shard,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        start_time_us,
+    }
 }
 
 fn list_fields() -> anyhow::Result<()> {

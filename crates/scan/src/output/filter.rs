@@ -343,7 +343,7 @@ impl<'a> Parser<'a> {
             ));
         };
         // Text order would rank 10.0.0.10 before 10.0.0.9: refuse rather than mislead.
-        if field.kind == FieldType::Str && !matches!(op, CmpOp::Eq | CmpOp::Ne) {
+        if field.kind.is_text() && !matches!(op, CmpOp::Eq | CmpOp::Ne) {
             let why = format!(
                 "operator {} on text field `{}`; use = or !=",
                 op_token.describe(),
@@ -384,7 +384,7 @@ fn flatten(mut members: Vec<Expr>, node: fn(Vec<Expr>) -> Expr) -> Expr {
 fn literal_for(kind: FieldType, field: &str, token: &Token<'_>) -> Result<Value> {
     let text = token.value;
     match kind {
-        FieldType::Int => text.parse().map(Value::Int).map_err(|_| {
+        k if k.is_int() => text.parse().map(Value::Int).map_err(|_| {
             at(
                 token,
                 &format!(
@@ -397,7 +397,7 @@ fn literal_for(kind: FieldType, field: &str, token: &Token<'_>) -> Result<Value>
             let why = format!("{} is not a boolean (1, 0, true, false)", token.describe());
             at(token, &why)
         }),
-        FieldType::Str => Ok(Value::Str(text.to_string())),
+        _ => Ok(Value::Str(text.to_string())),
     }
 }
 

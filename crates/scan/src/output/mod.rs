@@ -14,6 +14,7 @@
 mod columnar;
 mod fields;
 mod filter;
+mod metadata;
 mod text;
 
 use std::fmt;
@@ -28,8 +29,10 @@ use anyhow::{anyhow, bail, Result};
 
 use crate::reply::{Field, Reply, Value};
 
+pub use columnar::ADDR_BYTES_SUFFIX;
 pub use fields::{select_fields, DEFAULT_FIELDS, DNS_FIELDS, ICMP_FIELDS, UDP_FIELDS};
 pub use filter::OutputFilter;
+pub use metadata::{rfc3339_micros, RunMetadata};
 
 /// Rows per parquet row group; also the most rows a parquet writer holds in memory.
 pub const ROW_GROUP_ROWS: usize = 64 * 1024;
@@ -156,6 +159,18 @@ pub fn open_writer_with(
     fields: Vec<&'static Field>,
     mode: OpenMode,
 ) -> Result<Box<dyn RowWriter + Send>> {
+    open_writer_with_metadata(format, path, fields, mode, &[])
+}
+
+/// [`open_writer_with`], with key-value pairs that formats with room for them keep in the file
+/// (parquet's footer; csv and ndjson have none): e.g. [`RunMetadata::key_values`].
+pub fn open_writer_with_metadata(
+    format: OutputFormat,
+    path: Option<&Path>,
+    fields: Vec<&'static Field>,
+    mode: OpenMode,
+    metadata: &[(String, String)],
+) -> Result<Box<dyn RowWriter + Send>> {
     check_fields(&fields)?;
     let path = path.filter(|p| *p != Path::new("-"));
     let has_rows = mode == OpenMode::Append
@@ -174,7 +189,9 @@ pub fn open_writer_with(
             let path = path.ok_or_else(|| {
                 anyhow!("parquet output needs a file (-o FILE): it cannot be written to stdout")
             })?;
-            Box::new(columnar::ParquetWriter::create(path, fields, mode)?)
+            Box::new(columnar::ParquetWriter::create(
+                path, fields, mode, metadata,
+            )?)
         }
     })
 }
