@@ -226,7 +226,10 @@ fn real_clients_agree(lab: &Lab, truth: &[serde_json::Value]) {
         lab,
         &format!("echo | openssl s_client -tls1_2 -connect {addr}:9443"),
     );
-    assert!(out.contains("Cipher is (NONE)"), "no handshake expected: {out}");
+    assert!(
+        out.contains("Cipher is (NONE)"),
+        "no handshake expected: {out}"
+    );
 
     // TLS 1.3 only, answering GET / as port 80 does.
     let out = in_scan(
@@ -243,7 +246,10 @@ fn real_clients_agree(lab: &Lab, truth: &[serde_json::Value]) {
         lab,
         &format!("echo | openssl s_client -tls1_2 -connect {addr}:8443"),
     );
-    assert!(out.contains("Cipher is (NONE)"), "no handshake expected: {out}");
+    assert!(
+        out.contains("Cipher is (NONE)"),
+        "no handshake expected: {out}"
+    );
 
     // STARTTLS: each mail service shows its own certificate after the upgrade.
     for (port, proto) in [(25, "smtp"), (143, "imap"), (110, "pop3")] {
@@ -299,6 +305,8 @@ fn down_after_the_servers_were_killed_leaves_no_process() {
     let lab = Lab::up(&[
         "--population",
         "198.18.45.0/29",
+        "--population6",
+        "2001:2::4500/125",
         "--responsive",
         "1",
         "--tcp-open",
@@ -306,6 +314,16 @@ fn down_after_the_servers_were_killed_leaves_no_process() {
         "--services",
         ALL,
     ]);
+    // Over IPv6 too: the SMTP greeting names the IPv6 address connected to.
+    let smtp6 = lab.file("smtp6.ndjson");
+    let out = grab(
+        &lab,
+        &["2001:2::4500/125", "-M", "banner", "-p", "25", "-o", &smtp6],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let score = lab.score(&[&smtp6]);
+    assert!(score.starts_with("completed 8 of 8 live"), "{score}");
+    assert!(score.contains("banner 8/8"), "{score}");
     let status = lab.status();
     let services = status["services"].as_array().unwrap();
     let names: Vec<&str> = services

@@ -452,7 +452,7 @@ fn start_exim(p: &Place, running: &mut Running) -> Result<()> {
         run("chown", &[&format!("{EXIM_USER}:{EXIM_USER}"), &path])?;
     }
     let conf = p.dir.join("exim.conf");
-    write(&conf, exim_config(p.dir, p.v6).as_bytes())?;
+    write(&conf, exim_config(p.dir).as_bytes())?;
     let cmd = vec![exim, "-C".into(), path_arg(&conf)?, "-bdf".into()];
     let pid = p.start(&cmd, &[25], "exim", "exim-log/paniclog")?;
     running.servers.push((pid, "exim"));
@@ -467,10 +467,10 @@ fn start_exim(p: &Place, running: &mut Running) -> Result<()> {
 
 /// exim's whole configuration: a daemon on port 25 that offers STARTTLS with the lab's
 /// certificate, greets with the address connected to, looks nothing up, takes any number of
-/// connections, and accepts no mail.
-fn exim_config(dir: &Path, v6: bool) -> String {
+/// connections, and accepts no mail. It listens on every address of both families (its
+/// default: exim tolerates the wildcards' overlap only when it picks them itself).
+fn exim_config(dir: &Path) -> String {
     let d = dir.display();
-    let interfaces = if v6 { "<; 0.0.0.0 ; ::" } else { "<; 0.0.0.0" };
     let banner = SMTP_BANNER
         .trim_start_matches("220 ")
         .trim_end_matches("\r\n")
@@ -485,7 +485,6 @@ spool_directory = {d}/exim-spool
 log_file_path = {d}/exim-log/%slog
 pid_file_path = {d}/exim.pid
 daemon_smtp_ports = 25
-local_interfaces = {interfaces}
 smtp_banner = {banner}
 smtp_accept_max = 0
 smtp_connect_backlog = 65535
@@ -912,14 +911,14 @@ mod tests {
             "{ssh}"
         );
         assert!(sshd_config(dir, true).contains("ListenAddress [::]:22\n"));
-        let exim = exim_config(dir, false);
+        let exim = exim_config(dir);
         assert!(
             exim.contains("smtp_banner = sonde lab $interface_address ESMTP\n"),
             "{exim}"
         );
         assert!(exim.contains("pid_file_path = /run/sonde/lab/x-services/exim.pid"));
         assert!(exim.contains("tls_advertise_hosts = *"));
-        assert!(exim_config(dir, true).contains("local_interfaces = <; 0.0.0.0 ; ::\n"));
+        assert!(!exim.contains("local_interfaces"), "{exim}");
         let dovecot = dovecot_config(dir, false, &[LabService::Imap, LabService::Pop3], "x");
         assert!(dovecot.contains("protocols = imap pop3\n"), "{dovecot}");
         assert!(dovecot.contains("ssl_cert = </run/sonde/lab/x-services/pop3-cert.pem"));

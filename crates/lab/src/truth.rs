@@ -512,8 +512,8 @@ pub const ECHO_PORT: u16 = 0;
 /// one if any). For each address, each of `ports` in the order given: port 0 is ICMP echo
 /// (`echo` or `none`), the others TCP (`synack` where something listens, `rst` elsewhere);
 /// then each of `udp_ports` (`dns` on 53 with a DNS server, `unreach` elsewhere). Every row of
-/// an address that does not answer says `none`. `service` is `http`, `https`, `silent`, `dns`
-/// or empty. This is what the lab does with loss 0.
+/// an address that does not answer says `none`. `service` is `http`, `https`, `silent`, `dns`,
+/// `banner`, a lab service's name (`ssh`, `smtp`, `imap`, `pop3`, `tls13`, `tls10`) or empty. This is what the lab does with loss 0.
 pub(crate) fn write_truth(
     truth: &Truth,
     ports: &[u16],

@@ -75,9 +75,14 @@ enum LabCommand {
     /// Grab results (a status column, with saddr, dport, http_body or http_body_sha256,
     /// http_path, tls_cert_sha256) print: `completed N of M live (P %), bodies correct B of C
     /// (P %), wrong bodies W, silent seen as data-timeout S of T (P %), false positives F[,
-    /// certificates correct X of Y] [grab: port 80 within …]`. Live targets answer and are not
+    /// certificates correct X of Y][, fields correct R of N (P %), wrong fields W, missing fields
+    /// E (banner 16/16, …)] [grab: port 80 within …]`. Live targets answer and are not
     /// silent; a body is correct when it is `sonde lab <address>\n` (GET /) or has the lab's
     /// big_sha256 (http_path /big); a false positive is a success where nothing serves.
+    /// Fields are those `lab truth --format ndjson` expects of each server (banner,
+    /// ssh_banner, smtp_banner, imap_banner, pop3_banner, ssh_host_key_sha256, tls_cert_sha256,
+    /// tls_version, tls_cipher), checked where a row has them; an empty value in a column the
+    /// file has is missing.
     Score(super::score::ScoreArgs),
     /// List the labs on this machine.
     List,
