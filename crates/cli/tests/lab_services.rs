@@ -108,12 +108,14 @@ fn services_answer_as_the_truth_says() {
         assert!(live.iter().all(|r| r["service"] == service), "{live:?}");
     }
 
-    // Greetings with the banner module: every field the truth has for them is right.
+    // Greetings with the banner module: every field the truth has for them is right (port 7:
+    // the small server's line, beside the services).
     for (port, field) in [
         ("22", "ssh_banner"),
         ("25", "smtp_banner"),
         ("143", "imap_banner"),
         ("110", "pop3_banner"),
+        ("7", "SONDE-LAB"),
     ] {
         let file = lab.file(&format!("banner-{port}.ndjson"));
         let out = grab(

@@ -422,8 +422,9 @@ impl Truth {
 
     /// The grab fields a connection to (`addr`, TCP `port`) shows, by field name, with their
     /// values: a service's greeting, certificate, host key, TLS version and cipher
-    /// ([`ServiceStatus::fields`]), and the certificate of nginx's 443. Nothing for a host that
-    /// does not answer there or is silent. (Bodies are checked apart: [`Service::serves_http`].)
+    /// ([`ServiceStatus::fields`]), the certificate of nginx's 443, and the small server's
+    /// `banner` ([`banner_line`]). Nothing for a host that does not answer there or is silent.
+    /// (Bodies are checked apart: [`Service::serves_http`].)
     pub fn expect(&self, addr: IpAddr, port: u16) -> Vec<(&'static str, String)> {
         match self.tcp(addr, port).service {
             Service::Lab(_) => self
@@ -435,6 +436,7 @@ impl Truth {
                 .iter()
                 .map(|c| ("tls_cert_sha256", c.clone()))
                 .collect(),
+            Service::Banner => vec![("banner", banner_line(addr, port))],
             _ => Vec::new(),
         }
     }
@@ -757,6 +759,15 @@ mod tests {
                 assert!(r.get("expect").is_none(), "{r}");
             }
             assert_eq!(mine[4]["answer"], "rst");
+            // The small server's line on another open port.
+            let small = Truth {
+                open: vec![7],
+                ..t.clone()
+            };
+            assert_eq!(
+                small.expect(at, 7),
+                [("banner", format!("SONDE-LAB {a} 7\r\n"))]
+            );
             assert_eq!(mine[5]["answer"], "unreach");
         }
         // A silent host shows nothing, even on a service's port.

@@ -1056,6 +1056,38 @@ mod tests {
     }
 
     #[test]
+    fn grab_lines_name_each_checked_field() {
+        let mut score = GrabScore {
+            live: 4,
+            completed: 4,
+            bodies_right: 0,
+            bodies_wrong: 0,
+            silent: 0,
+            silent_timeouts: 0,
+            false_positives: 0,
+            certificates: None,
+            fields: BTreeMap::new(),
+            scored: "grab: port 8443 within 198.18.0.0/30".into(),
+        };
+        let plain = score.to_string();
+        assert!(plain.ends_with("false positives 0 [grab: port 8443 within 198.18.0.0/30]"));
+        let count = |right, checked, missing| FieldCount {
+            right,
+            checked,
+            missing,
+        };
+        score.fields.insert("tls_version", count(3, 4, 0));
+        score.fields.insert("tls_cert_sha256", count(0, 0, 4));
+        assert_eq!(
+            score.to_string(),
+            "completed 4 of 4 live (100.000 %), bodies correct 0 of 0, wrong bodies 0, \
+             silent seen as data-timeout 0 of 0, false positives 0, fields correct 3 of 4 \
+             (75.000 %), wrong fields 1, missing fields 4 (tls_cert_sha256 0/0 missing 4, \
+             tls_version 3/4) [grab: port 8443 within 198.18.0.0/30]"
+        );
+    }
+
+    #[test]
     fn shares_never_divide_by_zero() {
         assert_eq!(share(0, 0, ""), "0 of 0");
         assert_eq!(share(1, 4, ""), "1 of 4 (25.000 %)");
