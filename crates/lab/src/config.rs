@@ -10,6 +10,7 @@ use ipnet::{Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 
 use crate::cpus::{check_target_cpus, online_cpus};
+use crate::services::{LabService, ServiceStatus};
 
 /// The only IPv4 space the lab may use (RFC 2544, benchmarking).
 pub(crate) const LAB_SPACE: Ipv4Net = net(198, 18, 0, 0, 15);
@@ -94,6 +95,9 @@ pub struct LabConfig {
     /// CPUs the lab's side runs on (RPS and XPS of nx0, the lab's servers), leaving the others
     /// to the scanner; None: wherever the kernel runs it (the sending CPU, for veth).
     pub target_cpus: Option<Vec<usize>>,
+    /// Real servers on every responsive address (sshd, exim, dovecot, nginx for TLS 1.3 and
+    /// TLS 1.0), each on its port ([`LabService::port`]), which counts as open.
+    pub services: Vec<LabService>,
 }
 
 impl LabConfig {
@@ -106,6 +110,7 @@ impl LabConfig {
         } else if self.http {
             ports.extend([HTTP_PORT, HTTPS_PORT]);
         }
+        ports.extend(self.services.iter().map(|s| s.port()));
         ports.sort_unstable();
         ports.dedup();
         ports
@@ -117,12 +122,13 @@ impl LabConfig {
     }
 
     /// The open ports the lab's small accept-and-close server serves: all but nginx's (or the
-    /// XDP server's).
+    /// XDP server's) and the services'.
     pub fn served_ports(&self) -> Vec<u16> {
         let nginx = |p: &u16| self.http && (*p == HTTP_PORT || *p == HTTPS_PORT);
+        let service = |p: &u16| self.services.iter().any(|s| s.port() == *p);
         self.open_ports()
             .into_iter()
-            .filter(|p| !nginx(p))
+            .filter(|p| !nginx(p) && !service(p))
             .collect()
     }
 }
@@ -144,6 +150,7 @@ impl Default for LabConfig {
             silent_share: 0.0,
             responder: Responder::Kernel,
             target_cpus: None,
+            services: Vec::new(),
         }
     }
 }
@@ -290,6 +297,9 @@ pub struct LabStatus {
     /// The CPUs the lab's side runs on (`LabConfig::target_cpus`), ascending.
     #[serde(default)]
     pub target_cpus: Option<Vec<usize>>,
+    /// The services `up` started (`LabConfig::services`), with what each shows.
+    #[serde(default)]
+    pub services: Vec<ServiceStatus>,
 }
 
 fn kernel_responder() -> String {
@@ -366,6 +376,9 @@ pub(crate) fn validate(cfg: &LabConfig) -> Result<()> {
 fn validate_xdp_responder(cfg: &LabConfig) -> Result<()> {
     if cfg.http && cfg.tcp_open.contains(&HTTPS_PORT) {
         bail!("--responder xdp --http serves plain HTTP on port 80 only: TLS on port {HTTPS_PORT} (and /big) stay with nginx; leave {HTTPS_PORT} out of --tcp-open, or use --responder kernel");
+    }
+    if let Some(s) = cfg.services.first() {
+        bail!("--responder xdp answers the open ports' handshakes itself, so the {s} server would never see a connection; use --responder kernel with --services");
     }
     let clash = if cfg.loss > 0.0 {
         "--loss"
@@ -531,6 +544,26 @@ mod tests {
         assert_eq!("drop".parse::<Sink>().unwrap(), Sink::Drop);
         assert!("xdp".parse::<Sink>().is_err());
         assert_eq!(Sink::Drop.to_string(), "drop");
+    }
+
+    #[test]
+    fn services_open_their_ports_and_need_the_kernel_responder() {
+        let cfg = LabConfig {
+            tcp_open: vec![22, 7],
+            services: vec![LabService::Ssh, LabService::Tls10, LabService::Pop3],
+            ..LabConfig::default()
+        };
+        assert_eq!(cfg.open_ports(), [7, 22, 110, 9443]);
+        // sshd serves 22 even when --tcp-open names it; the small server keeps 7.
+        assert_eq!(cfg.served_ports(), [7]);
+        validate(&cfg).unwrap();
+        let e = validate(&LabConfig {
+            responder: Responder::Xdp,
+            ..cfg
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--responder kernel with --services"), "{e}");
     }
 
     #[test]

@@ -42,7 +42,10 @@ const SPARE_FILES: usize = 1024;
 const BACKLOG: u32 = 65_535;
 /// The certificate's key: ECDSA P-256, whose signatures cost far less CPU than RSA's, so a
 /// TLS handshake flood is not limited by the server's signing.
-const KEY_ARGS: [&str; 4] = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
+pub(crate) const EC_KEY: [&str; 4] = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
+/// An RSA key, for servers whose clients need RSA key exchange (TLS 1.0 era suites).
+pub(crate) const RSA_KEY: [&str; 4] =
+    ["-newkey", "rsa:2048", "-pkeyopt", "rsa_keygen_pubexp:65537"];
 
 /// What `up` records of a running nginx.
 pub(crate) struct Http {
@@ -79,11 +82,11 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// well with `v6`); returns once it listens on 80 and 443. With `cpus`, nginx and its workers run
 /// only there, one worker per CPU (at most MAX_WORKERS).
 pub(crate) fn start(name: &str, ns: &str, v6: bool, cpus: Option<&[usize]>) -> Result<Http> {
-    let nginx = find_nginx()?;
+    let nginx = find_program("nginx", "nginx-light")?;
     let dir = state::scratch_dir(name, "-http")?;
     let big = big_body();
     write(&dir.join("big"), &big)?;
-    let cert_sha256 = make_certificate(&dir)?;
+    let cert_sha256 = certificate(&dir, "", &EC_KEY, "/O=sonde/CN=sonde lab")?;
     let conf = dir.join("nginx.conf");
     let workers = cpus.map_or_else(workers, |c| c.len().clamp(1, MAX_WORKERS));
     let slots = CONNECTION_SLOTS.div_ceil(workers);
@@ -114,7 +117,7 @@ pub(crate) fn start(name: &str, ns: &str, v6: bool, cpus: Option<&[usize]>) -> R
 }
 
 /// Worker processes: one per CPU, at most MAX_WORKERS.
-fn workers() -> usize {
+pub(crate) fn workers() -> usize {
     std::thread::available_parallelism()
         .map_or(1, usize::from)
         .min(MAX_WORKERS)
@@ -190,24 +193,23 @@ http {{
     )
 }
 
-/// A self-signed certificate (cert.pem, key.pem in `dir`); returns the SHA-256 of its DER form,
-/// which is what a TLS client sees.
-fn make_certificate(dir: &Path) -> Result<String> {
+/// A self-signed certificate with `key_args` (EC_KEY or RSA_KEY) and `subject`, written to
+/// `{stem}cert.pem` and `{stem}key.pem` in `dir`; returns the SHA-256 of its DER form, which is
+/// what a TLS client sees.
+pub(crate) fn certificate(
+    dir: &Path,
+    stem: &str,
+    key_args: &[&str],
+    subject: &str,
+) -> Result<String> {
     let (key, cert, der) = (
-        path_arg(&dir.join("key.pem"))?,
-        path_arg(&dir.join("cert.pem"))?,
-        path_arg(&dir.join("cert.der"))?,
+        path_arg(&dir.join(format!("{stem}key.pem")))?,
+        path_arg(&dir.join(format!("{stem}cert.pem")))?,
+        path_arg(&dir.join(format!("{stem}cert.der")))?,
     );
     let mut args = vec!["req", "-x509", "-nodes", "-days", "3650"];
-    args.extend_from_slice(&KEY_ARGS);
-    args.extend_from_slice(&[
-        "-subj",
-        "/O=sonde/CN=sonde lab",
-        "-keyout",
-        &key,
-        "-out",
-        &cert,
-    ]);
+    args.extend_from_slice(key_args);
+    args.extend_from_slice(&["-subj", subject, "-keyout", &key, "-out", &cert]);
     run("openssl", &args)?;
     run(
         "openssl",
@@ -217,24 +219,25 @@ fn make_certificate(dir: &Path) -> Result<String> {
     Ok(sha256_hex(&bytes))
 }
 
-/// nginx's path: on PATH, or where Debian puts it (root's PATH may lack /usr/sbin).
-fn find_nginx() -> Result<String> {
+/// The path of `program`: on PATH, or where Debian puts daemons (root's PATH may lack
+/// /usr/sbin); else an error naming `package` to install.
+pub(crate) fn find_program(program: &str, package: &str) -> Result<String> {
     let path = std::env::var("PATH").unwrap_or_default();
     let dirs = path.split(':').chain(["/usr/sbin", "/usr/local/sbin"]);
     for dir in dirs.filter(|d| !d.is_empty()) {
-        let candidate = Path::new(dir).join("nginx");
+        let candidate = Path::new(dir).join(program);
         if candidate.is_file() {
             return path_arg(&candidate);
         }
     }
-    bail!("nginx is not installed: apt-get install nginx-light (or run scripts/setup)")
+    bail!("{program} is not installed: apt-get install {package} (or run scripts/setup)")
 }
 
-fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::write(path, bytes).map_err(|e| anyhow!("cannot write {}: {e}", path.display()))
 }
 
-fn path_arg(path: &Path) -> Result<String> {
+pub(crate) fn path_arg(path: &Path) -> Result<String> {
     path.to_str()
         .map(str::to_string)
         .ok_or_else(|| anyhow!("path {} is not UTF-8", path.display()))

@@ -24,6 +24,7 @@ mod netns;
 mod nft;
 mod responder;
 mod server;
+mod services;
 mod setup;
 mod state;
 mod truth;
@@ -37,8 +38,11 @@ pub use cpus::{cpu_list, online_cpus, parse_cpu_list, sender_cpus};
 pub use http::{big_body, sha256_hex, BIG_PATH};
 pub use netns::{current_lab, enter_net_ns, enter_ns, enter_scan_ns, exec, list};
 pub use server::{serve, serve_silent};
+pub use services::{
+    field_matches, parse_services, LabService, ServiceStatus, ADDR_PLACEHOLDER, EXPECT_FIELDS,
+};
 pub use setup::{down, status, up};
 pub use truth::{
-    banner_line, http_body, is_responsive, is_responsive6, is_silent, truth, truth_csv, Answer,
-    Expect, Service, Truth,
+    banner_line, http_body, is_responsive, is_responsive6, is_silent, truth, truth_as, truth_csv,
+    Answer, Expect, Service, Truth, TruthFormat,
 };

@@ -13,7 +13,7 @@ use crate::http::BIG_PATH;
 use crate::netns::{net_ns, ns_exists, scan_ns};
 use crate::responder::{self, ResponderSpec};
 use crate::truth::{Population, Population6, Truth};
-use crate::{bridge, cpus, http, nft, server, state, xdp};
+use crate::{bridge, cpus, http, nft, server, services, state, xdp};
 
 /// Fixed, locally administered MACs (02:00 + the IPv4 address), so frames in
 /// captures are recognisable; each lab has its own link, so labs never clash.
@@ -250,6 +250,16 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
     } else {
         None
     };
+    // On failure teardown stops what did start: every process in the net namespace.
+    // A live host to read the greetings from, as a client sees them (none past a drop sink).
+    let probe = truth
+        .addresses()
+        .find(|a| truth.responds(*a) && !truth.is_silent(*a))
+        .filter(|_| cfg.sink == Sink::Kernel);
+    let running = services::start(&cfg.name, &net, v6, cpus, &cfg.services, probe)?;
+    for (pid, what) in &running.servers {
+        started.extend(server::started(*pid, what));
+    }
     let st = LabStatus {
         name: cfg.name.clone(),
         scan_ns: scan.clone(),
@@ -288,6 +298,7 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
         responder: cfg.responder.to_string(),
         responder_mode,
         target_cpus: cfg.target_cpus.clone(),
+        services: running.services,
     };
     state::save(&state::Saved {
         status: st.clone(),

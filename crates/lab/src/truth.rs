@@ -10,6 +10,7 @@ use anyhow::{anyhow, Result};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 use crate::config::{LabConfig, LabStatus, DNS_PORT, HTTPS_PORT, HTTP_PORT, LINK_NET};
+use crate::services::{LabService, ServiceStatus};
 
 /// 2^64 / golden ratio: SplitMix64's increment.
 const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -184,12 +185,15 @@ pub enum Service {
     Dns,
     /// The small server on the other open ports: one line ([`banner_line`]), then close.
     Banner,
+    /// One of the real servers of `lab up --services` (sshd, exim, dovecot, nginx).
+    Lab(LabService),
     /// No service: closed ports, ICMP, silence.
     None,
 }
 
 impl Service {
-    /// The `service` column: `http`, `https`, `silent`, `dns`, `banner`, or empty.
+    /// The `service` column: `http`, `https`, `silent`, `dns`, `banner`, a service's name
+    /// (`ssh`, `smtp`, `imap`, `pop3`, `tls13`, `tls10`), or empty.
     pub fn as_str(self) -> &'static str {
         match self {
             Service::Http => "http",
@@ -197,8 +201,20 @@ impl Service {
             Service::Silent => "silent",
             Service::Dns => "dns",
             Service::Banner => "banner",
+            Service::Lab(s) => s.name(),
             Service::None => "",
         }
+    }
+
+    /// Whether it answers `GET /` with [`http_body`] (over TLS for https, tls13 and tls10).
+    pub fn serves_http(self) -> bool {
+        matches!(
+            self,
+            Service::Http
+                | Service::Https
+                | Service::Lab(LabService::Tls13)
+                | Service::Lab(LabService::Tls10)
+        )
     }
 }
 
@@ -245,6 +261,10 @@ pub struct Truth {
     http: bool,
     dns: bool,
     silent_share: f64,
+    /// SHA-256 of the certificate nginx shows on 443, with `http`.
+    https_cert_sha256: Option<String>,
+    /// The servers of `--services`, and what each shows.
+    services: Vec<ServiceStatus>,
 }
 
 impl Truth {
@@ -257,6 +277,12 @@ impl Truth {
             http: cfg.http,
             dns: cfg.dns,
             silent_share: cfg.silent_share,
+            https_cert_sha256: None,
+            services: cfg
+                .services
+                .iter()
+                .map(|s| ServiceStatus::planned(*s))
+                .collect(),
         }
     }
 
@@ -295,6 +321,8 @@ impl Truth {
             http: st.http,
             dns: st.dns_pid.is_some(),
             silent_share: st.silent_share,
+            https_cert_sha256: st.tls_cert_sha256.clone(),
+            services: st.services.clone(),
         })
     }
 
@@ -362,6 +390,8 @@ impl Truth {
             Service::Http
         } else if self.http && port == HTTPS_PORT {
             Service::Https
+        } else if let Some(s) = self.service_on(port) {
+            Service::Lab(s.service)
         } else {
             Service::Banner
         };
@@ -385,6 +415,32 @@ impl Truth {
         }
     }
 
+    /// The lab service on TCP `port`, if any.
+    fn service_on(&self, port: u16) -> Option<&ServiceStatus> {
+        self.services.iter().find(|s| s.port == port)
+    }
+
+    /// The grab fields a connection to (`addr`, TCP `port`) shows, by field name, with their
+    /// values: a service's greeting, certificate, host key, TLS version and cipher
+    /// ([`ServiceStatus::fields`]), the certificate of nginx's 443, and the small server's
+    /// `banner` ([`banner_line`]). Nothing for a host that does not answer there or is silent.
+    /// (Bodies are checked apart: [`Service::serves_http`].)
+    pub fn expect(&self, addr: IpAddr, port: u16) -> Vec<(&'static str, String)> {
+        match self.tcp(addr, port).service {
+            Service::Lab(_) => self
+                .service_on(port)
+                .map(|s| s.fields(addr))
+                .unwrap_or_default(),
+            Service::Https => self
+                .https_cert_sha256
+                .iter()
+                .map(|c| ("tls_cert_sha256", c.clone()))
+                .collect(),
+            Service::Banner => vec![("banner", banner_line(addr, port))],
+            _ => Vec::new(),
+        }
+    }
+
     /// The open TCP ports (nginx's included), ascending.
     pub fn open_ports(&self) -> &[u16] {
         &self.open
@@ -401,6 +457,18 @@ pub fn truth(name: &str, ports: Option<&[u16]>, out: &mut dyn Write) -> Result<u
     truth_csv(name, ports, &[], out)
 }
 
+/// How `lab truth` writes its rows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TruthFormat {
+    /// `addr,port,answer,service` (see [`write_truth`]).
+    #[default]
+    Csv,
+    /// One JSON object a row: `addr`, `port`, `proto` (`icmp`, `tcp` or `udp`), `answer`,
+    /// `service`, and for a live service `expect`: the grab fields it shows, by name
+    /// ([`Truth::expect`]).
+    Ndjson,
+}
+
 /// Writes the ground truth CSV of lab `name` (see `write_truth`): `ports` are the rows per
 /// address, port 0 for ICMP echo and the others TCP; by default port 0 and the lab's open
 /// ports. No UDP rows unless `udp_ports` names some. Returns the number of rows after the
@@ -412,6 +480,17 @@ pub fn truth_csv(
     udp_ports: &[u16],
     out: &mut dyn Write,
 ) -> Result<u64> {
+    truth_as(name, ports, udp_ports, TruthFormat::Csv, out)
+}
+
+/// [`truth_csv`] in `format`.
+pub fn truth_as(
+    name: &str,
+    ports: Option<&[u16]>,
+    udp_ports: &[u16],
+    format: TruthFormat,
+    out: &mut dyn Write,
+) -> Result<u64> {
     let truth = Truth::of_lab(name)?;
     let ports = match ports {
         Some(given) => given.to_vec(),
@@ -419,7 +498,11 @@ pub fn truth_csv(
             .chain(truth.open.clone())
             .collect(),
     };
-    write_truth(&truth, &ports, udp_ports, out).map_err(|e| {
+    let written = match format {
+        TruthFormat::Csv => write_truth(&truth, &ports, udp_ports, out),
+        TruthFormat::Ndjson => write_truth_ndjson(&truth, &ports, udp_ports, out),
+    };
+    written.map_err(|e| {
         anyhow::Error::new(e).context(format!("cannot write the ground truth of lab {name:?}"))
     })
 }
@@ -431,8 +514,8 @@ pub const ECHO_PORT: u16 = 0;
 /// one if any). For each address, each of `ports` in the order given: port 0 is ICMP echo
 /// (`echo` or `none`), the others TCP (`synack` where something listens, `rst` elsewhere);
 /// then each of `udp_ports` (`dns` on 53 with a DNS server, `unreach` elsewhere). Every row of
-/// an address that does not answer says `none`. `service` is `http`, `https`, `silent`, `dns`
-/// or empty. This is what the lab does with loss 0.
+/// an address that does not answer says `none`. `service` is `http`, `https`, `silent`, `dns`,
+/// `banner`, a lab service's name (`ssh`, `smtp`, `imap`, `pop3`, `tls13`, `tls10`) or empty. This is what the lab does with loss 0.
 pub(crate) fn write_truth(
     truth: &Truth,
     ports: &[u16],
@@ -459,6 +542,55 @@ pub(crate) fn write_truth(
             row(&mut w, port, truth.udp(addr, port))?;
         }
         rows += ports.len() as u64 + udp_ports.len() as u64;
+    }
+    w.flush()?;
+    Ok(rows)
+}
+
+/// The truth's rows as in [`write_truth`], one JSON object a line (see [`TruthFormat::Ndjson`]).
+pub(crate) fn write_truth_ndjson(
+    truth: &Truth,
+    ports: &[u16],
+    udp_ports: &[u16],
+    out: &mut dyn Write,
+) -> io::Result<u64> {
+    let mut w = BufWriter::with_capacity(1 << 16, out);
+    let mut rows = 0;
+    for addr in truth.addresses() {
+        let tcp = ports.iter().map(|&port| {
+            if port == ECHO_PORT {
+                ("icmp", port, truth.echo(addr))
+            } else {
+                ("tcp", port, truth.tcp(addr, port))
+            }
+        });
+        let udp = udp_ports
+            .iter()
+            .map(|&port| ("udp", port, truth.udp(addr, port)));
+        for (proto, port, e) in tcp.chain(udp) {
+            let mut row = serde_json::json!({
+                "addr": addr.to_string(),
+                "port": port,
+                "proto": proto,
+                "answer": e.answer.as_str(),
+                "service": e.service.as_str(),
+            });
+            let expect = if proto == "tcp" {
+                truth.expect(addr, port)
+            } else {
+                Vec::new()
+            };
+            if !expect.is_empty() {
+                let fields: serde_json::Map<String, serde_json::Value> = expect
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.into()))
+                    .collect();
+                row["expect"] = fields.into();
+            }
+            serde_json::to_writer(&mut w, &row)?;
+            w.write_all(b"\n")?;
+            rows += 1;
+        }
     }
     w.flush()?;
     Ok(rows)
@@ -514,6 +646,8 @@ mod tests {
             http: false,
             dns: false,
             silent_share: 0.0,
+            https_cert_sha256: None,
+            services: Vec::new(),
         }
     }
 
@@ -544,6 +678,103 @@ mod tests {
             };
             assert_eq!(got, want, "{addr}");
         }
+    }
+
+    /// A truth with every lab service, as `up` records them.
+    fn truth_with_services(p: Population, silent_share: f64) -> Truth {
+        let with = |service, f: &dyn Fn(&mut ServiceStatus)| {
+            let mut s = ServiceStatus::planned(service);
+            f(&mut s);
+            s
+        };
+        Truth {
+            silent_share,
+            services: vec![
+                with(LabService::Ssh, &|s| {
+                    s.banner = Some("SSH-2.0-OpenSSH_9.2p1\r\n".into());
+                    s.host_key_sha256 = Some("11".repeat(32));
+                }),
+                with(LabService::Smtp, &|s| {
+                    s.banner = Some("220 sonde lab {addr} ESMTP\r\n".into());
+                    s.cert_sha256 = Some("22".repeat(32));
+                }),
+                with(LabService::Tls10, &|s| {
+                    s.cert_sha256 = Some("33".repeat(32));
+                    s.tls_version = Some("TLSv1.0".into());
+                }),
+            ],
+            ..truth_of(p, None, &[22, 25, 9443])
+        }
+    }
+
+    #[test]
+    fn services_name_their_rows_and_expected_fields() {
+        let p = pop("198.18.0.0/28", 4, 0.5);
+        let t = truth_with_services(p, 0.0);
+        let mut csv = Vec::new();
+        write_truth(&t, &[22, 25, 9443, 80], &[], &mut csv).unwrap();
+        let csv = String::from_utf8(csv).unwrap();
+        let mut json = Vec::new();
+        let rows = write_truth_ndjson(&t, &[0, 22, 25, 9443, 80], &[53], &mut json).unwrap();
+        assert_eq!(rows, 16 * 6);
+        let json: Vec<serde_json::Value> = String::from_utf8(json)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(json.len(), 16 * 6);
+        for addr in p.addresses() {
+            let live = p.answers(addr);
+            let (a, at) = (addr.to_string(), IpAddr::V4(addr));
+            let want_csv = if live {
+                format!(
+                    "{a},22,synack,ssh\n{a},25,synack,smtp\n{a},9443,synack,tls10\n{a},80,rst,\n"
+                )
+            } else {
+                format!("{a},22,none,\n{a},25,none,\n{a},9443,none,\n{a},80,none,\n")
+            };
+            assert!(csv.contains(&want_csv), "{addr}: {csv}");
+            let mine: Vec<&serde_json::Value> = json.iter().filter(|r| r["addr"] == a).collect();
+            let protos: Vec<&str> = mine.iter().map(|r| r["proto"].as_str().unwrap()).collect();
+            assert_eq!(protos, ["icmp", "tcp", "tcp", "tcp", "tcp", "udp"]);
+            if !live {
+                assert!(mine.iter().all(|r| r.get("expect").is_none()), "{mine:?}");
+                assert!(t.expect(at, 22).is_empty());
+                continue;
+            }
+            assert_eq!(mine[1]["service"], "ssh");
+            assert_eq!(mine[1]["expect"]["banner"], "SSH-2.0-OpenSSH_9.2p1\r\n");
+            assert_eq!(mine[1]["expect"]["ssh_banner"], "SSH-2.0-OpenSSH_9.2p1");
+            assert_eq!(mine[1]["expect"]["ssh_host_key_sha256"], "11".repeat(32));
+            // The SMTP greeting names the address connected to.
+            assert_eq!(
+                mine[2]["expect"]["banner"],
+                format!("220 sonde lab {a} ESMTP\r\n")
+            );
+            assert_eq!(mine[2]["expect"]["tls_cert_sha256"], "22".repeat(32));
+            assert_eq!(mine[3]["service"], "tls10");
+            assert_eq!(mine[3]["expect"]["tls_version"], "TLSv1.0");
+            assert_eq!(mine[3]["expect"]["tls_cert_sha256"], "33".repeat(32));
+            for r in [mine[0], mine[4], mine[5]] {
+                assert!(r.get("expect").is_none(), "{r}");
+            }
+            assert_eq!(mine[4]["answer"], "rst");
+            // The small server's line on another open port.
+            let small = Truth {
+                open: vec![7],
+                ..t.clone()
+            };
+            assert_eq!(
+                small.expect(at, 7),
+                [("banner", format!("SONDE-LAB {a} 7\r\n"))]
+            );
+            assert_eq!(mine[5]["answer"], "unreach");
+        }
+        // A silent host shows nothing, even on a service's port.
+        let all_silent = truth_with_services(p, 1.0);
+        let live = p.responsive().next().map(IpAddr::V4).unwrap();
+        assert_eq!(all_silent.tcp(live, 22).service, Service::Silent);
+        assert!(all_silent.expect(live, 22).is_empty());
     }
 
     #[test]

@@ -44,10 +44,19 @@ enum LabCommand {
     /// port of --udp-ports (dns where a DNS server answers, unreach for ICMP port unreachable).
     /// Every row of an address that does not answer says none. `service` says who answers: http or
     /// https (nginx, lab up --http), silent (the handshake completes, then nothing is ever
-    /// sent), dns (unbound, lab up --dns), or empty.
+    /// sent), dns (unbound, lab up --dns), ssh, smtp, imap, pop3, tls13 or tls10 (lab up
+    /// --services), banner (the small one-line server), or empty.
+    ///
+    /// With --format ndjson each row is a JSON object with addr, port, proto (icmp, tcp, udp),
+    /// answer and service, and for a live server "expect": the grab fields it shows, by name
+    /// (banner, ssh_banner, smtp_banner, imap_banner, pop3_banner, ssh_host_key_sha256,
+    /// tls_cert_sha256, tls_version, tls_cipher), which `lab score` checks where results have them.
     Truth {
         #[command(flatten)]
         name: NameArg,
+        /// csv (addr,port,answer,service) or ndjson (with each server's expected fields).
+        #[arg(long, default_value = "csv")]
+        format: TruthFormatArg,
         /// Ports to list: 0 for ICMP echo, the others TCP (default: 0 and the lab's open TCP
         /// ports).
         #[arg(long, value_delimiter = ',')]
@@ -66,9 +75,14 @@ enum LabCommand {
     /// Grab results (a status column, with saddr, dport, http_body or http_body_sha256,
     /// http_path, tls_cert_sha256) print: `completed N of M live (P %), bodies correct B of C
     /// (P %), wrong bodies W, silent seen as data-timeout S of T (P %), false positives F[,
-    /// certificates correct X of Y] [grab: port 80 within …]`. Live targets answer and are not
+    /// certificates correct X of Y][, fields correct R of N (P %), wrong fields W, missing fields
+    /// E (banner 16/16, …)] [grab: port 80 within …]`. Live targets answer and are not
     /// silent; a body is correct when it is `sonde lab <address>\n` (GET /) or has the lab's
     /// big_sha256 (http_path /big); a false positive is a success where nothing serves.
+    /// Fields are those `lab truth --format ndjson` expects of each server (banner,
+    /// ssh_banner, smtp_banner, imap_banner, pop3_banner, ssh_host_key_sha256, tls_cert_sha256,
+    /// tls_version, tls_cipher), checked where a row has them; an empty value in a column the
+    /// file has is missing.
     Score(super::score::ScoreArgs),
     /// List the labs on this machine.
     List,
@@ -81,6 +95,12 @@ enum LabCommand {
         #[arg(long)]
         silent: bool,
     },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum TruthFormatArg {
+    Csv,
+    Ndjson,
 }
 
 #[derive(Args)]
@@ -158,6 +178,14 @@ struct UpArgs {
     /// sent the probe.
     #[arg(long, value_name = "LIST")]
     target_cpus: Option<String>,
+    /// Real servers on every responsive address, from Debian's packages, each with a
+    /// certificate (or host key) made now: ssh (sshd on 22), smtp (exim, STARTTLS, on 25),
+    /// imap and pop3 (dovecot, STARTTLS/STLS, on 143 and 110), tls13 (nginx, TLS 1.3 only, on
+    /// 8443) and tls10 (nginx, TLS 1.0 only with RSA key exchange, on 9443); the two TLS ones
+    /// answer `GET /` as nginx does on 80. Their ports are open. `lab status` and `lab truth
+    /// --format ndjson` show what each shows (greeting, certificate SHA-256, TLS version).
+    #[arg(long, value_name = "LIST")]
+    services: Option<String>,
     /// A bridge lab instead, for tools that sit in the path: host A (sonde-NAME-a, ax0,
     /// 198.19.254.1/24, 2001:2:0:fe::1/64) and host B (sonde-NAME-b, bx0, 198.19.254.2,
     /// 2001:2:0:fe::2) joined through sonde-NAME-mid, where a Linux bridge mbr forwards between
@@ -166,7 +194,7 @@ struct UpArgs {
     /// The population options do not apply and are refused with it.
     #[arg(long, conflicts_with_all = [
         "population", "population6", "responsive", "tcp_open", "seed", "sink",
-        "loss", "dns", "http", "silent_share", "responder",
+        "loss", "dns", "http", "silent_share", "responder", "services",
     ])]
     bridge: bool,
 }
@@ -186,9 +214,16 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         LabCommand::Status { name, json } => lab_status(&name.name, json),
         LabCommand::Truth {
             name,
+            format,
             ports,
             udp_ports,
-        } => print_truth(&name.name, ports.as_deref(), &udp_ports),
+        } => {
+            let format = match format {
+                TruthFormatArg::Csv => sonde_lab::TruthFormat::Csv,
+                TruthFormatArg::Ndjson => sonde_lab::TruthFormat::Ndjson,
+            };
+            print_truth(&name.name, ports.as_deref(), &udp_ports, format)
+        }
         LabCommand::Score(args) => super::score::run(args),
         LabCommand::List => {
             // A name per line; a bridge lab's is followed by " bridge".
@@ -210,10 +245,15 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
 }
 
 /// The truth on stdout; a reader that stops early (`| head`) ends it quietly.
-fn print_truth(name: &str, ports: Option<&[u16]>, udp_ports: &[u16]) -> anyhow::Result<()> {
+fn print_truth(
+    name: &str,
+    ports: Option<&[u16]>,
+    udp_ports: &[u16],
+    format: sonde_lab::TruthFormat,
+) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let written = sonde_lab::truth_csv(name, ports, udp_ports, &mut out)
+    let written = sonde_lab::truth_as(name, ports, udp_ports, format, &mut out)
         .and_then(|_| out.flush().context("writing the truth"));
     match written {
         Err(e) if is_broken_pipe(&e) => Ok(()),
@@ -243,6 +283,12 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
     if up.bridge {
         return bridge_up(up.name.name, target_cpus, up.queues.unwrap_or(1));
     }
+    let services = match up.services.as_deref() {
+        Some(list) => {
+            sonde_lab::parse_services(list).map_err(|e| anyhow::anyhow!("--services: {e}"))?
+        }
+        None => Vec::new(),
+    };
     let cfg = LabConfig {
         name: up.name.name,
         population: up.population,
@@ -264,6 +310,7 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
         silent_share: up.silent_share,
         responder: up.responder,
         target_cpus,
+        services,
     };
     let exe = std::env::current_exe().context("finding the sonde binary")?;
     let server = vec![exe.display().to_string(), "lab".into(), "__serve".into()];
@@ -273,6 +320,14 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
         extra.push_str(", nginx on 80 and 443");
     } else if status.http {
         extra.push_str(", the XDP responder's HTTP server on 80");
+    }
+    if !status.services.is_empty() {
+        let names: Vec<String> = status
+            .services
+            .iter()
+            .map(|s| format!("{} on {}", s.service, s.port))
+            .collect();
+        extra.push_str(&format!(", {}", names.join(", ")));
     }
     if status.silent_count > 0 {
         extra.push_str(&format!(", {} silent", status.silent_count));

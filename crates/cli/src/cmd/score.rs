@@ -5,9 +5,11 @@
 //!   the file (its `classification` column names the module, its `sport` column the ports) or
 //!   from `--module`, `--answer` and `--port`.
 //! - Grabs (a `status` column): completed % of the live hosts, correct bodies, silent hosts
-//!   seen as `data-timeout`, false positives.
+//!   seen as `data-timeout`, false positives, certificates; and every field the truth expects
+//!   of a server (`Truth::expect`, by grab field name: banners, certificate and host key
+//!   hashes, TLS version and cipher) that the results hold.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 use std::net::IpAddr;
@@ -207,6 +209,18 @@ struct Row {
     /// SHA-256 of the body: the `http_body_sha256` column, else computed from `http_body`.
     body_sha256: Option<String>,
     tls_cert_sha256: Option<String>,
+    /// The row's values of the fields the truth may expect (`sonde_lab::EXPECT_FIELDS`) that
+    /// it has.
+    fields: Vec<(&'static str, String)>,
+}
+
+impl Row {
+    fn field(&self, name: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 /// A results file: which columns it has, and its rows.
@@ -337,6 +351,10 @@ fn make_row(get: impl Fn(&str) -> Option<String>, line: usize) -> Result<Row> {
         path: nonempty("http_path").or_else(|| nonempty("path")),
         body_sha256,
         tls_cert_sha256: nonempty("tls_cert_sha256").map(|s| s.to_ascii_lowercase()),
+        fields: sonde_lab::EXPECT_FIELDS
+            .iter()
+            .filter_map(|&name| Some((name, nonempty(name)?)))
+            .collect(),
     })
 }
 
@@ -715,9 +733,21 @@ pub struct GrabScore {
     pub silent_timeouts: usize,
     /// `success` rows where the truth has no live server.
     pub false_positives: usize,
-    /// Completed HTTPS rows with a certificate hash: (right, all); None without the column.
+    /// Completed rows of servers that show a certificate: (right, all); None without the
+    /// tls_cert_sha256 column.
     pub certificates: Option<(usize, usize)>,
+    /// Per expected field the results hold: (right, checked, missing).
+    pub fields: BTreeMap<&'static str, FieldCount>,
     scored: String,
+}
+
+/// How one expected field did: rows with the right value, rows that had a value, and rows of
+/// a file with the column whose value was empty.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FieldCount {
+    pub right: usize,
+    pub checked: usize,
+    pub missing: usize,
 }
 
 /// "N of M[ what] (P %)", or "N of 0[ what]" (no percentage of nothing).
@@ -742,6 +772,26 @@ impl fmt::Display for GrabScore {
         )?;
         if let Some((right, all)) = self.certificates {
             write!(f, ", certificates correct {}", share(right, all, ""))?;
+        }
+        if !self.fields.is_empty() {
+            let sum = |of: fn(&FieldCount) -> usize| self.fields.values().map(of).sum::<usize>();
+            let (right, checked, missing) =
+                (sum(|c| c.right), sum(|c| c.checked), sum(|c| c.missing));
+            let each: Vec<String> = self
+                .fields
+                .iter()
+                .map(|(name, c)| match c.missing {
+                    0 => format!("{name} {}/{}", c.right, c.checked),
+                    m => format!("{name} {}/{} missing {m}", c.right, c.checked),
+                })
+                .collect();
+            write!(
+                f,
+                ", fields correct {}, wrong fields {}, missing fields {missing} ({})",
+                share(right, checked, ""),
+                checked - right,
+                each.join(", ")
+            )?;
         }
         write!(f, " [{}]", self.scored)
     }
@@ -796,6 +846,8 @@ struct GrabTally {
     false_positives: Targets,
     certificates: Targets,
     certificates_right: Targets,
+    /// Per expected field: the pairs with the right value, with a value, and without one.
+    fields: BTreeMap<&'static str, [Targets; 3]>,
 }
 
 impl GrabTally {
@@ -814,8 +866,18 @@ impl GrabTally {
         }
         self.completed.insert(key);
         let (addr, port) = key;
+        let expect = lab.truth.expect(addr, port);
+        self.add_fields(row, key, &expect, lab);
+        if let Some((_, want)) = expect.iter().find(|(n, _)| *n == "tls_cert_sha256") {
+            if lab.has_certificates {
+                self.certificates.insert(key);
+                if row.tls_cert_sha256.as_deref() == Some(want.as_str()) {
+                    self.certificates_right.insert(key);
+                }
+            }
+        }
         let service = lab.truth.tcp(addr, port).service;
-        if !matches!(service, Service::Http | Service::Https) {
+        if !service.serves_http() {
             return;
         }
         if let Some(body) = &row.body_sha256 {
@@ -830,11 +892,30 @@ impl GrabTally {
                 None => false,
             };
         }
-        if service == Service::Https && lab.has_certificates {
-            self.certificates.insert(key);
-            let want = lab.status.tls_cert_sha256.as_deref();
-            if row.tls_cert_sha256.is_some() && row.tls_cert_sha256.as_deref() == want {
-                self.certificates_right.insert(key);
+    }
+
+    /// Checks each field the truth expects of (addr, port) that the row has; one it lacks in a
+    /// file with that column is missing.
+    fn add_fields(
+        &mut self,
+        row: &Row,
+        key: (IpAddr, u16),
+        expect: &[(&'static str, String)],
+        lab: &GrabLab,
+    ) {
+        for (name, want) in expect {
+            let [right, checked, missing] = self.fields.entry(name).or_default();
+            match row.field(name) {
+                Some(got) => {
+                    checked.insert(key);
+                    if sonde_lab::field_matches(name, want, got) {
+                        right.insert(key);
+                    }
+                }
+                None if lab.columns.contains(*name) => {
+                    missing.insert(key);
+                }
+                None => {}
             }
         }
     }
@@ -848,6 +929,8 @@ struct GrabLab<'a> {
     silent: Targets,
     /// Whether the results carry certificate hashes.
     has_certificates: bool,
+    /// The results' columns.
+    columns: &'a HashSet<String>,
 }
 
 fn score_grab(
@@ -873,6 +956,7 @@ fn score_grab(
         live,
         silent,
         has_certificates: results.has("tls_cert_sha256"),
+        columns: &results.columns,
     };
     let mut tally = GrabTally::default();
     for row in &results.rows {
@@ -895,6 +979,19 @@ fn score_grab(
         certificates: lab
             .has_certificates
             .then_some((tally.certificates_right.len(), tally.certificates.len())),
+        fields: tally
+            .fields
+            .iter()
+            .filter(|(_, [_, checked, missing])| !checked.is_empty() || !missing.is_empty())
+            .map(|(name, [right, checked, missing])| {
+                let count = FieldCount {
+                    right: right.len(),
+                    checked: checked.len(),
+                    missing: missing.len(),
+                };
+                (*name, count)
+            })
+            .collect(),
         scored: format!(
             "grab: port {} within {}",
             port_list.join(","),
@@ -955,6 +1052,38 @@ mod tests {
         assert_eq!(
             covering_prefixes(addrs(&["1.0.0.0", "255.0.0.0"])),
             "0.0.0.0/0"
+        );
+    }
+
+    #[test]
+    fn grab_lines_name_each_checked_field() {
+        let mut score = GrabScore {
+            live: 4,
+            completed: 4,
+            bodies_right: 0,
+            bodies_wrong: 0,
+            silent: 0,
+            silent_timeouts: 0,
+            false_positives: 0,
+            certificates: None,
+            fields: BTreeMap::new(),
+            scored: "grab: port 8443 within 198.18.0.0/30".into(),
+        };
+        let plain = score.to_string();
+        assert!(plain.ends_with("false positives 0 [grab: port 8443 within 198.18.0.0/30]"));
+        let count = |right, checked, missing| FieldCount {
+            right,
+            checked,
+            missing,
+        };
+        score.fields.insert("tls_version", count(3, 4, 0));
+        score.fields.insert("tls_cert_sha256", count(0, 0, 4));
+        assert_eq!(
+            score.to_string(),
+            "completed 4 of 4 live (100.000 %), bodies correct 0 of 0, wrong bodies 0, \
+             silent seen as data-timeout 0 of 0, false positives 0, fields correct 3 of 4 \
+             (75.000 %), wrong fields 1, missing fields 4 (tls_cert_sha256 0/0 missing 4, \
+             tls_version 3/4) [grab: port 8443 within 198.18.0.0/30]"
         );
     }
 
