@@ -70,9 +70,9 @@ const fn field(name: &'static str, kind: FieldType, help: &'static str) -> Field
 
 /// The fields every grab row has, before the app's.
 pub const FIELDS: &[Field] = &[
-    field("saddr", FieldType::Str, "the target's address"),
-    field("dport", FieldType::Int, "the target's port"),
-    field("sport", FieldType::Int, "our source port"),
+    field("saddr", FieldType::Addr, "the target's address"),
+    field("dport", FieldType::U16, "the target's port"),
+    field("sport", FieldType::U16, "our source port"),
     field(
         "status",
         FieldType::Str,
@@ -107,17 +107,17 @@ pub const FIELDS: &[Field] = &[
     ),
     field(
         "icmp_type",
-        FieldType::Int,
+        FieldType::U8,
         "the ICMP error's type, when one answered the SYN (status unreachable)",
     ),
     field(
         "icmp_code",
-        FieldType::Int,
+        FieldType::U8,
         "the ICMP error's code (e.g. 3/1 host unreachable, ICMPv6 1/3 address unreachable)",
     ),
     field(
         "timestamp",
-        FieldType::Int,
+        FieldType::Micros,
         "end of the connection, microseconds since the Unix epoch",
     ),
 ];
