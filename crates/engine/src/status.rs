@@ -7,6 +7,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use sonde_meter::metrics::{Page, Publisher};
 use sonde_meter::output_file::{self, IfExists, Output};
 
 /// Where a run is.
@@ -38,6 +39,21 @@ pub trait StatusSource {
     fn sample(&mut self, tick: &Tick) -> (String, String);
     /// Seconds of sending left at the current pace, if the source can tell.
     fn seconds_left(&self) -> Option<f64>;
+    /// What the pace (`-r`) counts so far: probes, SYNs. Its rate is the current rate that
+    /// `--metrics` reports.
+    fn paced(&self) -> u64 {
+        0
+    }
+    /// Its series for `--metrics`: the counters it already reads for the line (called right
+    /// after [`StatusSource::sample`], once a tick, never on a hot path).
+    fn metrics(&self, _page: &mut Page) {}
+}
+
+/// Where a status line publishes its figures for `--metrics`, and the paced count at the last
+/// tick.
+struct MetricsFeed {
+    publisher: Publisher,
+    last_paced: u64,
 }
 
 pub struct StatusLine<S: StatusSource> {
@@ -47,6 +63,7 @@ pub struct StatusLine<S: StatusSource> {
     quiet: bool,
     file: Option<std::io::BufWriter<Output>>,
     last_text: String,
+    metrics: Option<MetricsFeed>,
 }
 
 impl<S: StatusSource> StatusLine<S> {
@@ -74,7 +91,18 @@ impl<S: StatusSource> StatusLine<S> {
             quiet,
             file,
             last_text: String::new(),
+            metrics: None,
         })
+    }
+
+    /// Publishes every tick's figures to `publisher` too (`--metrics`), starting now.
+    pub fn publishing(mut self, publisher: Option<Publisher>) -> Self {
+        self.metrics = publisher.map(|publisher| MetricsFeed {
+            publisher,
+            last_paced: self.source.paced(),
+        });
+        self.publish(0.0, 0.0, 1.0, Phase::Sending { done: 0.0 });
+        self
     }
 
     pub fn source(&self) -> &S {
@@ -130,8 +158,51 @@ impl<S: StatusSource> StatusLine<S> {
             writeln!(f, "{:.3},{phase_name},{percent:.2},{row}", tick.elapsed)?;
             f.flush()?;
         }
+        self.publish(tick.elapsed, percent / 100.0, tick.dt, phase);
         self.last = now;
         Ok(())
+    }
+
+    /// The tick's page for `--metrics`: where the run is, the current rate, and the source's
+    /// own series.
+    fn publish(&mut self, elapsed: f64, done: f64, dt: f64, phase: Phase) {
+        let Some(feed) = &mut self.metrics else {
+            return;
+        };
+        let paced = self.source.paced();
+        let rate = paced.saturating_sub(feed.last_paced) as f64 / dt;
+        feed.last_paced = paced;
+        let mut page = feed.publisher.live_page();
+        page.gauge(
+            "sonde_rate",
+            "What the pace (-r) counts, per second over the last status tick",
+            rate,
+        );
+        page.gauge("sonde_done_ratio", "Share of the work done (0 to 1)", done);
+        let left = match phase {
+            Phase::Sending { .. } => self.source.seconds_left().unwrap_or(f64::NAN),
+            Phase::Cooldown { until } => until
+                .saturating_duration_since(Instant::now())
+                .as_secs_f64(),
+            Phase::Done => 0.0,
+        };
+        page.gauge(
+            "sonde_seconds_left",
+            "Seconds left at the current pace (NaN while unknown), or of the cooldown",
+            left,
+        );
+        page.gauge(
+            "sonde_elapsed_seconds",
+            "Seconds since the run started",
+            elapsed,
+        );
+        page.gauge(
+            "sonde_running",
+            "1 while the run goes on, 0 once it has ended",
+            if phase == Phase::Done { 0.0 } else { 1.0 },
+        );
+        self.source.metrics(&mut page);
+        feed.publisher.publish(page);
     }
 }
 

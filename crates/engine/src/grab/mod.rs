@@ -8,6 +8,7 @@
 //! connect and epoll): the baseline the user-space path is measured against.
 
 pub mod kernel;
+mod metrics;
 pub mod user;
 
 #[cfg(test)]
@@ -355,5 +356,13 @@ impl StatusSource for GrabStatus {
     fn seconds_left(&self) -> Option<f64> {
         let left = self.total.saturating_sub(self.counts.finished.get());
         (self.finish_rate > 0.0).then(|| left as f64 / self.finish_rate)
+    }
+
+    fn paced(&self) -> u64 {
+        self.counts.syn_sent.get()
+    }
+
+    fn metrics(&self, page: &mut sonde_meter::metrics::Page) {
+        self.write_metrics(page);
     }
 }

@@ -108,7 +108,8 @@ pub fn run_on<A: GrabApp>(
         plan.run.quiet,
         plan.run.status_file.as_deref(),
         IfExists::force(plan.run.overwrite),
-    )?;
+    )?
+    .publishing(plan.run.metrics.clone());
     let io_stamps = io.rxs.iter().all(AnyRx::stamps_arrivals);
     let mut looper = Looper {
         retries,
