@@ -4,14 +4,14 @@
 //! linger.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 use sonde_engine::status::to_stderr;
 use sonde_engine::stop::Stop;
-use sonde_meter::metrics::{Exporter, Labels, Publisher};
+use sonde_meter::metrics::{Exporter, Labels, Page, Progress, Publisher};
 
 #[derive(Args, Clone, Debug, Default)]
 pub struct MetricsArgs {
@@ -100,5 +100,67 @@ impl Metrics {
             exporter.linger(self.linger, || stop.is_set());
         }
         Ok(())
+    }
+}
+
+/// How often the commands that keep their own status (blast, capture, intercept) publish.
+pub const PUBLISH_EVERY: Duration = Duration::from_secs(1);
+
+/// The live page of a command that keeps its own status line (blast, capture, intercept):
+/// where the run is, from the counter it follows, and the command's own series.
+pub struct LivePage {
+    publisher: Publisher,
+    started: Instant,
+    last: (Instant, u64),
+}
+
+impl LivePage {
+    pub fn new(publisher: Publisher) -> LivePage {
+        let now = Instant::now();
+        LivePage {
+            publisher,
+            started: now,
+            last: (now, 0),
+        }
+    }
+
+    pub fn elapsed(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// Whether a second has passed since the last page.
+    pub fn due(&self) -> bool {
+        self.last.0.elapsed() >= PUBLISH_EVERY
+    }
+
+    /// Publishes a page: `counted` (frames sent or captured; its rate since the last page),
+    /// `done` (0 to 1, NaN without a set end), whether the run goes on, and `series`.
+    pub fn publish(
+        &mut self,
+        counted: u64,
+        done: f64,
+        running: bool,
+        series: impl FnOnce(&mut Page),
+    ) {
+        let now = Instant::now();
+        let dt = now.duration_since(self.last.0).as_secs_f64().max(1e-6);
+        let rate = counted.saturating_sub(self.last.1) as f64 / dt;
+        self.last = (now, counted);
+        let elapsed = now.duration_since(self.started).as_secs_f64();
+        let seconds_left = match (running, done) {
+            (false, _) => 0.0,
+            (true, d) if d > 0.0 && d < 1.0 => elapsed * (1.0 - d) / d,
+            _ => f64::NAN,
+        };
+        let mut page = self.publisher.live_page();
+        page.progress(&Progress {
+            rate,
+            done: if running { done } else { 1.0 },
+            seconds_left,
+            elapsed,
+            running,
+        });
+        series(&mut page);
+        self.publisher.publish(page);
     }
 }

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use sonde_meter::metrics::{Page, Publisher};
+use sonde_meter::metrics::{Page, Progress, Publisher};
 use sonde_meter::output_file::{self, IfExists, Output};
 
 /// Where a run is.
@@ -172,35 +172,21 @@ impl<S: StatusSource> StatusLine<S> {
         let paced = self.source.paced();
         let rate = paced.saturating_sub(feed.last_paced) as f64 / dt;
         feed.last_paced = paced;
-        let mut page = feed.publisher.live_page();
-        page.gauge(
-            "sonde_rate",
-            "What the pace (-r) counts, per second over the last status tick",
-            rate,
-        );
-        page.gauge("sonde_done_ratio", "Share of the work done (0 to 1)", done);
-        let left = match phase {
+        let seconds_left = match phase {
             Phase::Sending { .. } => self.source.seconds_left().unwrap_or(f64::NAN),
             Phase::Cooldown { until } => until
                 .saturating_duration_since(Instant::now())
                 .as_secs_f64(),
             Phase::Done => 0.0,
         };
-        page.gauge(
-            "sonde_seconds_left",
-            "Seconds left at the current pace (NaN while unknown), or of the cooldown",
-            left,
-        );
-        page.gauge(
-            "sonde_elapsed_seconds",
-            "Seconds since the run started",
+        let mut page = feed.publisher.live_page();
+        page.progress(&Progress {
+            rate,
+            done,
+            seconds_left,
             elapsed,
-        );
-        page.gauge(
-            "sonde_running",
-            "1 while the run goes on, 0 once it has ended",
-            if phase == Phase::Done { 0.0 } else { 1.0 },
-        );
+            running: phase != Phase::Done,
+        });
         self.source.metrics(&mut page);
         feed.publisher.publish(page);
     }

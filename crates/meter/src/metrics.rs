@@ -84,6 +84,19 @@ impl Display for Number {
     }
 }
 
+/// Where a run is, as every command reports it.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    /// What the pace counts (probes, SYNs, frames), per second, lately.
+    pub rate: f64,
+    /// Share of the work done, 0 to 1 (NaN for a run without an end, such as a capture).
+    pub done: f64,
+    /// Seconds left (NaN while unknown).
+    pub seconds_left: f64,
+    pub elapsed: f64,
+    pub running: bool,
+}
+
 /// One scrape's text: metric families, each with its HELP and TYPE lines, every sample with
 /// the run's labels.
 pub struct Page {
@@ -133,6 +146,36 @@ impl Page {
     pub fn gauge(&mut self, name: &str, help: &str, value: f64) {
         self.family(name, help, "gauge");
         self.sample(name, &[], Number(value));
+    }
+
+    /// The gauges every command has: the current rate, the share done, the seconds left, the
+    /// time so far, and whether it still runs.
+    pub fn progress(&mut self, p: &Progress) {
+        self.gauge(
+            "sonde_rate",
+            "What the pace (-r) counts, per second lately",
+            p.rate,
+        );
+        self.gauge(
+            "sonde_done_ratio",
+            "Share of the work done (0 to 1; NaN when the run has no set end)",
+            p.done,
+        );
+        self.gauge(
+            "sonde_seconds_left",
+            "Seconds left at the current pace, or of the cooldown (NaN while unknown)",
+            p.seconds_left,
+        );
+        self.gauge(
+            "sonde_elapsed_seconds",
+            "Seconds since the run started",
+            p.elapsed,
+        );
+        self.gauge(
+            "sonde_running",
+            "1 while the run goes on, 0 once it has ended",
+            if p.running { 1.0 } else { 0.0 },
+        );
     }
 
     /// The run's summary, field for field, as `--summary-json` writes it: every number and
