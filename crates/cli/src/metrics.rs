@@ -164,3 +164,55 @@ impl LivePage {
         self.publisher.publish(page);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_address_and_linger_are_refused_in_words() {
+        assert_eq!(
+            socket_address("127.0.0.1:9464").unwrap().to_string(),
+            "127.0.0.1:9464"
+        );
+        assert!(socket_address("[::1]:9464").is_ok());
+        let no_port = socket_address("127.0.0.1").unwrap_err();
+        assert!(no_port.contains("127.0.0.1:9464"), "{no_port}");
+        assert!(linger_seconds("2.5").is_ok());
+        assert!(linger_seconds("-1").is_err());
+        assert!(linger_seconds("NaN").is_err());
+    }
+
+    /// The value of the series `name` on `page`.
+    fn value(page: &str, name: &str) -> f64 {
+        let prefix = format!("{name}{{");
+        let line = page.lines().find(|l| l.starts_with(&prefix)).unwrap();
+        line.rsplit_once(' ').unwrap().1.parse().unwrap()
+    }
+
+    #[test]
+    fn a_live_page_tells_the_time_left_from_the_share_done() {
+        let publisher = Publisher::unserved(Labels::new("blast", "syn", "xdp", 0), 0.0);
+        let mut live = LivePage::new(publisher.clone());
+        std::thread::sleep(Duration::from_millis(20));
+        live.publish(100, 0.25, true, |page| {
+            page.counter("sonde_sent_total", "Frames sent", 100)
+        });
+        let page = publisher.current();
+        let (elapsed, left) = (
+            value(&page, "sonde_elapsed_seconds"),
+            value(&page, "sonde_seconds_left"),
+        );
+        // A quarter done in `elapsed`: three times as long to go.
+        assert!((left - 3.0 * elapsed).abs() < 1e-9, "{page}");
+        assert!(value(&page, "sonde_rate") > 0.0);
+        assert_eq!(value(&page, "sonde_sent_total"), 100.0);
+        live.publish(100, f64::NAN, true, |_| {});
+        assert!(value(&publisher.current(), "sonde_seconds_left").is_nan());
+        live.publish(100, 0.5, false, |_| {});
+        let last = publisher.current();
+        assert_eq!(value(&last, "sonde_running"), 0.0);
+        assert_eq!(value(&last, "sonde_done_ratio"), 1.0);
+        assert_eq!(value(&last, "sonde_seconds_left"), 0.0);
+    }
+}

@@ -244,6 +244,64 @@ mod tests {
         }
     }
 
+    /// A source with metrics: `paced` probes so far.
+    struct Counting {
+        paced: u64,
+    }
+    impl StatusSource for Counting {
+        fn csv_header(&self) -> &'static str {
+            "n"
+        }
+        fn sample(&mut self, _: &Tick) -> (String, String) {
+            (self.paced.to_string(), self.paced.to_string())
+        }
+        fn seconds_left(&self) -> Option<f64> {
+            Some(7.0)
+        }
+        fn paced(&self) -> u64 {
+            self.paced
+        }
+        fn metrics(&self, page: &mut Page) {
+            page.counter("sonde_sent_total", "Probes sent", self.paced);
+        }
+    }
+
+    /// The value of the series `name` (no extra labels) on `page`.
+    fn value(page: &str, name: &str) -> String {
+        let prefix = format!("{name}{{");
+        let line = page.lines().find(|l| l.starts_with(&prefix)).unwrap();
+        line.rsplit_once(' ').unwrap().1.to_string()
+    }
+
+    #[test]
+    fn every_tick_publishes_where_the_run_is_and_the_sources_series() {
+        use sonde_meter::metrics::Labels;
+        let publisher = Publisher::unserved(Labels::new("scan", "tcp_syn", "xdp", 0), 500.0);
+        let source = Counting { paced: 0 };
+        let mut s = StatusLine::new(source, true, None, IfExists::Refuse)
+            .unwrap()
+            .publishing(Some(publisher.clone()));
+        let first = publisher.current();
+        assert_eq!(value(&first, "sonde_sent_total"), "0", "published at once");
+        assert_eq!(value(&first, "sonde_target_rate"), "500");
+        s.source_mut().paced = 40;
+        s.tick(Phase::Sending { done: 0.25 }, true).unwrap();
+        let page = publisher.current();
+        assert_eq!(value(&page, "sonde_sent_total"), "40");
+        assert_eq!(value(&page, "sonde_done_ratio"), "0.25");
+        assert_eq!(value(&page, "sonde_seconds_left"), "7");
+        assert_eq!(value(&page, "sonde_running"), "1");
+        let rate: f64 = value(&page, "sonde_rate").parse().unwrap();
+        assert!(rate > 0.0, "40 probes since the last page: {page}");
+        s.tick(Phase::Done, true).unwrap();
+        let last = publisher.current();
+        assert_eq!(value(&last, "sonde_running"), "0");
+        assert_eq!(value(&last, "sonde_done_ratio"), "1");
+        assert_eq!(value(&last, "sonde_seconds_left"), "0");
+        assert_eq!(value(&last, "sonde_rate"), "0", "nothing paced since");
+        assert_eq!(last.matches("# TYPE sonde_sent_total counter").count(), 1);
+    }
+
     #[test]
     fn units_are_spaced_alike() {
         assert_eq!(per_second(182.0, "p"), "182 p/s");

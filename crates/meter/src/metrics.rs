@@ -266,6 +266,29 @@ pub struct Publisher {
 }
 
 impl Publisher {
+    /// A publisher no exporter serves: what a run publishes can still be read with
+    /// [`Publisher::current`] (tests, in-process runs).
+    pub fn unserved(labels: Labels, target_rate: f64) -> Publisher {
+        Publisher {
+            shared: Arc::new(Shared {
+                page: Mutex::new(String::new()),
+                stop: AtomicBool::new(false),
+                scrapes: AtomicU64::new(0),
+            }),
+            labels,
+            target_rate,
+        }
+    }
+
+    /// The page an exporter would serve now.
+    pub fn current(&self) -> String {
+        self.shared
+            .page
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// A page that begins with what holds for the whole run (the target rate).
     pub fn live_page(&self) -> Page {
         let mut page = Page::new(&self.labels);
@@ -315,21 +338,12 @@ impl Exporter {
         nix::sys::socket::setsockopt(&listener, nix::sys::socket::sockopt::ReceiveTimeout, &wait)
             .map_err(io::Error::from)?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared {
-            page: Mutex::new(String::new()),
-            stop: AtomicBool::new(false),
-            scrapes: AtomicU64::new(0),
-        });
+        let publisher = Publisher::unserved(labels, target_rate);
         let thread = {
-            let shared = shared.clone();
+            let shared = publisher.shared.clone();
             std::thread::Builder::new()
                 .name("sonde-metrics".into())
                 .spawn(move || serve(listener, &shared))?
-        };
-        let publisher = Publisher {
-            shared,
-            labels,
-            target_rate,
         };
         publisher.publish(publisher.live_page());
         Ok(Exporter {
@@ -570,15 +584,7 @@ mod tests {
 
     #[test]
     fn the_exporter_serves_the_latest_page_and_then_the_summary() {
-        let publisher = Publisher {
-            shared: Arc::new(Shared {
-                page: Mutex::new(String::new()),
-                stop: AtomicBool::new(false),
-                scrapes: AtomicU64::new(0),
-            }),
-            labels: labels(),
-            target_rate: 1000.0,
-        };
+        let publisher = Publisher::unserved(labels(), 1000.0);
         publisher.publish(publisher.live_page());
         let (first, ok) = get(&publisher, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
         assert!(ok && first.starts_with("HTTP/1.1 200 OK\r\n"), "{first}");
