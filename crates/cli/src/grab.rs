@@ -179,7 +179,7 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
     tcp.idle_timeout_us = seconds_us(args.idle_timeout, "--idle-timeout")?;
     tcp.total_timeout_us = seconds_us(args.total_timeout, "--total-timeout")?;
     tcp.verify_checksums = !args.no_verify_checksums;
-    let plan = GrabPlan {
+    let mut plan = GrabPlan {
         run,
         tcp,
         app,
@@ -197,12 +197,34 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
     if !args.run.quiet {
         announce(&args, &plan, &notes);
     }
+    let metrics = crate::metrics::Metrics::start(
+        &args.run.metrics,
+        metric_labels(&args, &plan),
+        args.run.quiet,
+    )?;
+    plan.run.metrics = metrics.publisher();
     let stop = Stop::on_signals()?;
     let summary = match args.backend {
         GrabBackend::Kernel => sonde_engine::grab::kernel::run(plan, writer, &stop)?,
         _ => sonde_engine::grab::run(plan, writer, &stop)?,
     };
-    report(&args, &summary)
+    report(&args, &summary)?;
+    metrics.end(&summary)
+}
+
+/// The labels of a grab's series (`--metrics`).
+fn metric_labels<'a>(args: &GrabArgs, plan: &'a GrabPlan<AnyApp>) -> crate::metrics::RunLabels<'a> {
+    crate::metrics::RunLabels {
+        command: "grab",
+        module: plan.app.kind().name(),
+        backend: match args.backend {
+            GrabBackend::Xdp => "xdp",
+            GrabBackend::Ring => "ring",
+            GrabBackend::Kernel => "kernel",
+        },
+        shard: plan.run.shard.0,
+        target_rate: plan.run.rate,
+    }
 }
 
 fn app_options(args: &GrabArgs) -> anyhow::Result<AppOptions> {

@@ -5,6 +5,7 @@ mod cmd;
 mod grab;
 mod intercept;
 mod latency;
+mod metrics;
 mod plot;
 mod profile;
 mod progress;

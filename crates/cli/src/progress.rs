@@ -48,7 +48,7 @@ impl Status {
     }
 
     /// Polls `counter` every half second until `done()` says the run has ended.
-    pub fn follow(&mut self, counter: &Counter, done: impl Fn() -> bool) {
+    pub fn follow(&mut self, counter: &Counter, mut done: impl FnMut() -> bool) {
         while !done() {
             std::thread::sleep(Duration::from_millis(100));
             if self.last.0.elapsed() >= Duration::from_millis(500) {

@@ -130,6 +130,8 @@ pub struct RunArgs {
     /// Print nothing but errors (no plan line, no status, no summary).
     #[arg(short, long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
 }
 
 /// Checks what can be checked before anything else (before entering a lab): the targets
@@ -357,6 +359,7 @@ impl Resolved {
             status_file: args.status_file.clone(),
             overwrite: args.force,
             quiet: args.quiet,
+            metrics: None,
         })
     }
 }

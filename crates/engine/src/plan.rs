@@ -53,6 +53,8 @@ pub struct RunPlan {
     /// the run; the command checks the others before it starts).
     pub overwrite: bool,
     pub quiet: bool,
+    /// Where the status line publishes its figures for `--metrics` (None: nowhere).
+    pub metrics: Option<sonde_meter::metrics::Publisher>,
 }
 
 impl RunPlan {

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use serde::Serialize;
 use sonde_io::{AnyRx, AnyTx, BackendKind, FrameTx, LinkCounters, LinkDrops};
+use sonde_meter::metrics::Page;
 use sonde_meter::output_file::IfExists;
 use sonde_meter::stages::{self, Role, Stage};
 use sonde_meter::{peak_rss_bytes, Counter, CpuTimes, Stopwatch};
@@ -144,7 +145,8 @@ pub fn run(
         plan.run.quiet,
         plan.run.status_file.as_deref(),
         IfExists::force(plan.run.overwrite),
-    )?;
+    )?
+    .publishing(plan.run.metrics.clone());
     let send_start = Instant::now();
     let send_result = send(
         &plan,
@@ -787,6 +789,57 @@ impl StatusSource for ScanStatus {
     fn seconds_left(&self) -> Option<f64> {
         let left = self.total.saturating_sub(self.counts.sent.get());
         (self.send_rate > 0.0).then(|| left as f64 / self.send_rate)
+    }
+
+    fn paced(&self) -> u64 {
+        self.counts.sent.get()
+    }
+
+    fn metrics(&self, page: &mut Page) {
+        let c = &self.counts;
+        page.counter("sonde_sent_total", "Probes sent", c.sent.get());
+        page.counter(
+            "sonde_received_total",
+            "Frames the receiver took (after the kernel's filter)",
+            c.received.get(),
+        );
+        page.counter(
+            "sonde_valid_total",
+            "Replies that validated and answer a target of this scan",
+            c.valid.get(),
+        );
+        page.counter(
+            "sonde_invalid_total",
+            "Replies that did not validate",
+            c.invalid.get(),
+        );
+        page.counter(
+            "sonde_hits_total",
+            "Valid first replies that count as a success",
+            c.hits.get(),
+        );
+        page.counter(
+            "sonde_repeats_total",
+            "Valid replies from a target that had answered already",
+            c.repeats.get(),
+        );
+        page.counter(
+            "sonde_fragments_total",
+            "Later IP fragments of replies (not validated)",
+            c.fragments.get(),
+        );
+        let l = self.link_seen.unwrap_or_default();
+        page.counters(
+            "sonde_drops_total",
+            "Frames lost, by cause: sonde's receiver ring, the interface out and in (tx_dropped, rx_dropped), the NIC's ring (rx_missed_errors + rx_fifo_errors)",
+            "cause",
+            &[
+                ("receiver", c.drops.get()),
+                ("interface_out", l.tx_dropped),
+                ("interface_in", l.rx_dropped),
+                ("nic_missed", l.rx_missed_errors + l.rx_fifo_errors),
+            ],
+        );
     }
 }
 

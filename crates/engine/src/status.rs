@@ -7,6 +7,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use sonde_meter::metrics::{Page, Progress, Publisher};
 use sonde_meter::output_file::{self, IfExists, Output};
 
 /// Where a run is.
@@ -38,6 +39,21 @@ pub trait StatusSource {
     fn sample(&mut self, tick: &Tick) -> (String, String);
     /// Seconds of sending left at the current pace, if the source can tell.
     fn seconds_left(&self) -> Option<f64>;
+    /// What the pace (`-r`) counts so far: probes, SYNs. Its rate is the current rate that
+    /// `--metrics` reports.
+    fn paced(&self) -> u64 {
+        0
+    }
+    /// Its series for `--metrics`: the counters it already reads for the line (called right
+    /// after [`StatusSource::sample`], once a tick, never on a hot path).
+    fn metrics(&self, _page: &mut Page) {}
+}
+
+/// Where a status line publishes its figures for `--metrics`, and the paced count at the last
+/// tick.
+struct MetricsFeed {
+    publisher: Publisher,
+    last_paced: u64,
 }
 
 pub struct StatusLine<S: StatusSource> {
@@ -47,6 +63,7 @@ pub struct StatusLine<S: StatusSource> {
     quiet: bool,
     file: Option<std::io::BufWriter<Output>>,
     last_text: String,
+    metrics: Option<MetricsFeed>,
 }
 
 impl<S: StatusSource> StatusLine<S> {
@@ -74,7 +91,18 @@ impl<S: StatusSource> StatusLine<S> {
             quiet,
             file,
             last_text: String::new(),
+            metrics: None,
         })
+    }
+
+    /// Publishes every tick's figures to `publisher` too (`--metrics`), starting now.
+    pub fn publishing(mut self, publisher: Option<Publisher>) -> Self {
+        self.metrics = publisher.map(|publisher| MetricsFeed {
+            publisher,
+            last_paced: self.source.paced(),
+        });
+        self.publish(0.0, 0.0, 1.0, Phase::Sending { done: 0.0 });
+        self
     }
 
     pub fn source(&self) -> &S {
@@ -130,8 +158,37 @@ impl<S: StatusSource> StatusLine<S> {
             writeln!(f, "{:.3},{phase_name},{percent:.2},{row}", tick.elapsed)?;
             f.flush()?;
         }
+        self.publish(tick.elapsed, percent / 100.0, tick.dt, phase);
         self.last = now;
         Ok(())
+    }
+
+    /// The tick's page for `--metrics`: where the run is, the current rate, and the source's
+    /// own series.
+    fn publish(&mut self, elapsed: f64, done: f64, dt: f64, phase: Phase) {
+        let Some(feed) = &mut self.metrics else {
+            return;
+        };
+        let paced = self.source.paced();
+        let rate = paced.saturating_sub(feed.last_paced) as f64 / dt;
+        feed.last_paced = paced;
+        let seconds_left = match phase {
+            Phase::Sending { .. } => self.source.seconds_left().unwrap_or(f64::NAN),
+            Phase::Cooldown { until } => until
+                .saturating_duration_since(Instant::now())
+                .as_secs_f64(),
+            Phase::Done => 0.0,
+        };
+        let mut page = feed.publisher.live_page();
+        page.progress(&Progress {
+            rate,
+            done,
+            seconds_left,
+            elapsed,
+            running: phase != Phase::Done,
+        });
+        self.source.metrics(&mut page);
+        feed.publisher.publish(page);
     }
 }
 
@@ -185,6 +242,64 @@ mod tests {
         fn seconds_left(&self) -> Option<f64> {
             Some(3.0)
         }
+    }
+
+    /// A source with metrics: `paced` probes so far.
+    struct Counting {
+        paced: u64,
+    }
+    impl StatusSource for Counting {
+        fn csv_header(&self) -> &'static str {
+            "n"
+        }
+        fn sample(&mut self, _: &Tick) -> (String, String) {
+            (self.paced.to_string(), self.paced.to_string())
+        }
+        fn seconds_left(&self) -> Option<f64> {
+            Some(7.0)
+        }
+        fn paced(&self) -> u64 {
+            self.paced
+        }
+        fn metrics(&self, page: &mut Page) {
+            page.counter("sonde_sent_total", "Probes sent", self.paced);
+        }
+    }
+
+    /// The value of the series `name` (no extra labels) on `page`.
+    fn value(page: &str, name: &str) -> String {
+        let prefix = format!("{name}{{");
+        let line = page.lines().find(|l| l.starts_with(&prefix)).unwrap();
+        line.rsplit_once(' ').unwrap().1.to_string()
+    }
+
+    #[test]
+    fn every_tick_publishes_where_the_run_is_and_the_sources_series() {
+        use sonde_meter::metrics::Labels;
+        let publisher = Publisher::unserved(Labels::new("scan", "tcp_syn", "xdp", 0), 500.0);
+        let source = Counting { paced: 0 };
+        let mut s = StatusLine::new(source, true, None, IfExists::Refuse)
+            .unwrap()
+            .publishing(Some(publisher.clone()));
+        let first = publisher.current();
+        assert_eq!(value(&first, "sonde_sent_total"), "0", "published at once");
+        assert_eq!(value(&first, "sonde_target_rate"), "500");
+        s.source_mut().paced = 40;
+        s.tick(Phase::Sending { done: 0.25 }, true).unwrap();
+        let page = publisher.current();
+        assert_eq!(value(&page, "sonde_sent_total"), "40");
+        assert_eq!(value(&page, "sonde_done_ratio"), "0.25");
+        assert_eq!(value(&page, "sonde_seconds_left"), "7");
+        assert_eq!(value(&page, "sonde_running"), "1");
+        let rate: f64 = value(&page, "sonde_rate").parse().unwrap();
+        assert!(rate > 0.0, "40 probes since the last page: {page}");
+        s.tick(Phase::Done, true).unwrap();
+        let last = publisher.current();
+        assert_eq!(value(&last, "sonde_running"), "0");
+        assert_eq!(value(&last, "sonde_done_ratio"), "1");
+        assert_eq!(value(&last, "sonde_seconds_left"), "0");
+        assert_eq!(value(&last, "sonde_rate"), "0", "nothing paced since");
+        assert_eq!(last.matches("# TYPE sonde_sent_total counter").count(), 1);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! summary that prints as text or one JSON object.
 
 pub mod fit;
+pub mod metrics;
 pub mod output_file;
 pub mod stages;
 

@@ -15,6 +15,7 @@ use sonde_io::IoConfig;
 
 use super::summary::{per_packet, Summary};
 use super::{compile, Backend, CaptureArgs};
+use crate::metrics::{LivePage, Metrics, RunLabels};
 
 /// Chunks (1 MiB each) in flight per capture thread between it and the writer.
 const CHUNKS_PER_THREAD: usize = 32;
@@ -47,6 +48,14 @@ pub fn run(args: &CaptureArgs, iface: &str, expr: &str, out: &str) -> anyhow::Re
     sonde_engine::stop::set_on_stop_signals(&stop)?;
     let counters = Arc::new(Counters::default());
     let iface_drops_start = iface_rx_dropped(iface);
+    let labels = RunLabels {
+        command: "capture",
+        module: "live",
+        backend: backend.name(),
+        shard: 0,
+        target_rate: 0.0,
+    };
+    let metrics = Metrics::start(&args.metrics, labels, args.quiet)?;
     let plan = Plan::new(sources, args.count, CHUNKS_PER_THREAD);
     let cpu_start = sonde_meter::CpuTimes::now();
     let started = Instant::now();
@@ -57,7 +66,13 @@ pub fn run(args: &CaptureArgs, iface: &str, expr: &str, out: &str) -> anyhow::Re
     let deadline = args
         .duration
         .map(|s| started + Duration::from_secs_f64(s.max(0.0)));
-    watch(&counters, &stop, deadline, args.quiet, || {
+    let ends = Ends {
+        deadline,
+        count: args.count,
+        started,
+    };
+    let live = metrics.publisher().map(LivePage::new);
+    watch(&counters, &stop, &ends, args.quiet, live, || {
         capture.is_finished()
     });
     let ending = capture
@@ -95,7 +110,64 @@ pub fn run(args: &CaptureArgs, iface: &str, expr: &str, out: &str) -> anyhow::Re
         eprint!("{}", profile.table(backend.name()));
         profile.plot(backend.name(), std::path::Path::new(png))?;
     }
-    summary.finish(args)
+    summary.finish(args)?;
+    metrics.end(&summary)
+}
+
+/// When a capture ends by itself: at a deadline (--duration) or a count (-c).
+struct Ends {
+    deadline: Option<Instant>,
+    count: Option<u64>,
+    started: Instant,
+}
+
+impl Ends {
+    /// The share done of a capture with `captured` packets (NaN when it ends only on a signal).
+    fn done(&self, captured: u64) -> f64 {
+        let by_time = self.deadline.map(|d| {
+            let whole = d.duration_since(self.started).as_secs_f64();
+            self.started.elapsed().as_secs_f64() / whole.max(1e-9)
+        });
+        let by_count = self.count.map(|n| captured as f64 / n.max(1) as f64);
+        match (by_time, by_count) {
+            (Some(t), Some(c)) => t.max(c).min(1.0),
+            (Some(x), None) | (None, Some(x)) => x.min(1.0),
+            (None, None) => f64::NAN,
+        }
+    }
+}
+
+/// The capture's page for `--metrics`: the counters its status line reads.
+fn publish(live: &mut LivePage, counters: &Counters, ends: &Ends, running: bool) {
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let captured = load(&counters.captured);
+    live.publish(captured, ends.done(captured), running, |page| {
+        page.counter(
+            "sonde_received_total",
+            "Packets the sources handed to sonde",
+            load(&counters.received),
+        );
+        page.counter(
+            "sonde_captured_total",
+            "Packets written to the file",
+            captured,
+        );
+        page.counter(
+            "sonde_written_bytes_total",
+            "Bytes of packet data written",
+            load(&counters.bytes),
+        );
+        page.counters(
+            "sonde_drops_total",
+            "Packets lost, by cause: the kernel (before the ring), the ring (sonde read too slowly), sonde's writer (it or the disk fell behind)",
+            "cause",
+            &[
+                ("kernel", load(&counters.kernel_drops)),
+                ("ring", load(&counters.ring_drops)),
+                ("writer", load(&counters.writer_drops)),
+            ],
+        );
+    });
 }
 
 /// What the interface's frames start with, as libpcap says (its DLT).
@@ -234,8 +306,9 @@ fn open_xdp(
 fn watch(
     counters: &Counters,
     stop: &AtomicBool,
-    deadline: Option<Instant>,
+    ends: &Ends,
     quiet: bool,
+    mut live: Option<LivePage>,
     finished: impl Fn() -> bool,
 ) {
     let target = if quiet {
@@ -248,8 +321,11 @@ fn watch(
     let mut last = (Instant::now(), 0u64, 0u64);
     while !finished() {
         std::thread::sleep(Duration::from_millis(100));
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+        if ends.deadline.is_some_and(|d| Instant::now() >= d) {
             stop.store(true, Ordering::Relaxed);
+        }
+        if let Some(live) = live.as_mut().filter(|l| l.due()) {
+            publish(live, counters, ends, true);
         }
         let dt = last.0.elapsed().as_secs_f64();
         if dt < 0.5 {
@@ -269,6 +345,9 @@ fn watch(
         ));
     }
     bar.finish_and_clear();
+    if let Some(live) = &mut live {
+        publish(live, counters, ends, false);
+    }
 }
 
 /// The interface's receive drops (`ip -s link`, which reads them through netlink in this

@@ -110,6 +110,8 @@ pub struct CaptureArgs {
     /// Capture in the network namespace of lab NAME (its side of the link is `nx0`).
     #[arg(long, value_name = "NAME")]
     lab: Option<String>,
+    #[command(flatten)]
+    metrics: crate::metrics::MetricsArgs,
     /// The filter, in tcpdump's syntax (several words are joined, as tcpdump does).
     #[arg(value_name = "EXPRESSION")]
     expression: Vec<String>,
@@ -150,6 +152,11 @@ pub fn run(mut args: CaptureArgs) -> anyhow::Result<()> {
         args.snaplen = WHOLE_PACKETS;
     }
     check_outputs(&args, &out)?;
+    if args.read.is_some() && args.metrics.metrics.is_some() {
+        anyhow::bail!(
+            "--metrics watches a live capture (-i IFACE): leave it out when reading a file with -r"
+        );
+    }
     match (&args.read, &args.iface) {
         (Some(file), _) => offline::run(&args, file, &expr, &out),
         (None, Some(iface)) => live::run(&args, iface, &expr, &out),

@@ -15,6 +15,7 @@ use sonde_meter::output_file::{self, IfExists};
 use sonde_meter::{parse_link, Counter, TxSummary};
 use sonde_wire::MacAddr;
 
+use crate::metrics::{LivePage, Metrics, MetricsArgs, RunLabels};
 use crate::progress::Status;
 use crate::tx::{self, Limit, TxPlan};
 
@@ -79,6 +80,8 @@ pub struct BlastArgs {
     /// No live status line.
     #[arg(short, long)]
     quiet: bool,
+    #[command(flatten)]
+    metrics: MetricsArgs,
 }
 
 pub fn run(args: BlastArgs) -> anyhow::Result<()> {
@@ -104,12 +107,24 @@ pub fn run(args: BlastArgs) -> anyhow::Result<()> {
         args.rate,
         args.probe,
     )?;
-    let summary = run_with_status(&plan, args.link, args.quiet)?;
+    let labels = RunLabels {
+        command: "blast",
+        module: match args.probe {
+            ProbeKind::TcpSyn => "syn",
+            ProbeKind::Udp => "udp",
+        },
+        backend: plan.backend.name(),
+        shard: 0,
+        target_rate: args.rate,
+    };
+    let metrics = Metrics::start(&args.metrics, labels, args.quiet)?;
+    let live = metrics.publisher().map(LivePage::new);
+    let summary = run_with_status(&plan, args.link, args.quiet, live)?;
     crate::say(summary.to_text());
     if let Some(path) = &args.summary_json {
         write_json(path, &summary, summary_mode)?;
     }
-    Ok(())
+    metrics.end(&summary)
 }
 
 /// Enters the lab's scanner namespace (or checks that we are in one) and returns its status.
@@ -191,7 +206,13 @@ pub fn plan(
 }
 
 /// Runs a plan with the live status line and Ctrl-C handling; returns its summary.
-pub fn run_with_status(plan: &TxPlan, link_gbps: f64, quiet: bool) -> anyhow::Result<TxSummary> {
+/// With `live` (`--metrics`), its page follows the run too.
+pub fn run_with_status(
+    plan: &TxPlan,
+    link_gbps: f64,
+    quiet: bool,
+    mut live: Option<LivePage>,
+) -> anyhow::Result<TxSummary> {
     let stop = Arc::new(AtomicBool::new(false));
     sonde_engine::stop::set_on_stop_signals(&stop)?;
     let total = match plan.limit {
@@ -207,8 +228,34 @@ pub fn run_with_status(plan: &TxPlan, link_gbps: f64, quiet: bool) -> anyhow::Re
             done.store(true, Ordering::Release);
             r
         });
-        status.follow(&counter, || done.load(Ordering::Acquire));
-        sender.join().expect("transmit thread panicked")
+        let frame = plan.template.frame_len() as u64;
+        // Once a second while it runs, and once when it has ended.
+        let mut publish = |running: bool| {
+            let Some(live) = live.as_mut().filter(|l| !running || l.due()) else {
+                return;
+            };
+            let sent = counter.get();
+            let share = match (plan.limit, total) {
+                (_, Some(n)) => sent as f64 / n.max(1) as f64,
+                (Limit::Duration(d), None) => live.elapsed() / d.as_secs_f64().max(1e-9),
+                _ => f64::NAN,
+            };
+            live.publish(sent, share.min(1.0), running, |page| {
+                page.counter("sonde_sent_total", "Frames sent", sent);
+                page.counter(
+                    "sonde_sent_bytes_total",
+                    "Bytes of the frames sent (without FCS, preamble and gap)",
+                    sent * frame,
+                );
+            });
+        };
+        status.follow(&counter, || {
+            publish(true);
+            done.load(Ordering::Acquire)
+        });
+        let outcome = sender.join().expect("transmit thread panicked");
+        publish(false);
+        outcome
     });
     status.finish();
     let o = outcome?;

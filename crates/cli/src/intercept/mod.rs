@@ -96,6 +96,8 @@ struct Common {
     /// No status line.
     #[arg(short, long)]
     quiet: bool,
+    #[command(flatten)]
+    metrics: crate::metrics::MetricsArgs,
 }
 
 #[derive(Args)]

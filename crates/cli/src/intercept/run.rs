@@ -17,6 +17,7 @@ use sonde_meter::CpuTimes;
 use super::summary::{self, RuleLine};
 use super::Common;
 use crate::capture::BadExpression;
+use crate::metrics::{LivePage, Metrics, RunLabels};
 
 /// Rules from the file, then the command line.
 fn load_rules(common: &Common) -> anyhow::Result<Vec<Rule>> {
@@ -80,6 +81,7 @@ pub fn stack(
         InstallRule::parse(spec)?; // refused before any queue is bound
     }
     let stop = stop_flag()?;
+    let metrics = start_metrics(&common, "stack", "nfqueue")?;
     let rules = load_rules(&common)?;
     let sets = rule_sets(&rules, Link::RawIp, queues.len())?;
     let rewrites_ports = rules.iter().any(|r| {
@@ -114,13 +116,21 @@ pub fn stack(
         },
     );
     let io = "NFQUEUE, one recvmmsg and one sendmsg per batch".to_string();
-    finish(run, changes, &common, &rules, ("stack", io), |totals| {
-        for &q in &queues {
-            if let Some(c) = sonde_io::nfqueue::queue_counters(q) {
-                totals.lost += c.queue_dropped + c.user_dropped;
+    finish(
+        run,
+        changes,
+        &common,
+        &rules,
+        ("stack", io),
+        metrics,
+        |totals| {
+            for &q in &queues {
+                if let Some(c) = sonde_io::nfqueue::queue_counters(q) {
+                    totals.lost += c.queue_dropped + c.user_dropped;
+                }
             }
-        }
-    })
+        },
+    )
 }
 
 /// Bytes always copied in stack mode: an IPv6 header and a TCP header, or an IPv4 header with
@@ -141,6 +151,11 @@ pub fn bridge(
         bail!("-i and -j are both {iface_a}: a bridge joins two different interfaces");
     }
     let stop = stop_flag()?;
+    let backend_name = match backend {
+        bridge::Backend::Ring => "ring",
+        bridge::Backend::Xdp(_) => "xdp",
+    };
+    let metrics = start_metrics(&common, "bridge", backend_name)?;
     let rules = load_rules(&common)?;
     let threads = usize::from(common.threads);
     let sets = rule_sets(&rules, Link::Ethernet, threads)?;
@@ -178,7 +193,27 @@ pub fn bridge(
             bridge::run_thread(ports, filter, batch, stop, counters, &order, start)
         },
     );
-    finish(run, changes, &common, &rules, ("bridge", io), |_| {})
+    finish(
+        run,
+        changes,
+        &common,
+        &rules,
+        ("bridge", io),
+        metrics,
+        |_| {},
+    )
+}
+
+/// The exporter of `--metrics`, bound before anything on the path changes.
+fn start_metrics(common: &Common, mode: &str, backend: &str) -> anyhow::Result<Metrics> {
+    let labels = RunLabels {
+        command: "intercept",
+        module: mode,
+        backend,
+        shard: 0,
+        target_rate: 0.0,
+    };
+    Metrics::start(&common.metrics, labels, common.quiet)
 }
 
 /// The worker threads and what they share.
@@ -241,9 +276,11 @@ fn finish(
     common: &Common,
     rules: &[Rule],
     (mode, io): (&str, String),
+    metrics: Metrics,
     add_lost: impl FnOnce(&mut Totals),
 ) -> anyhow::Result<()> {
-    watch(&run, common);
+    let mut live = metrics.publisher().map(LivePage::new);
+    watch(&run, common, live.as_mut());
     run.stop.store(true, Relaxed);
     for h in std::mem::take(&mut run.handles) {
         let result = h
@@ -266,6 +303,10 @@ fn finish(
         s.write_json(path)?;
     }
     undone?;
+    if let Some(live) = &mut live {
+        publish(live, &totals, common, false);
+    }
+    metrics.end(&s)?;
     match run.stop_error {
         Some(e) => Err(e),
         None => Ok(()),
@@ -324,8 +365,50 @@ impl StatusOut {
     }
 }
 
+/// Intercept's page for `--metrics`: the totals its status line reads.
+fn publish(live: &mut LivePage, t: &Totals, common: &Common, running: bool) {
+    let done = match common.duration {
+        Some(s) => live.elapsed() / s.max(1e-9),
+        None => f64::NAN,
+    };
+    live.publish(t.packets, done.min(1.0), running, |page| {
+        page.counter(
+            "sonde_received_total",
+            "Packets taken off the path",
+            t.packets,
+        );
+        page.counter(
+            "sonde_received_bytes_total",
+            "Bytes of the packets taken",
+            t.bytes,
+        );
+        page.counters(
+            "sonde_verdicts_total",
+            "Packets by verdict: passed on (rewritten ones included), dropped",
+            "verdict",
+            &[("passed", t.passed), ("dropped", t.dropped)],
+        );
+        page.counter(
+            "sonde_rewritten_total",
+            "Packets passed on rewritten",
+            t.rewritten,
+        );
+        page.counter(
+            "sonde_reordered_total",
+            "Packets seen out of their flow's order",
+            t.reordered,
+        );
+        page.counters(
+            "sonde_drops_total",
+            "Packets lost before sonde saw them (ring or queue drops)",
+            "cause",
+            &[("before_sonde", t.lost)],
+        );
+    });
+}
+
 /// The status, until the duration passes, a signal, or a thread fails.
-fn watch(run: &Running, common: &Common) {
+fn watch(run: &Running, common: &Common, mut live: Option<&mut LivePage>) {
     let out = StatusOut::new(common.quiet);
     let deadline = common
         .duration
@@ -335,6 +418,10 @@ fn watch(run: &Running, common: &Common) {
         std::thread::sleep(Duration::from_millis(100));
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
+        }
+        if let Some(live) = live.as_deref_mut().filter(|l| l.due()) {
+            let now = Totals::sum(run.counters.iter().map(|c| c.as_ref()));
+            publish(live, &now, common, true);
         }
         let dt = last.0.elapsed().as_secs_f64();
         if dt < out.every() {

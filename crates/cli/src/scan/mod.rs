@@ -18,6 +18,7 @@ use sonde_scan::output::{
 };
 use sonde_scan::probe::{ModuleKind, ModuleOptions, Probe, ProbeSetup};
 
+use crate::metrics::{Metrics, RunLabels};
 use crate::runargs::{self, Place, RunArgs};
 
 #[derive(Args)]
@@ -82,12 +83,26 @@ pub fn run(args: ScanArgs) -> anyhow::Result<()> {
     runargs::check_input(&args.run, args.dryrun)?;
     // A dry run in a lab (--lab, or through `lab exec`) is held to the lab's population too.
     let place = Place::enter(&args.run)?;
-    let (plan, fields, notes) = prepare(&args, &place)?;
+    let (mut plan, fields, notes) = prepare(&args, &place)?;
     if args.dryrun {
         return dryrun::run(&plan);
     }
+    let metrics = Metrics::start(&args.run.metrics, metric_labels(&plan), args.run.quiet)?;
+    plan.run.metrics = metrics.publisher();
     let summary = execute(&args, plan, fields, &notes)?;
-    report(&args, &summary)
+    report(&args, &summary)?;
+    metrics.end(&summary)
+}
+
+/// The labels of a scan's series (`--metrics`).
+fn metric_labels(plan: &ScanPlan) -> RunLabels<'_> {
+    RunLabels {
+        command: "scan",
+        module: plan.probe.name(),
+        backend: plan.run.backend.name(),
+        shard: plan.run.shard.0,
+        target_rate: plan.run.rate,
+    }
 }
 
 /// Runs a scan as `sonde scan` would, and returns its summary without reporting it (`sonde

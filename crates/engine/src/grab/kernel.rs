@@ -67,7 +67,8 @@ pub fn run<A: GrabApp>(
         plan.run.quiet,
         plan.run.status_file.as_deref(),
         IfExists::force(plan.run.overwrite),
-    )?;
+    )?
+    .publishing(plan.run.metrics.clone());
     let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).context("creating an epoll set")?;
     let mut pool = Pool::new(&plan, &epoll);
     let mut pacer = Pacer::new(plan.run.rate, plan.run.batch);

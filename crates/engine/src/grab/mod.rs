@@ -9,6 +9,7 @@
 
 mod dispatch;
 pub mod kernel;
+mod metrics;
 pub mod user;
 
 #[cfg(test)]
@@ -134,6 +135,8 @@ pub struct GrabCounts {
     pub rows: Counter,
     pub syn_retransmitted: Counter,
     pub syn_timeouts: Counter,
+    /// Frames that did not validate (the engine's and the loop's).
+    pub invalid: Counter,
 }
 
 /// What a grab reports at the end (`--summary-json`).
@@ -351,7 +354,7 @@ impl GrabStatus {
     }
 
     /// One counter added up over the threads.
-    fn sum(&self, counter: fn(&GrabCounts) -> &Counter) -> u64 {
+    pub(super) fn sum(&self, counter: fn(&GrabCounts) -> &Counter) -> u64 {
         self.counts.iter().map(|c| counter(c).get()).sum()
     }
 
@@ -404,5 +407,13 @@ impl StatusSource for GrabStatus {
     fn seconds_left(&self) -> Option<f64> {
         let left = self.total.saturating_sub(self.sum(|c| &c.finished));
         (self.finish_rate > 0.0).then(|| left as f64 / self.finish_rate)
+    }
+
+    fn paced(&self) -> u64 {
+        self.sum(|c| &c.syn_sent)
+    }
+
+    fn metrics(&self, page: &mut sonde_meter::metrics::Page) {
+        self.write_metrics(page);
     }
 }

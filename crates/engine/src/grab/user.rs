@@ -211,7 +211,8 @@ pub fn run_on<A: GrabApp>(
         plan.run.quiet,
         plan.run.status_file.as_deref(),
         IfExists::force(plan.run.overwrite),
-    )?;
+    )?
+    .publishing(plan.run.metrics.clone());
     let watch = Stopwatch::start();
     let (ends, status_error) = std::thread::scope(|scope| {
         let handles: Vec<_> = loopers
@@ -1039,6 +1040,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
         c.retransmits.set(self.engine.stats().retransmits_received);
         c.syn_retransmitted.set(self.syn_retransmitted);
         c.syn_timeouts.set(self.syn_timeouts);
+        c.invalid.set(self.engine.stats().invalid + self.invalid);
     }
 
     /// Ends every connection now, putting unanswered targets back for a resume.

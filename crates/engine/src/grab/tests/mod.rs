@@ -122,6 +122,7 @@ fn plan(targets: &str, rate: f64, dir: &tempdir::Dir) -> GrabPlan<AnyApp> {
         status_file: None,
         overwrite: true,
         quiet: true,
+        metrics: None,
     };
     let mut tcp = sonde_tcp::Config::new(OUR_MAC, GW_MAC, Validator::new(KEY));
     tcp.src_ip = Some(OUR_IP);
