@@ -41,7 +41,8 @@ for label in sorted({k[0] for k in med}):
     s = med.get((label, "sonde-xdp"))
     if not s:
         continue
-    for peer in ("sonde-kernel", "zgrab2", "masscan", "sonde-ring"):
+    threaded = sorted(k[1] for k in med if k[0] == label and k[1].startswith("sonde-xdp-t"))
+    for peer in ["sonde-kernel", "zgrab2", "masscan", "sonde-ring"] + threaded:
         p = med.get((label, peer))
         if p:
             print(f"{label}: sonde-xdp / {peer:12} = {s['conn_s'] / p['conn_s']:.2f}x conn/s, "
