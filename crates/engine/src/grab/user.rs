@@ -161,6 +161,9 @@ impl Shared {
 
 /// What a thread hands back at its end.
 struct ThreadEnd {
+    /// Its queues, closed only after the summary's figures are taken: closing an AF_XDP socket
+    /// waits for the kernel (tens of ms each on a veth), which is not the grab's time.
+    io: GrabIo,
     stats: Stats,
     loop_stats: LoopStats,
     feed: ThreadCheckpoint,
@@ -262,6 +265,8 @@ pub fn run_on<A: GrabApp>(
         .map_err(|_| anyhow::anyhow!("the row writer was left locked by a failed thread"))?;
     writer.finish().context("finishing the output")?;
     let summary = summarize(&plan, &ends, &watch, interrupted, checkpoint);
+    // Now the queues close (see `ThreadEnd::io`).
+    drop(ends.into_iter().map(|end| end.io).collect::<Vec<_>>());
     status.source_mut().run_ended(summary.conn_per_s);
     status.tick(Phase::Done, true)?;
     Ok(summary)
@@ -1069,6 +1074,10 @@ impl<'p, A: GrabApp> Looper<'p, A> {
         loop_stats.handed_over = self.mailbox.handed;
         loop_stats.handover_ring_full = self.mailbox.ring_full;
         ThreadEnd {
+            io: GrabIo {
+                tx: self.tx,
+                rxs: self.rxs,
+            },
             stats: self.engine.stats().clone(),
             loop_stats,
             feed: self.feed.checkpoint(),
