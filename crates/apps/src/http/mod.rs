@@ -270,6 +270,55 @@ impl App for HttpApp {
     }
 }
 
+impl HttpApp {
+    /// The request for (`addr`, `port`) with Host `name` when given (the target's own name),
+    /// else as [`App::write_request`] writes it but without `:port` when the port is
+    /// `default_port` (443 for `https`).
+    pub(crate) fn request_for(
+        &self,
+        addr: IpAddr,
+        port: u16,
+        name: Option<&str>,
+        default_port: u16,
+    ) -> Vec<u8> {
+        let mut out = self.before_host.clone();
+        match name.or(self.host.as_deref()) {
+            Some(host) => out.extend_from_slice(host.as_bytes()),
+            None => {
+                let shown_port = if port == default_port { 80 } else { port };
+                let mut buf = [0u8; MAX_ADDR_HOST_LEN];
+                let mut rest: &mut [u8] = &mut buf;
+                if write_addr_host(&mut rest, addr, shown_port).is_ok() {
+                    let len = MAX_ADDR_HOST_LEN - rest.len();
+                    out.extend_from_slice(&buf[..len]);
+                }
+            }
+        }
+        out.extend_from_slice(&self.after_host);
+        out
+    }
+
+    /// Whether --http-host fixes the Host header.
+    pub(crate) fn has_fixed_host(&self) -> bool {
+        self.host.is_some()
+    }
+
+    /// Whether the response to this request has no body (HEAD).
+    pub(crate) fn head_request(&self) -> bool {
+        self.head_request
+    }
+}
+
+/// Whether an HTTP response (`received` so far, read on from `cursor`) is complete: as
+/// [`HttpApp`]'s check, for responses read from inside TLS.
+pub(crate) fn is_complete_response(
+    received: &[u8],
+    head_request: bool,
+    cursor: &mut ReplyCursor,
+) -> bool {
+    complete::is_complete_after(received, head_request, cursor)
+}
+
 /// The target's address as a Host value: IPv6 in brackets, `:port` unless it is 80.
 fn write_addr_host(out: &mut &mut [u8], addr: IpAddr, port: u16) -> std::io::Result<()> {
     match addr {
