@@ -62,7 +62,8 @@ pub struct GrabArgs {
     #[arg(short = 'p', long)]
     ports: Option<String>,
     /// Application: http (GET and the reply), banner (what the server says first), payload
-    /// (send bytes, read the reply), tls (ClientHello; the ServerHello and certificates).
+    /// (send bytes, read the reply), tls (a full TLS handshake: version, cipher, certificates),
+    /// https (http inside TLS).
     #[arg(short = 'M', long = "app", default_value = "http")]
     app: AppKind,
     /// HTTP path to GET.
@@ -83,10 +84,15 @@ pub struct GrabArgs {
     /// TLS server name (SNI) to send (tls app; default: --http-host when it is a name).
     #[arg(long)]
     tls_sni: Option<String>,
-    /// Highest TLS version offered: 1.0, 1.1, 1.2, 1.3. With 1.3 the certificate is
-    /// encrypted, so the default, 1.2, is what records certificates from every server.
-    #[arg(long, default_value = "1.2")]
+    /// Highest TLS version offered: 1.0, 1.1, 1.2, 1.3. 1.2 and 1.3 make a full handshake
+    /// (rustls); 1.0 and 1.1 send only the first-flight ClientHello and read the server's
+    /// first flight.
+    #[arg(long, default_value = "1.3")]
     tls_max: TlsVersion,
+    /// PEM file of root CA certificates that certificate chains are validated against
+    /// (tls, https; default: the Mozilla roots of webpki-roots).
+    #[arg(long)]
+    root_cas: Option<PathBuf>,
     /// Send the request in the handshake's final ACK instead of right after it.
     #[arg(long)]
     request_in_ack: bool,
@@ -221,6 +227,7 @@ fn app_options(args: &GrabArgs) -> anyhow::Result<AppOptions> {
         payload,
         tls_sni: args.tls_sni.clone(),
         tls_max: args.tls_max,
+        tls_root_cas: args.root_cas.clone(),
         ..AppOptions::default()
     })
 }

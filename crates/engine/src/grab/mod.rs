@@ -21,7 +21,7 @@ use sonde_apps::AnyApp;
 use sonde_meter::Counter;
 use sonde_scan::output::Row;
 use sonde_scan::reply::{Field, FieldType, Value};
-use sonde_tcp::{App, Outcome};
+use sonde_tcp::{App, Outcome, Session};
 
 use crate::plan::RunPlan;
 use crate::status::{per_second, StatusSource, Tick};
@@ -35,6 +35,11 @@ pub trait GrabApp: App + Send {
     fn fields(&self) -> &'static [Field];
     /// The app's field values for a reply's bytes.
     fn describe(&self, received: &[u8]) -> Vec<Value>;
+    /// As `describe`, with the connection's session when the app talks in turns.
+    fn describe_session(&self, received: &[u8], session: Option<&dyn Session>) -> Vec<Value> {
+        let _ = session;
+        self.describe(received)
+    }
 }
 
 impl GrabApp for AnyApp {
@@ -46,6 +51,9 @@ impl GrabApp for AnyApp {
     }
     fn describe(&self, received: &[u8]) -> Vec<Value> {
         AnyApp::describe(self, received)
+    }
+    fn describe_session(&self, received: &[u8], session: Option<&dyn Session>) -> Vec<Value> {
+        AnyApp::describe_session(self, received, session)
     }
 }
 

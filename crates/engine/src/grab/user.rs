@@ -19,7 +19,7 @@ use sonde_meter::{peak_rss_bytes, Stopwatch};
 use sonde_scan::dedup::Dedup;
 use sonde_scan::output::RowWriter;
 use sonde_scan::reply::Value;
-use sonde_tcp::{App, Engine, Outcome, ReplyCursor, Rx, Status, SynRetries};
+use sonde_tcp::{App, Engine, Outcome, ReplyCursor, Rx, Session, Status, SynRetries};
 use sonde_wire::{arp, ethernet, EtherType, MacAddr};
 
 use super::{
@@ -224,6 +224,17 @@ impl<A: App> App for AppRef<'_, A> {
     }
     fn is_complete_after(&self, received: &[u8], cursor: &mut ReplyCursor) -> bool {
         self.0.is_complete_after(received, cursor)
+    }
+    fn max_sent_len(&self) -> usize {
+        self.0.max_sent_len()
+    }
+    fn open_session(
+        &self,
+        addr: IpAddr,
+        port: u16,
+        first: &mut Vec<u8>,
+    ) -> Option<Box<dyn Session>> {
+        self.0.open_session(addr, port, first)
     }
 }
 
@@ -607,9 +618,9 @@ impl<A: GrabApp> Looper<'_, A> {
             counts,
             ..
         } = self;
-        engine.drain_outcomes(|outcome, bytes| {
+        engine.drain_replies(|outcome, bytes, session| {
             *app_values = if outcome.status == Status::Success || !bytes.is_empty() {
-                plan.app.describe(bytes)
+                plan.app.describe_session(bytes, session)
             } else {
                 Vec::new()
             };

@@ -1,0 +1,133 @@
+//! `sonde grab -M tls` and `-M https` in the lab, scored against its truth: the lab's nginx on
+//! 443 speaks TLS 1.3; every live host's certificate SHA-256 and HTTPS body must be right,
+//! over sonde's own TCP and over kernel sockets. Also the one-line errors of TLS input. Needs
+//! root; each lab has a unique name and is removed by its guard, also on failure.
+
+mod common;
+use common::{can_run_labs, grab_score, sonde, stderr, Lab};
+
+fn rows(path: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// `sonde grab --lab L ARGS -q -r 0`.
+fn grab(lab: &Lab, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["grab", "--lab", &lab.name, "-q", "-r", "0"];
+    all.extend_from_slice(args);
+    sonde(&all)
+}
+
+#[test]
+fn https_and_tls_get_every_live_host_with_its_certificate() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&[
+        "--population",
+        "198.18.0.0/25",
+        "--responsive",
+        "0.5",
+        "--http",
+        "--tcp-open",
+        "80,443",
+    ]);
+    let cert = lab.status()["tls_cert_sha256"]
+        .as_str()
+        .expect("the lab's certificate hash")
+        .to_string();
+    for backend in ["xdp", "kernel"] {
+        for app in ["https", "tls"] {
+            let out_file = lab.file(&format!("{app}-{backend}.ndjson"));
+            let out = grab(
+                &lab,
+                &[
+                    "198.18.0.0/25",
+                    "-p",
+                    "443",
+                    "-M",
+                    app,
+                    "--backend",
+                    backend,
+                    "-o",
+                    &out_file,
+                ],
+            );
+            assert!(out.status.success(), "{app} {backend}: {}", stderr(&out));
+            let score = lab.score(&[&out_file]);
+            let (done, live, bodies, wrong, fp) = grab_score(&score);
+            assert!(live > 0, "{score}");
+            assert!(
+                done == live && wrong == 0 && fp == 0,
+                "{app} {backend}: {score}"
+            );
+            if app == "https" {
+                assert_eq!(bodies, live, "{app} {backend}: every body right: {score}");
+            }
+            assert!(score.contains("certificates correct"), "{score}");
+            let rows = rows(&out_file);
+            let ok: Vec<_> = rows.iter().filter(|r| r["status"] == "success").collect();
+            assert_eq!(ok.len() as u64, live);
+            for r in ok {
+                assert_eq!(r["tls_cert_sha256"], cert.as_str(), "{r}");
+                assert_eq!(r["tls_path"], "rustls", "{r}");
+                assert_eq!(r["tls_version"], "TLSv1.3", "{r}");
+                assert!(r["tls_kx_group"].is_string(), "{r}");
+                assert!(
+                    r["tls_ja3s"]
+                        .as_str()
+                        .is_some_and(|j| j.starts_with("771,")),
+                    "{r}"
+                );
+                // The lab's certificate is its own: no root knows it.
+                assert_eq!(r["tls_chain_valid"], false, "{r}");
+                assert!(r["tls_chain_error"].is_string(), "{r}");
+                if app == "https" {
+                    assert_eq!(r["tls_alpn"], "http/1.1", "{r}");
+                    assert_eq!(r["http_status"], 200, "{r}");
+                    let want = format!("sonde lab {}\n", r["saddr"].as_str().unwrap());
+                    assert_eq!(r["http_body"], want.as_str(), "{r}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_tls_input_gets_one_clear_line() {
+    let junk = std::env::temp_dir().join(format!("sonde-junk-roots-{}.pem", std::process::id()));
+    std::fs::write(&junk, "no certificate here\n").unwrap();
+    let junk = junk.to_str().unwrap().to_string();
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &[
+                "grab",
+                "198.18.0.0/24",
+                "-M",
+                "tls",
+                "--root-cas",
+                "/nonexistent/roots.pem",
+            ],
+            "/nonexistent/roots.pem",
+        ),
+        (
+            &["grab", "198.18.0.0/24", "-M", "https", "--root-cas", &junk],
+            "--root-cas",
+        ),
+        (&["grab", "198.18.0.0/24", "-M", "smtps"], "smtps"),
+    ];
+    for (args, needle) in cases {
+        let out = sonde(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = stderr(&out);
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.contains("error") && err.contains(needle),
+            "{args:?}: {err}"
+        );
+    }
+    let _ = std::fs::remove_file(&junk);
+}
