@@ -21,6 +21,7 @@
 
 mod banner;
 mod http;
+mod names;
 mod payload;
 mod progress;
 mod text;
@@ -30,13 +31,14 @@ use std::fmt;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use sonde_scan::reply::{Field, Value};
 pub use sonde_tcp::{App, ReplyCursor, Session};
 
 pub use banner::{BannerApp, BANNER_FIELDS};
 pub use http::{HttpApp, HTTP_FIELDS};
+pub use names::TargetNames;
 pub use payload::{PayloadApp, PAYLOAD_FIELDS};
 pub use tls::{TlsApp, TLS_FIELDS};
 
@@ -279,6 +281,27 @@ impl AnyApp {
         }
     }
 
+    /// The app with names per target (`-I address[:port],name`): a connection's name goes
+    /// into Host (http, https) and SNI (tls, https) instead of the run-wide ones.
+    pub fn with_names(self, names: Arc<TargetNames>) -> AnyApp {
+        match self {
+            AnyApp::Http(app) => AnyApp::Http(app.with_names(names)),
+            AnyApp::Tls(app) => AnyApp::Tls(app.with_names(names)),
+            AnyApp::Https(app) => AnyApp::Https(app.with_names(names)),
+            other => other,
+        }
+    }
+
+    /// The name of a connection to (`addr`, `port`), when the run has names per target.
+    pub fn target_name(&self, addr: IpAddr, port: u16) -> Option<&str> {
+        let names = match self {
+            AnyApp::Http(app) => app.names(),
+            AnyApp::Tls(app) | AnyApp::Https(app) => app.names(),
+            _ => None,
+        };
+        names?.name_of(addr, port)
+    }
+
     /// A session for a connection to (`addr`, `port`) named `name` (SNI and Host), its first
     /// bytes appended to `first`: as [`App::open_session`], with the target's own name.
     pub fn open_named(
@@ -345,7 +368,7 @@ impl App for AnyApp {
         port: u16,
         first: &mut Vec<u8>,
     ) -> Option<Box<dyn Session>> {
-        self.open_named(addr, port, None, first)
+        self.open_named(addr, port, self.target_name(addr, port), first)
     }
 }
 
@@ -446,6 +469,29 @@ mod tests {
                 assert_eq!(len == 0, kind == AppKind::Banner, "{kind}");
             }
         }
+    }
+
+    #[test]
+    fn a_target_s_name_is_the_host_of_http() {
+        let named = sonde_scan::targets::NamedTarget {
+            addr: "198.18.0.7".parse().unwrap(),
+            port: Some(80),
+            name: "www.sonde.test".to_string(),
+        };
+        let app = AnyApp::build(AppKind::Http, &AppOptions::default())
+            .unwrap()
+            .with_names(Arc::new(TargetNames::new(&[named])));
+        let mut buf = vec![0u8; app.max_request_len()];
+        let request = |addr: &str, buf: &mut Vec<u8>| {
+            let len = app.write_request(buf, addr.parse().unwrap(), 80);
+            String::from_utf8(buf[..len].to_vec()).unwrap()
+        };
+        assert!(request("198.18.0.7", &mut buf).contains("\r\nHost: www.sonde.test\r\n"));
+        assert!(request("198.18.0.8", &mut buf).contains("\r\nHost: 198.18.0.8\r\n"));
+        assert_eq!(
+            app.target_name("198.18.0.7".parse().unwrap(), 80),
+            Some("www.sonde.test")
+        );
     }
 
     #[test]

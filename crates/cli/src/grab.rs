@@ -3,6 +3,7 @@
 //! engine runs it (`sonde_engine::grab`).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -18,6 +19,8 @@ use sonde_scan::Field;
 use sonde_tcp::CloseMode;
 
 use crate::runargs::{self, Place, RunArgs};
+
+mod names;
 
 /// How grab moves its segments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,6 +144,11 @@ pub struct GrabArgs {
 
 pub fn run(args: GrabArgs) -> anyhow::Result<()> {
     let app = AnyApp::build(args.app, &app_options(&args)?).map_err(anyhow::Error::msg)?;
+    let names = names::read(&args.run)?;
+    let app = match &names {
+        Some(names) => app.with_names(Arc::new(names.round(0))),
+        None => app,
+    };
     if args.list_fields {
         for f in all_fields(&app) {
             crate::say(format!("{:<22} {}", f.name, f.help));
@@ -151,8 +159,67 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
     let fields = select(&app, args.fields.as_deref())?;
     runargs::check_input(&args.run, false)?;
     let place = Place::enter(&args.run)?;
+    let (plan, notes) = grab_plan(&args, &args.run, &place, app.clone(), fields.clone())?;
+    let mode = runargs::output_mode(
+        &args.run,
+        &plan.run,
+        args.output_format == OutputFormat::Parquet,
+    )?;
+    let writer = open_writer_with(
+        args.output_format,
+        args.run.output.as_deref(),
+        fields.clone(),
+        mode,
+    )?;
+    if !args.run.quiet {
+        announce(&args, &plan, &notes);
+    }
+    let stop = Stop::on_signals()?;
+    let Some(names) = names.filter(|n| n.most_per_target() > 1) else {
+        let summary = run_plan(&args, plan, writer, &stop)?;
+        return report(&args, &summary);
+    };
+    // Several names for one target: a connection is its address and port, so each further
+    // name goes in a round of its own, over the targets that have one, into the same output.
+    let rounds = names.most_per_target();
+    let writer = names::SharedWriter::new(writer);
+    let mut summary = run_plan(&args, plan, writer.round(0, false), &stop)?;
+    for round in 1..rounds {
+        if stop.is_set() {
+            break;
+        }
+        let (round_args, _list) = names::round_targets(&args.run, &names, round)?;
+        let app = app.clone().with_names(Arc::new(names.round(round)));
+        let (plan, _) = grab_plan(&args, &round_args, &place, app, fields.clone())?;
+        let last = run_plan(&args, plan, writer.round(round, round + 1 == rounds), &stop)?;
+        summary.add_round(&last);
+    }
+    report(&args, &summary)
+}
+
+fn run_plan(
+    args: &GrabArgs,
+    plan: GrabPlan<AnyApp>,
+    writer: Box<dyn sonde_scan::output::RowWriter + Send>,
+    stop: &Stop,
+) -> anyhow::Result<GrabSummary> {
+    match args.backend {
+        GrabBackend::Kernel => sonde_engine::grab::kernel::run(plan, writer, stop),
+        _ => sonde_engine::grab::run(plan, writer, stop),
+    }
+}
+
+/// The plan of a grab of the targets `run_args` names (the command line's, or one round's of
+/// several names per target), with `app`.
+fn grab_plan(
+    args: &GrabArgs,
+    run_args: &RunArgs,
+    place: &Place,
+    app: AnyApp,
+    fields: Vec<&'static Field>,
+) -> anyhow::Result<(GrabPlan<AnyApp>, Vec<String>)> {
     let ports = runargs::Ports::Given(args.ports.as_deref(), 80);
-    let resolved = runargs::resolve(&args.run, &place, ports, false)?;
+    let resolved = runargs::resolve(run_args, place, ports, false)?;
     let notes = resolved.notes.clone();
     let v6 = resolved.space.ipv6_addresses() > 0;
     let arp_for = match args.backend {
@@ -173,8 +240,8 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
         bail!("grab runs one engine thread (it owns every connection): leave out --threads");
     }
     let rate = runargs::checked_rate(args.run.rate)?;
-    let run = resolved.run_plan("grab", &args.run, &place, rate, 1, v6, backends)?;
-    runargs::check_resume(&run, &args.run, "grab", args.app.name())?;
+    let run = resolved.run_plan("grab", run_args, place, rate, 1, v6, backends)?;
+    runargs::check_resume(&run, run_args, "grab", args.app.name())?;
     let mut tcp = sonde_tcp::Config::new(src_mac, gateway_mac, validator);
     tcp.src_ip = run.src_ip;
     tcp.src_ip6 = run.src_ip6;
@@ -194,23 +261,9 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
         syn_retries: args.syn_retries,
         syn_timeout_us: 1_000_000,
         arp_for,
-        fields: fields.clone(),
+        fields,
     };
-    let mode = runargs::output_mode(
-        &args.run,
-        &plan.run,
-        args.output_format == OutputFormat::Parquet,
-    )?;
-    let writer = open_writer_with(args.output_format, args.run.output.as_deref(), fields, mode)?;
-    if !args.run.quiet {
-        announce(&args, &plan, &notes);
-    }
-    let stop = Stop::on_signals()?;
-    let summary = match args.backend {
-        GrabBackend::Kernel => sonde_engine::grab::kernel::run(plan, writer, &stop)?,
-        _ => sonde_engine::grab::run(plan, writer, &stop)?,
-    };
-    report(&args, &summary)
+    Ok((plan, notes))
 }
 
 fn app_options(args: &GrabArgs) -> anyhow::Result<AppOptions> {

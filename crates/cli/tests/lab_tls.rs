@@ -96,12 +96,85 @@ fn https_and_tls_get_every_live_host_with_its_certificate() {
     }
 }
 
+/// `-I address:port,name`: each name is its own connection and row (two names for one address
+/// make two rounds), carrying the name; the rest as any https row.
+#[test]
+fn names_per_target_each_get_a_connection_and_a_row() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&[
+        "--population",
+        "198.18.0.0/26",
+        "--responsive",
+        "0.5",
+        "--http",
+        "--tcp-open",
+        "80,443",
+    ]);
+    let live: Vec<String> = lab
+        .truth(&["--ports", "443"])
+        .into_iter()
+        .filter(|r| r[1] == "443" && r[2] == "synack")
+        .map(|r| r[0].clone())
+        .collect();
+    assert!(live.len() >= 3, "{live:?}");
+    let lines = [
+        format!("{}:443,a.sonde.test", live[0]),
+        format!("{}:443,b.sonde.test", live[0]),
+        format!("{}:443,c.sonde.test", live[1]),
+        format!("{}:443", live[2]),
+    ];
+    let input = lab.file("names.txt");
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    for backend in ["xdp", "kernel"] {
+        let out_file = lab.file(&format!("names-{backend}.ndjson"));
+        let out = grab(
+            &lab,
+            &[
+                "-I",
+                &input,
+                "-M",
+                "https",
+                "--backend",
+                backend,
+                "-o",
+                &out_file,
+            ],
+        );
+        assert!(out.status.success(), "{backend}: {}", stderr(&out));
+        let mut got: Vec<(String, serde_json::Value)> = rows(&out_file)
+            .into_iter()
+            .map(|r| {
+                assert_eq!(r["status"], "success", "{r}");
+                let want = format!("sonde lab {}\n", r["saddr"].as_str().unwrap());
+                assert_eq!(r["http_body"], want.as_str(), "{r}");
+                assert_eq!(r["tls_path"], "rustls", "{r}");
+                (r["saddr"].as_str().unwrap().to_string(), r["name"].clone())
+            })
+            .collect();
+        got.sort_by_key(|(addr, name)| (addr.clone(), name.to_string()));
+        let mut want = vec![
+            (live[0].clone(), serde_json::json!("a.sonde.test")),
+            (live[0].clone(), serde_json::json!("b.sonde.test")),
+            (live[1].clone(), serde_json::json!("c.sonde.test")),
+            (live[2].clone(), serde_json::Value::Null),
+        ];
+        want.sort_by_key(|(addr, name)| (addr.clone(), name.to_string()));
+        assert_eq!(got, want, "{backend}");
+    }
+}
+
 #[test]
 fn bad_tls_input_gets_one_clear_line() {
     let junk = std::env::temp_dir().join(format!("sonde-junk-roots-{}.pem", std::process::id()));
     std::fs::write(&junk, "no certificate here\n").unwrap();
     let junk = junk.to_str().unwrap().to_string();
-    let cases: [(&[&str], &str); 3] = [
+    let names = std::env::temp_dir().join(format!("sonde-bad-names-{}.txt", std::process::id()));
+    std::fs::write(&names, "198.18.0.1:443,ok.test\n198.18.0.2:443,bad name!\n").unwrap();
+    let names = names.to_str().unwrap().to_string();
+    let cases: [(&[&str], &str); 4] = [
+        (&["grab", "-I", &names, "-M", "https"], ":2:"),
         (
             &[
                 "grab",
@@ -130,4 +203,5 @@ fn bad_tls_input_gets_one_clear_line() {
         );
     }
     let _ = std::fs::remove_file(&junk);
+    let _ = std::fs::remove_file(&names);
 }

@@ -25,7 +25,7 @@ use tls_parser::{TlsAlertDescription, TlsCipherSuite};
 use crate::http::HttpApp;
 use crate::progress::Mark;
 use crate::text::lossy;
-use crate::{AppOptions, TlsVersion};
+use crate::{AppOptions, TargetNames, TlsVersion};
 use flight::{read_flight, read_flight_from, Boundary, FlightEnd};
 use full::{FullTls, TlsSession};
 use hello::ClientHello;
@@ -152,6 +152,8 @@ pub struct TlsApp {
     full: Option<Arc<FullTls>>,
     /// The roots chains are validated against.
     roots: Arc<rustls::RootCertStore>,
+    /// Names per target: a target's name is its SNI (and Host).
+    names: Option<Arc<TargetNames>>,
 }
 
 impl TlsApp {
@@ -192,7 +194,20 @@ impl TlsApp {
             hello: ClientHello::new(options.tls_max, server_name.as_deref())?,
             full,
             roots: Arc::new(roots),
+            names: None,
         })
+    }
+
+    /// With names per target: a target's name is its SNI (and Host).
+    pub fn with_names(self, names: Arc<TargetNames>) -> TlsApp {
+        TlsApp {
+            names: Some(names),
+            ..self
+        }
+    }
+
+    pub fn names(&self) -> Option<&TargetNames> {
+        self.names.as_deref()
     }
 
     /// Whether this is `https`.
@@ -413,7 +428,8 @@ impl App for TlsApp {
         port: u16,
         first: &mut Vec<u8>,
     ) -> Option<Box<dyn Session>> {
-        self.open_named(addr, port, None, first)
+        let name = self.names().and_then(|names| names.name_of(addr, port));
+        self.open_named(addr, port, name, first)
     }
 
     fn is_complete(&self, received: &[u8]) -> bool {

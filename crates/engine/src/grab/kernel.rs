@@ -490,6 +490,7 @@ impl<'p, A: GrabApp> Pool<'p, A> {
         };
         let row = GrabRow {
             outcome: &outcome,
+            name: self.plan.app.target_name(outcome.addr, outcome.port),
             app_fields: self.plan.app.fields(),
             app_values: &values,
             timestamp_us: SystemTime::now()

@@ -626,6 +626,7 @@ impl<A: GrabApp> Looper<'_, A> {
             };
             let row = GrabRow {
                 outcome,
+                name: plan.app.target_name(outcome.addr, outcome.port),
                 app_fields: plan.app.fields(),
                 app_values,
                 timestamp_us: epoch_us,
@@ -657,6 +658,7 @@ impl<A: GrabApp> Looper<'_, A> {
             };
             let row = GrabRow {
                 outcome: &outcome,
+                name: self.plan.app.target_name(addr, port),
                 app_fields: self.plan.app.fields(),
                 app_values: &[],
                 timestamp_us: epoch_us,
