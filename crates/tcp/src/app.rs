@@ -63,7 +63,8 @@ pub trait App {
 
 /// The most bytes a connection's session sends in all (every turn together): the engine keeps
 /// them for retransmission, and counts them in 11 bits of its connection entry. Bytes a session
-/// appends beyond it are not sent, and the connection ends there.
+/// appends beyond it are not sent, and the connection ends there as `Success`, with what it
+/// received (the app's fields tell how far the exchange got).
 pub const MAX_SESSION_SEND: usize = 2047;
 
 /// One connection of an app that talks in turns (see [`App::open_session`]).

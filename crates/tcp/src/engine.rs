@@ -719,23 +719,24 @@ impl<A: App> Engine<A> {
         Some((buf, rx.sent.len() as u32))
     }
 
-    /// Queues what a session appended to its bytes since they were last sent (they go out
-    /// beyond what the peer's window allows later, as the request's do); returns false when
-    /// the session went past [`MAX_SESSION_SEND`] and the connection must end.
-    fn send_session_bytes(&mut self, idx: u32, ck: Cookie, now_us: u64) -> bool {
+    /// Queues what a session appended to its bytes since they were last sent (what the peer's
+    /// window does not allow yet goes later, as the request's does); returns whether a segment
+    /// was queued, or `None` when the session went past [`MAX_SESSION_SEND`] and the connection
+    /// must end.
+    fn send_session_bytes(&mut self, idx: u32, ck: Cookie, now_us: u64) -> Option<bool> {
         let conn = self.conn(idx);
         let (buf, req_len, acked, old_limit) =
             (conn.buf, conn.req_len(), conn.acked(), conn.send_limit());
         if buf == NIL {
-            return true;
+            return Some(false);
         }
         let rx = self.pool.get_mut(buf);
         if rx.session.is_none() || rx.sent.len() as u32 == req_len {
-            return true;
+            return Some(false);
         }
         if rx.sent.len() > MAX_SESSION_SEND {
             rx.sent.truncate(req_len as usize);
-            return false;
+            return None;
         }
         // A new flight: its retransmissions run from now, with a fresh count.
         rx.flight_us = Some(now_us as u32);
@@ -745,11 +746,9 @@ impl<A: App> Engine<A> {
         bits.put(Bits::RETRIES, 0);
         let limit = self.conn(idx).send_limit();
         let from = old_limit.max(acked);
-        if limit > from {
-            self.queue_request(idx, ck, from, limit);
-        }
+        let sent = limit > from && self.queue_request(idx, ck, from, limit) > 0;
         self.rearm(idx, now_us);
-        true
+        Some(sent)
     }
 
     /// The request for a target, rendered into the scratch buffer.
@@ -982,9 +981,17 @@ impl<A: App> Engine<A> {
             self.finish(idx, ck, status, now_us, truncated);
             return;
         }
-        if placed.advanced && !self.send_session_bytes(idx, ck, now_us) {
-            self.finish(idx, ck, Status::Success, now_us, true);
-            return;
+        if placed.advanced {
+            match self.send_session_bytes(idx, ck, now_us) {
+                // Its segments carry the ACK (and SACK blocks): no pure ACK is needed.
+                Some(true) => return,
+                Some(false) => {}
+                None => {
+                    // The session can say no more: what it has is the reply.
+                    self.finish(idx, ck, Status::Success, now_us, false);
+                    return;
+                }
+            }
         }
         if ack_now {
             self.queue_ack(idx, ck);
