@@ -370,8 +370,9 @@ impl<'p, A: GrabApp> Pool<'p, A> {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(_) => {
-                    let complete = conn.session.is_some()
-                        || app.is_complete_after(&conn.data, &mut conn.cursor);
+                    // A session said at its last bytes that it was not done.
+                    let complete = conn.session.is_none()
+                        && app.is_complete_after(&conn.data, &mut conn.cursor);
                     return Some(if conn.data.is_empty() || !complete {
                         Status::Reset
                     } else {
