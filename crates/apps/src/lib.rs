@@ -24,6 +24,7 @@ mod http;
 mod names;
 mod payload;
 mod progress;
+mod ssh;
 mod text;
 mod tls;
 
@@ -40,6 +41,7 @@ pub use banner::{BannerApp, BANNER_FIELDS};
 pub use http::{HttpApp, HTTP_FIELDS};
 pub use names::TargetNames;
 pub use payload::{PayloadApp, PAYLOAD_FIELDS};
+pub use ssh::{SshApp, SSH_FIELDS};
 pub use tls::{TlsApp, TLS_FIELDS};
 
 /// The engine sends a request as one segment of at most this many bytes; longer requests are
@@ -54,6 +56,7 @@ pub enum AppKind {
     Payload,
     Tls,
     Https,
+    Ssh,
 }
 
 /// Fields of the `https` app: `http`'s, then `tls`'s.
@@ -61,15 +64,16 @@ pub static HTTPS_FIELDS: LazyLock<Vec<Field>> =
     LazyLock::new(|| HTTP_FIELDS.iter().chain(TLS_FIELDS).copied().collect());
 
 impl AppKind {
-    pub const ALL: [AppKind; 5] = [
+    pub const ALL: [AppKind; 6] = [
         AppKind::Http,
         AppKind::Banner,
         AppKind::Payload,
         AppKind::Tls,
         AppKind::Https,
+        AppKind::Ssh,
     ];
 
-    /// The name `-M` takes: http, banner, payload, tls, https.
+    /// The name `-M` takes: http, banner, payload, tls, https, ssh.
     pub fn name(self) -> &'static str {
         match self {
             AppKind::Http => "http",
@@ -77,6 +81,7 @@ impl AppKind {
             AppKind::Payload => "payload",
             AppKind::Tls => "tls",
             AppKind::Https => "https",
+            AppKind::Ssh => "ssh",
         }
     }
 
@@ -88,6 +93,7 @@ impl AppKind {
             AppKind::Payload => PAYLOAD_FIELDS,
             AppKind::Tls => TLS_FIELDS,
             AppKind::Https => &HTTPS_FIELDS,
+            AppKind::Ssh => SSH_FIELDS,
         }
     }
 }
@@ -106,7 +112,9 @@ impl FromStr for AppKind {
             .into_iter()
             .find(|kind| kind.name() == name)
             .ok_or_else(|| {
-                format!("unknown app {name:?}: use one of http, banner, payload, tls, https (-M)")
+                format!(
+                    "unknown app {name:?}: use one of http, banner, payload, tls, https, ssh (-M)"
+                )
             })
     }
 }
@@ -215,6 +223,7 @@ pub enum AnyApp {
     Payload(PayloadApp),
     Tls(TlsApp),
     Https(TlsApp),
+    Ssh(SshApp),
 }
 
 impl AnyApp {
@@ -226,6 +235,7 @@ impl AnyApp {
             AppKind::Payload => AnyApp::Payload(PayloadApp::new(options)?),
             AppKind::Tls => AnyApp::Tls(TlsApp::new(options)?),
             AppKind::Https => AnyApp::Https(TlsApp::https(options)?),
+            AppKind::Ssh => AnyApp::Ssh(SshApp),
         };
         let len = app.max_request_len();
         if len > MAX_REQUEST_LEN {
@@ -244,6 +254,7 @@ impl AnyApp {
             AnyApp::Payload(_) => AppKind::Payload,
             AnyApp::Tls(_) => AppKind::Tls,
             AnyApp::Https(_) => AppKind::Https,
+            AnyApp::Ssh(_) => AppKind::Ssh,
         }
     }
 
@@ -275,6 +286,7 @@ impl AnyApp {
             AnyApp::Http(app) => app.describe_into(received, values),
             AnyApp::Banner(app) => app.describe_into(received, values),
             AnyApp::Payload(app) => app.describe_into(received, values),
+            AnyApp::Ssh(app) => app.describe_into(received, values),
             AnyApp::Tls(app) | AnyApp::Https(app) => {
                 app.describe_session_into(received, session, values)
             }
@@ -324,6 +336,7 @@ impl App for AnyApp {
             AnyApp::Http(app) => app.write_request(buf, addr, port),
             AnyApp::Banner(app) => app.write_request(buf, addr, port),
             AnyApp::Payload(app) => app.write_request(buf, addr, port),
+            AnyApp::Ssh(app) => app.write_request(buf, addr, port),
             AnyApp::Tls(app) | AnyApp::Https(app) => app.write_request(buf, addr, port),
         }
     }
@@ -333,6 +346,7 @@ impl App for AnyApp {
             AnyApp::Http(app) => app.max_request_len(),
             AnyApp::Banner(app) => app.max_request_len(),
             AnyApp::Payload(app) => app.max_request_len(),
+            AnyApp::Ssh(app) => app.max_request_len(),
             AnyApp::Tls(app) | AnyApp::Https(app) => app.max_request_len(),
         }
     }
@@ -342,6 +356,7 @@ impl App for AnyApp {
             AnyApp::Http(app) => app.is_complete(received),
             AnyApp::Banner(app) => app.is_complete(received),
             AnyApp::Payload(app) => app.is_complete(received),
+            AnyApp::Ssh(app) => app.is_complete(received),
             AnyApp::Tls(app) | AnyApp::Https(app) => app.is_complete(received),
         }
     }
@@ -351,6 +366,7 @@ impl App for AnyApp {
             AnyApp::Http(app) => app.is_complete_after(received, cursor),
             AnyApp::Banner(app) => app.is_complete_after(received, cursor),
             AnyApp::Payload(app) => app.is_complete_after(received, cursor),
+            AnyApp::Ssh(app) => app.is_complete_after(received, cursor),
             AnyApp::Tls(app) | AnyApp::Https(app) => app.is_complete_after(received, cursor),
         }
     }

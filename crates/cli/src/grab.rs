@@ -66,7 +66,7 @@ pub struct GrabArgs {
     ports: Option<String>,
     /// Application: http (GET and the reply), banner (what the server says first), payload
     /// (send bytes, read the reply), tls (a full TLS handshake: version, cipher, certificates),
-    /// https (http inside TLS).
+    /// https (http inside TLS), ssh (identification and the KEXINIT's algorithm lists).
     #[arg(short = 'M', long = "app", default_value = "http")]
     app: AppKind,
     /// HTTP path to GET.
