@@ -1,23 +1,26 @@
 #![no_main]
 
-//! Arbitrary server bytes to a connection's TLS session (`tls` and `https`, with rustls and
-//! the first-flight fallback behind it): fed in segments whose lengths the bytes pick,
+//! Arbitrary server bytes to a connection's session (`tls` and `https`, with rustls and the
+//! first-flight fallback behind it; `smtp --starttls`, its replies and the TLS after them):
+//! fed in segments whose lengths the bytes pick,
 //! `on_received` must not panic, and `describe_session` must give one value per field (the
 //! ServerHello's JA3S, the chain and the HTTP response are read from the same bytes).
 
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use sonde_apps::{AnyApp, AppKind, AppOptions};
+use sonde_apps::{AnyApp, App, AppKind, AppOptions};
 
-fn apps() -> &'static [AnyApp; 2] {
-    static APPS: OnceLock<[AnyApp; 2]> = OnceLock::new();
+fn apps() -> &'static [AnyApp; 3] {
+    static APPS: OnceLock<[AnyApp; 3]> = OnceLock::new();
     APPS.get_or_init(|| {
         let options = AppOptions {
             tls_sni: Some("sonde.test".to_string()),
+            starttls: true,
             ..AppOptions::default()
         };
-        [AppKind::Tls, AppKind::Https].map(|kind| AnyApp::build(kind, &options).unwrap())
+        [AppKind::Tls, AppKind::Https, AppKind::Smtp]
+            .map(|kind| AnyApp::build(kind, &options).unwrap())
     })
 }
 
@@ -25,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
     for app in apps() {
         let mut sent = Vec::new();
         let addr = "198.18.0.7".parse().unwrap();
-        let mut session = app.open_named(addr, 443, None, &mut sent).unwrap();
+        let mut session = app.open_session(addr, 443, &mut sent).unwrap();
         let mut len = 0;
         while len < data.len() {
             let next = (len + 1 + usize::from(data[len] % 64)).min(data.len());

@@ -24,6 +24,7 @@ mod http;
 mod names;
 mod payload;
 mod progress;
+mod smtp;
 mod ssh;
 mod text;
 mod tls;
@@ -41,6 +42,7 @@ pub use banner::{BannerApp, BANNER_FIELDS};
 pub use http::{HttpApp, HTTP_FIELDS};
 pub use names::TargetNames;
 pub use payload::{PayloadApp, PAYLOAD_FIELDS};
+pub use smtp::{SmtpApp, SMTP_FIELDS};
 pub use ssh::{SshApp, SSH_FIELDS};
 pub use tls::{TlsApp, TLS_FIELDS};
 
@@ -57,6 +59,7 @@ pub enum AppKind {
     Tls,
     Https,
     Ssh,
+    Smtp,
 }
 
 /// Fields of the `https` app: `http`'s, then `tls`'s.
@@ -64,16 +67,17 @@ pub static HTTPS_FIELDS: LazyLock<Vec<Field>> =
     LazyLock::new(|| HTTP_FIELDS.iter().chain(TLS_FIELDS).copied().collect());
 
 impl AppKind {
-    pub const ALL: [AppKind; 6] = [
+    pub const ALL: [AppKind; 7] = [
         AppKind::Http,
         AppKind::Banner,
         AppKind::Payload,
         AppKind::Tls,
         AppKind::Https,
         AppKind::Ssh,
+        AppKind::Smtp,
     ];
 
-    /// The name `-M` takes: http, banner, payload, tls, https, ssh.
+    /// The name `-M` takes: http, banner, payload, tls, https, ssh, smtp.
     pub fn name(self) -> &'static str {
         match self {
             AppKind::Http => "http",
@@ -82,6 +86,7 @@ impl AppKind {
             AppKind::Tls => "tls",
             AppKind::Https => "https",
             AppKind::Ssh => "ssh",
+            AppKind::Smtp => "smtp",
         }
     }
 
@@ -94,6 +99,7 @@ impl AppKind {
             AppKind::Tls => TLS_FIELDS,
             AppKind::Https => &HTTPS_FIELDS,
             AppKind::Ssh => SSH_FIELDS,
+            AppKind::Smtp => &SMTP_FIELDS,
         }
     }
 }
@@ -113,7 +119,7 @@ impl FromStr for AppKind {
             .find(|kind| kind.name() == name)
             .ok_or_else(|| {
                 format!(
-                    "unknown app {name:?}: use one of http, banner, payload, tls, https, ssh (-M)"
+                    "unknown app {name:?}: use one of http, banner, payload, tls, https, ssh, smtp (-M)"
                 )
             })
     }
@@ -197,6 +203,8 @@ pub struct AppOptions {
     /// PEM file of the root certificates chains are validated against (`--root-cas`);
     /// `None`: the Mozilla roots of webpki-roots.
     pub tls_root_cas: Option<PathBuf>,
+    /// `smtp`: upgrade to TLS with STARTTLS when the server offers it (`--starttls`).
+    pub starttls: bool,
 }
 
 impl Default for AppOptions {
@@ -211,6 +219,7 @@ impl Default for AppOptions {
             tls_sni: None,
             tls_max: TlsVersion::default(),
             tls_root_cas: None,
+            starttls: false,
         }
     }
 }
@@ -224,6 +233,7 @@ pub enum AnyApp {
     Tls(TlsApp),
     Https(TlsApp),
     Ssh(SshApp),
+    Smtp(SmtpApp),
 }
 
 impl AnyApp {
@@ -236,6 +246,7 @@ impl AnyApp {
             AppKind::Tls => AnyApp::Tls(TlsApp::new(options)?),
             AppKind::Https => AnyApp::Https(TlsApp::https(options)?),
             AppKind::Ssh => AnyApp::Ssh(SshApp),
+            AppKind::Smtp => AnyApp::Smtp(SmtpApp::new(options)?),
         };
         let len = app.max_request_len();
         if len > MAX_REQUEST_LEN {
@@ -255,6 +266,7 @@ impl AnyApp {
             AnyApp::Tls(_) => AppKind::Tls,
             AnyApp::Https(_) => AppKind::Https,
             AnyApp::Ssh(_) => AppKind::Ssh,
+            AnyApp::Smtp(_) => AppKind::Smtp,
         }
     }
 
@@ -287,6 +299,7 @@ impl AnyApp {
             AnyApp::Banner(app) => app.describe_into(received, values),
             AnyApp::Payload(app) => app.describe_into(received, values),
             AnyApp::Ssh(app) => app.describe_into(received, values),
+            AnyApp::Smtp(app) => app.describe_session_into(received, session, values),
             AnyApp::Tls(app) | AnyApp::Https(app) => {
                 app.describe_session_into(received, session, values)
             }
@@ -300,6 +313,7 @@ impl AnyApp {
             AnyApp::Http(app) => AnyApp::Http(app.with_names(names)),
             AnyApp::Tls(app) => AnyApp::Tls(app.with_names(names)),
             AnyApp::Https(app) => AnyApp::Https(app.with_names(names)),
+            AnyApp::Smtp(app) => AnyApp::Smtp(app.with_names(names)),
             other => other,
         }
     }
@@ -309,6 +323,7 @@ impl AnyApp {
         let names = match self {
             AnyApp::Http(app) => app.names(),
             AnyApp::Tls(app) | AnyApp::Https(app) => app.names(),
+            AnyApp::Smtp(app) => app.names(),
             _ => None,
         };
         names?.name_of(addr, port)
@@ -325,6 +340,7 @@ impl AnyApp {
     ) -> Option<Box<dyn Session>> {
         match self {
             AnyApp::Tls(app) | AnyApp::Https(app) => app.open_named(addr, port, name, first),
+            AnyApp::Smtp(app) => app.open_session(addr, port, first),
             _ => None,
         }
     }
@@ -337,6 +353,7 @@ impl App for AnyApp {
             AnyApp::Banner(app) => app.write_request(buf, addr, port),
             AnyApp::Payload(app) => app.write_request(buf, addr, port),
             AnyApp::Ssh(app) => app.write_request(buf, addr, port),
+            AnyApp::Smtp(app) => app.write_request(buf, addr, port),
             AnyApp::Tls(app) | AnyApp::Https(app) => app.write_request(buf, addr, port),
         }
     }
@@ -347,6 +364,7 @@ impl App for AnyApp {
             AnyApp::Banner(app) => app.max_request_len(),
             AnyApp::Payload(app) => app.max_request_len(),
             AnyApp::Ssh(app) => app.max_request_len(),
+            AnyApp::Smtp(app) => app.max_request_len(),
             AnyApp::Tls(app) | AnyApp::Https(app) => app.max_request_len(),
         }
     }
@@ -357,6 +375,7 @@ impl App for AnyApp {
             AnyApp::Banner(app) => app.is_complete(received),
             AnyApp::Payload(app) => app.is_complete(received),
             AnyApp::Ssh(app) => app.is_complete(received),
+            AnyApp::Smtp(app) => app.is_complete(received),
             AnyApp::Tls(app) | AnyApp::Https(app) => app.is_complete(received),
         }
     }
@@ -367,6 +386,7 @@ impl App for AnyApp {
             AnyApp::Banner(app) => app.is_complete_after(received, cursor),
             AnyApp::Payload(app) => app.is_complete_after(received, cursor),
             AnyApp::Ssh(app) => app.is_complete_after(received, cursor),
+            AnyApp::Smtp(app) => app.is_complete_after(received, cursor),
             AnyApp::Tls(app) | AnyApp::Https(app) => app.is_complete_after(received, cursor),
         }
     }
@@ -374,6 +394,7 @@ impl App for AnyApp {
     fn max_sent_len(&self) -> usize {
         match self {
             AnyApp::Tls(app) | AnyApp::Https(app) => app.max_sent_len(),
+            AnyApp::Smtp(app) => app.max_sent_len(),
             other => other.max_request_len(),
         }
     }
@@ -399,8 +420,8 @@ mod tests {
             assert_eq!(kind.name().parse::<AppKind>(), Ok(kind));
             assert_eq!(kind.to_string(), kind.name());
         }
-        let err = "smtp".parse::<AppKind>().unwrap_err();
-        assert!(err.contains("\"smtp\"") && err.contains("http, banner, payload, tls"));
+        let err = "gopher".parse::<AppKind>().unwrap_err();
+        assert!(err.contains("\"gopher\"") && err.contains("http, banner, payload, tls"));
         assert!(!err.contains('\n'));
     }
 
@@ -456,7 +477,7 @@ mod tests {
         assert_eq!(https, expected);
         let mut names: Vec<&str> = AppKind::ALL
             .iter()
-            .filter(|kind| **kind != AppKind::Https)
+            .filter(|kind| !matches!(kind, AppKind::Https | AppKind::Smtp))
             .flat_map(|kind| kind.fields().iter().map(|field| field.name))
             .collect();
         let count = names.len();
@@ -482,7 +503,9 @@ mod tests {
             for addr in addrs {
                 let len = app.write_request(&mut buf, addr, 65535);
                 assert!(len <= app.max_request_len(), "{kind}");
-                assert_eq!(len == 0, kind == AppKind::Banner, "{kind}");
+                // smtp waits for the greeting; its session says everything after.
+                let silent = matches!(kind, AppKind::Banner | AppKind::Smtp);
+                assert_eq!(len == 0, silent, "{kind}");
             }
         }
     }

@@ -66,7 +66,8 @@ pub struct GrabArgs {
     ports: Option<String>,
     /// Application: http (GET and the reply), banner (what the server says first), payload
     /// (send bytes, read the reply), tls (a full TLS handshake: version, cipher, certificates),
-    /// https (http inside TLS), ssh (identification and the KEXINIT's algorithm lists).
+    /// https (http inside TLS), ssh (identification and the KEXINIT's algorithm lists), smtp
+    /// (greeting and EHLO; with --starttls the upgrade to TLS).
     #[arg(short = 'M', long = "app", default_value = "http")]
     app: AppKind,
     /// HTTP path to GET.
@@ -96,6 +97,9 @@ pub struct GrabArgs {
     /// (tls, https; default: the Mozilla roots of webpki-roots).
     #[arg(long)]
     root_cas: Option<PathBuf>,
+    /// smtp: upgrade to TLS with STARTTLS when the server offers it (the tls fields then).
+    #[arg(long)]
+    starttls: bool,
     /// Send the request in the handshake's final ACK instead of right after it.
     #[arg(long)]
     request_in_ack: bool,
@@ -281,6 +285,7 @@ fn app_options(args: &GrabArgs) -> anyhow::Result<AppOptions> {
         tls_sni: args.tls_sni.clone(),
         tls_max: args.tls_max,
         tls_root_cas: args.root_cas.clone(),
+        starttls: args.starttls,
         ..AppOptions::default()
     })
 }
