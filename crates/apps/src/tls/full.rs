@@ -9,12 +9,16 @@
 //!   the chain validates against the root store is asked afterwards, when the row is written,
 //!   and recorded with the reason it does not.
 //! - The fallback: rustls speaks TLS 1.2 and 1.3 with forward-secret AEAD suites only. So that
-//!   TLS 1.0/1.1 servers and servers of RSA key exchange still show their certificate, its
-//!   ClientHello also offers, last, the legacy suites the first-flight hello offers (RSA key
-//!   exchange, CBC). A server that picks one of them, or a version below 1.2, has sent its whole
-//!   first flight in clear before rustls gives up on it: the session then reads that flight
-//!   from the raw bytes (as the first-flight `tls` did), on the same connection, and the row
-//!   says `tls_path` `first-flight`. One connection per target either way, no second try.
+//!   servers of RSA key exchange (or CBC suites) still show their certificate, its ClientHello
+//!   also offers, last, the legacy suites the first-flight hello offers. A server that picks one
+//!   of them, or a version below 1.2, has sent its whole first flight in clear before rustls
+//!   gives up on it: the session then reads that flight from the raw bytes (as the first-flight
+//!   `tls` did), on the same connection, and the row says `tls_path` `first-flight`. Why not a
+//!   second connection: it needs none of the engine's state, and a server that answers at all
+//!   answers this way. Its limit: a TLS 1.0/1.1-only server that honours supported_versions
+//!   (OpenSSL 3) refuses the hello with a protocol_version alert; `--tls-max` 1.0 or 1.1 (the
+//!   first-flight hello alone) reads those, and a second connection made for them
+//!   automatically is still to be built.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::IpAddr;
