@@ -179,8 +179,33 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
         announce(&args, &plan, &notes);
     }
     let stop = Stop::on_signals()?;
+    let legacy_retry =
+        args.app == AppKind::Tls && args.tls_max >= TlsVersion::Tls12 && args.run.resume.is_none();
     let Some(names) = names.filter(|n| n.most_per_target() > 1) else {
-        let summary = run_plan(&args, plan, writer, &stop)?;
+        if !legacy_retry {
+            let summary = run_plan(&args, plan, writer, &stop)?;
+            return report(&args, &summary);
+        }
+        // A TLS 1.0/1.1-only server refuses the full handshake's hello (protocol_version):
+        // its row waits, and a second connection with the first-flight hello alone reads it.
+        let writer = names::SharedWriter::new(writer);
+        let refused = names::Refused::default();
+        let mut summary = run_plan(&args, plan, writer.holding_back(&refused), &stop)?;
+        let targets = refused.take();
+        if !stop.is_set() && !targets.is_empty() {
+            let (round_args, _list) = names::target_file(&args.run, &targets, "legacy")?;
+            let options = AppOptions {
+                tls_max: TlsVersion::Tls11,
+                ..app_options(&args)?
+            };
+            let legacy = AnyApp::build(AppKind::Tls, &options).map_err(anyhow::Error::msg)?;
+            let (plan, _) = grab_plan(&args, &round_args, &place, legacy, fields.clone())?;
+            // Round 0 of the writer: its rows carry no name, and none is held back.
+            let last = run_plan(&args, plan, writer.round(0, true), &stop)?;
+            summary.add_round(&last);
+        } else {
+            writer.round(1, true).finish()?;
+        }
         return report(&args, &summary);
     };
     // Several names for one target: a connection is its address and port, so each further

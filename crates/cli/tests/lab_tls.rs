@@ -205,3 +205,81 @@ fn bad_tls_input_gets_one_clear_line() {
     let _ = std::fs::remove_file(&junk);
     let _ = std::fs::remove_file(&names);
 }
+
+/// The server that stays in the past, started in the lab's network namespace only, ended when
+/// dropped.
+struct OldServer(std::process::Child);
+
+impl Drop for OldServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A server of TLS 1.0 and RSA key exchange only (`openssl s_server -tls1`) refuses the full
+/// handshake's hello (protocol_version); `-M tls` then makes a second connection with the
+/// first-flight hello and reads its certificate.
+#[test]
+fn a_tls_1_0_only_server_yields_its_certificate_by_a_second_connection() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&["--population", "198.18.0.0/30", "--responsive", "1"]);
+    let (key, cert) = (lab.file("old.key"), lab.file("old.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
+        ])
+        .args([
+            "-keyout",
+            &key,
+            "-out",
+            &cert,
+            "-subj",
+            "/CN=old.sonde.test",
+        ])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let der = std::process::Command::new("openssl")
+        .args(["x509", "-in", &cert, "-outform", "DER"])
+        .output()
+        .unwrap()
+        .stdout;
+    let want = sonde_lab::sha256_hex(&der);
+    let namespace = format!("sonde-{}-net", lab.name);
+    let _server = OldServer(
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &namespace, "openssl", "s_server", "-quiet"])
+            .args([
+                "-accept",
+                "9443",
+                "-tls1",
+                "-cipher",
+                "AES128-SHA:@SECLEVEL=0",
+            ])
+            .args(["-cert", &cert, "-key", &key])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let out_file = lab.file("old.ndjson");
+    let out = grab(
+        &lab,
+        &["198.18.0.0/30", "-p", "9443", "-M", "tls", "-o", &out_file],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows = rows(&out_file);
+    assert_eq!(rows.len(), 4, "one row per target: {rows:?}");
+    for r in rows {
+        assert_eq!(r["status"], "success", "{r}");
+        assert_eq!(r["tls_path"], "first-flight", "{r}");
+        assert_eq!(r["tls_version"], "TLSv1.0", "{r}");
+        assert_eq!(r["tls_cipher"], "TLS_RSA_WITH_AES_128_CBC_SHA", "{r}");
+        assert_eq!(r["tls_cert_sha256"], want.as_str(), "{r}");
+    }
+}

@@ -16,9 +16,8 @@
 //!   `tls` did), on the same connection, and the row says `tls_path` `first-flight`. Why not a
 //!   second connection: it needs none of the engine's state, and a server that answers at all
 //!   answers this way. Its limit: a TLS 1.0/1.1-only server that honours supported_versions
-//!   (OpenSSL 3) refuses the hello with a protocol_version alert; `--tls-max` 1.0 or 1.1 (the
-//!   first-flight hello alone) reads those, and a second connection made for them
-//!   automatically is still to be built.
+//!   (OpenSSL 3) refuses the hello with a protocol_version alert; for those `sonde grab -M tls`
+//!   makes a second connection with the first-flight hello alone (`--tls-max` 1.1).
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::IpAddr;

@@ -1,7 +1,9 @@
 //! Names per target for `sonde grab -I` (`address[:port],name` lines): reading them, and the
 //! rounds a target with several names needs. A connection is its address and port (sonde's TCP
 //! keys its table and cookies by them), so one target's names cannot be open at once: round k
-//! grabs the targets that have a k-th name, with that name, into the same output.
+//! grabs the targets that have a k-th name, with that name, into the same output. The same
+//! rounds give `-M tls` its second connection to servers that refused the full handshake's hello
+//! (TLS 1.0/1.1 only): see [`SharedWriter::holding_back`].
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -72,6 +74,46 @@ pub fn round_targets(
     Ok((args, file))
 }
 
+/// Targets whose rows a round held back for another try (see [`SharedWriter::holding_back`]).
+#[derive(Clone, Default)]
+pub struct Refused(Arc<Mutex<Vec<(std::net::IpAddr, u16)>>>);
+
+impl Refused {
+    pub fn take(&self) -> Vec<(std::net::IpAddr, u16)> {
+        self.0
+            .lock()
+            .map(|mut v| std::mem::take(&mut *v))
+            .unwrap_or_default()
+    }
+}
+
+/// A target file of `targets` (address:port lines) and run arguments that grab only them.
+pub fn target_file(
+    run: &RunArgs,
+    targets: &[(std::net::IpAddr, u16)],
+    label: &str,
+) -> anyhow::Result<(RunArgs, RoundFile)> {
+    let path = std::env::temp_dir().join(format!("sonde-grab-{label}-{}.txt", std::process::id()));
+    let file = RoundFile(path.clone());
+    let mut out = std::io::BufWriter::new(
+        std::fs::File::create(&path)
+            .with_context(|| format!("cannot write the retry's targets to {}", path.display()))?,
+    );
+    for (addr, port) in targets {
+        match addr {
+            std::net::IpAddr::V6(v6) => writeln!(out, "[{v6}]:{port}")?,
+            v4 => writeln!(out, "{v4}:{port}")?,
+        }
+    }
+    out.flush()?;
+    let args = RunArgs {
+        targets: Vec::new(),
+        input_file: Some(path),
+        ..run.clone()
+    };
+    Ok((args, file))
+}
+
 /// One output for every round: each round's run writes through a [`SharedWriter::round`],
 /// and only the last one finishes the file.
 #[derive(Clone)]
@@ -82,6 +124,18 @@ impl SharedWriter {
         SharedWriter(Arc::new(Mutex::new(Some(writer))))
     }
 
+    /// The first round's writer for `-M tls`: a row whose server refused the full handshake's
+    /// hello (a protocol_version alert, no certificate) is not written; its target goes to
+    /// `refused`, for a second connection with the first-flight hello.
+    pub fn holding_back(&self, refused: &Refused) -> Box<dyn RowWriter + Send> {
+        Box::new(RoundWriter {
+            shared: self.clone(),
+            first: true,
+            last: false,
+            refused: Some(refused.clone()),
+        })
+    }
+
     /// The writer of round `round`; the last one finishes the output. Rounds after the first
     /// keep only rows of targets named in that round (a round grabs each address over every
     /// port given, and a port without that round's name has had its row already).
@@ -90,6 +144,7 @@ impl SharedWriter {
             shared: self.clone(),
             first: round == 0,
             last,
+            refused: None,
         })
     }
 }
@@ -98,6 +153,8 @@ struct RoundWriter {
     shared: SharedWriter,
     first: bool,
     last: bool,
+    /// Where the rows held back go (the first round of a `-M tls` run).
+    refused: Option<Refused>,
 }
 
 impl RoundWriter {
@@ -121,6 +178,20 @@ impl RowWriter for RoundWriter {
     fn write(&mut self, row: &dyn Row) -> anyhow::Result<()> {
         if !self.first && matches!(row.get("name"), Value::Null) {
             return Ok(());
+        }
+        if let Some(refused) = &self.refused {
+            let alert = row.get("tls_alert");
+            let no_cert = matches!(row.get("tls_cert_sha256"), Value::Null);
+            if matches!(&alert, Value::Str(a) if a == "protocol_version") && no_cert {
+                if let (Value::Str(addr), Value::Int(port)) = (row.get("saddr"), row.get("dport")) {
+                    if let (Ok(addr), Ok(port)) = (addr.parse(), u16::try_from(port)) {
+                        if let Ok(mut held) = refused.0.lock() {
+                            held.push((addr, port));
+                            return Ok(());
+                        }
+                    }
+                }
+            }
         }
         self.with(|w| w.write(row))
     }
