@@ -5,10 +5,12 @@
 //!   `httparse`, its body framed by Content-Length or chunked encoding, and reported decoded.
 //! - `banner`: sends nothing and keeps what the server says first, up to a line end.
 //! - `payload`: sends fixed bytes and keeps the reply as hex.
-//! - `tls`: a ClientHello (TLS 1.2 at most by default, so that the certificate comes in clear),
-//!   and a summary of the server's first flight: version, cipher, alert, certificate chain.
+//! - `tls`: a full TLS 1.2/1.3 handshake with rustls (the server's first flight in clear when
+//!   rustls cannot go on): version, cipher, group, ALPN, chain and its validity, JA3S.
+//! - `https`: `http` inside a `tls` session.
 //!
-//! An app holds no per-connection state (see [`sonde_tcp::App`]): the engine keeps the reply's
+//! `tls` and `https` open a session per connection (see [`sonde_tcp::Session`]): they talk in
+//! turns. The others hold no per-connection state (see [`sonde_tcp::App`]): the engine keeps the reply's
 //! bytes, asks [`App::is_complete_after`] after each segment (with one [`ReplyCursor`] word per
 //! reply, in which the app notes how far it has read, so that the checks over a whole reply
 //! read each byte a bounded number of times), and at the end the run loop turns the bytes into
@@ -19,21 +21,29 @@
 
 mod banner;
 mod http;
+mod names;
 mod payload;
 mod progress;
+mod smtp;
+mod ssh;
 mod text;
 mod tls;
 
 use std::fmt;
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::{Arc, LazyLock};
 
 use sonde_scan::reply::{Field, Value};
-pub use sonde_tcp::{App, ReplyCursor};
+pub use sonde_tcp::{App, ReplyCursor, Session};
 
 pub use banner::{BannerApp, BANNER_FIELDS};
 pub use http::{HttpApp, HTTP_FIELDS};
+pub use names::TargetNames;
 pub use payload::{PayloadApp, PAYLOAD_FIELDS};
+pub use smtp::{SmtpApp, SMTP_FIELDS};
+pub use ssh::{SshApp, SSH_FIELDS};
 pub use tls::{TlsApp, TLS_FIELDS};
 
 /// The engine sends a request as one segment of at most this many bytes; longer requests are
@@ -47,23 +57,36 @@ pub enum AppKind {
     Banner,
     Payload,
     Tls,
+    Https,
+    Ssh,
+    Smtp,
 }
 
+/// Fields of the `https` app: `http`'s, then `tls`'s.
+pub static HTTPS_FIELDS: LazyLock<Vec<Field>> =
+    LazyLock::new(|| HTTP_FIELDS.iter().chain(TLS_FIELDS).copied().collect());
+
 impl AppKind {
-    pub const ALL: [AppKind; 4] = [
+    pub const ALL: [AppKind; 7] = [
         AppKind::Http,
         AppKind::Banner,
         AppKind::Payload,
         AppKind::Tls,
+        AppKind::Https,
+        AppKind::Ssh,
+        AppKind::Smtp,
     ];
 
-    /// The name `-M` takes: http, banner, payload, tls.
+    /// The name `-M` takes: http, banner, payload, tls, https, ssh, smtp.
     pub fn name(self) -> &'static str {
         match self {
             AppKind::Http => "http",
             AppKind::Banner => "banner",
             AppKind::Payload => "payload",
             AppKind::Tls => "tls",
+            AppKind::Https => "https",
+            AppKind::Ssh => "ssh",
+            AppKind::Smtp => "smtp",
         }
     }
 
@@ -74,6 +97,9 @@ impl AppKind {
             AppKind::Banner => BANNER_FIELDS,
             AppKind::Payload => PAYLOAD_FIELDS,
             AppKind::Tls => TLS_FIELDS,
+            AppKind::Https => &HTTPS_FIELDS,
+            AppKind::Ssh => SSH_FIELDS,
+            AppKind::Smtp => &SMTP_FIELDS,
         }
     }
 }
@@ -92,7 +118,9 @@ impl FromStr for AppKind {
             .into_iter()
             .find(|kind| kind.name() == name)
             .ok_or_else(|| {
-                format!("unknown app {name:?}: use one of http, banner, payload, tls (-M)")
+                format!(
+                    "unknown app {name:?}: use one of http, banner, payload, tls, https, ssh, smtp (-M)"
+                )
             })
     }
 }
@@ -102,10 +130,9 @@ impl FromStr for AppKind {
 pub enum TlsVersion {
     Tls10,
     Tls11,
-    /// The default: a TLS 1.3 server encrypts its certificate, a TLS 1.2 one does not, so a
-    /// 1.2 ClientHello makes every server show its certificate.
-    #[default]
     Tls12,
+    /// The default: the full handshake reads the certificate of TLS 1.3 servers too.
+    #[default]
     Tls13,
 }
 
@@ -173,6 +200,11 @@ pub struct AppOptions {
     /// Server name for TLS SNI (a host name; IP addresses are not allowed in SNI).
     pub tls_sni: Option<String>,
     pub tls_max: TlsVersion,
+    /// PEM file of the root certificates chains are validated against (`--root-cas`);
+    /// `None`: the Mozilla roots of webpki-roots.
+    pub tls_root_cas: Option<PathBuf>,
+    /// `smtp`: upgrade to TLS with STARTTLS when the server offers it (`--starttls`).
+    pub starttls: bool,
 }
 
 impl Default for AppOptions {
@@ -186,6 +218,8 @@ impl Default for AppOptions {
             payload: Vec::new(),
             tls_sni: None,
             tls_max: TlsVersion::default(),
+            tls_root_cas: None,
+            starttls: false,
         }
     }
 }
@@ -197,6 +231,9 @@ pub enum AnyApp {
     Banner(BannerApp),
     Payload(PayloadApp),
     Tls(TlsApp),
+    Https(TlsApp),
+    Ssh(SshApp),
+    Smtp(SmtpApp),
 }
 
 impl AnyApp {
@@ -207,6 +244,9 @@ impl AnyApp {
             AppKind::Banner => AnyApp::Banner(BannerApp),
             AppKind::Payload => AnyApp::Payload(PayloadApp::new(options)?),
             AppKind::Tls => AnyApp::Tls(TlsApp::new(options)?),
+            AppKind::Https => AnyApp::Https(TlsApp::https(options)?),
+            AppKind::Ssh => AnyApp::Ssh(SshApp),
+            AppKind::Smtp => AnyApp::Smtp(SmtpApp::new(options)?),
         };
         let len = app.max_request_len();
         if len > MAX_REQUEST_LEN {
@@ -224,6 +264,9 @@ impl AnyApp {
             AnyApp::Banner(_) => AppKind::Banner,
             AnyApp::Payload(_) => AppKind::Payload,
             AnyApp::Tls(_) => AppKind::Tls,
+            AnyApp::Https(_) => AppKind::Https,
+            AnyApp::Ssh(_) => AppKind::Ssh,
+            AnyApp::Smtp(_) => AppKind::Smtp,
         }
     }
 
@@ -234,18 +277,71 @@ impl AnyApp {
 
     /// What the reply bytes `received` say: one value per field of [`AnyApp::fields`].
     pub fn describe(&self, received: &[u8]) -> Vec<Value> {
+        self.describe_session(received, None)
+    }
+
+    /// As [`AnyApp::describe`], with the connection's session (apps that talk in turns).
+    pub fn describe_session(&self, received: &[u8], session: Option<&dyn Session>) -> Vec<Value> {
         let mut values = Vec::with_capacity(self.fields().len());
-        self.describe_into(received, &mut values);
+        self.describe_into(received, session, &mut values);
         values
     }
 
-    /// As [`AnyApp::describe`], appending the values to `values`.
-    pub fn describe_into(&self, received: &[u8], values: &mut Vec<Value>) {
+    /// As [`AnyApp::describe_session`], appending the values to `values`.
+    pub fn describe_into(
+        &self,
+        received: &[u8],
+        session: Option<&dyn Session>,
+        values: &mut Vec<Value>,
+    ) {
         match self {
             AnyApp::Http(app) => app.describe_into(received, values),
             AnyApp::Banner(app) => app.describe_into(received, values),
             AnyApp::Payload(app) => app.describe_into(received, values),
-            AnyApp::Tls(app) => app.describe_into(received, values),
+            AnyApp::Ssh(app) => app.describe_into(received, values),
+            AnyApp::Smtp(app) => app.describe_session_into(received, session, values),
+            AnyApp::Tls(app) | AnyApp::Https(app) => {
+                app.describe_session_into(received, session, values)
+            }
+        }
+    }
+
+    /// The app with names per target (`-I address[:port],name`): a connection's name goes
+    /// into Host (http, https) and SNI (tls, https) instead of the run-wide ones.
+    pub fn with_names(self, names: Arc<TargetNames>) -> AnyApp {
+        match self {
+            AnyApp::Http(app) => AnyApp::Http(app.with_names(names)),
+            AnyApp::Tls(app) => AnyApp::Tls(app.with_names(names)),
+            AnyApp::Https(app) => AnyApp::Https(app.with_names(names)),
+            AnyApp::Smtp(app) => AnyApp::Smtp(app.with_names(names)),
+            other => other,
+        }
+    }
+
+    /// The name of a connection to (`addr`, `port`), when the run has names per target.
+    pub fn target_name(&self, addr: IpAddr, port: u16) -> Option<&str> {
+        let names = match self {
+            AnyApp::Http(app) => app.names(),
+            AnyApp::Tls(app) | AnyApp::Https(app) => app.names(),
+            AnyApp::Smtp(app) => app.names(),
+            _ => None,
+        };
+        names?.name_of(addr, port)
+    }
+
+    /// A session for a connection to (`addr`, `port`) named `name` (SNI and Host), its first
+    /// bytes appended to `first`: as [`App::open_session`], with the target's own name.
+    pub fn open_named(
+        &self,
+        addr: IpAddr,
+        port: u16,
+        name: Option<&str>,
+        first: &mut Vec<u8>,
+    ) -> Option<Box<dyn Session>> {
+        match self {
+            AnyApp::Tls(app) | AnyApp::Https(app) => app.open_named(addr, port, name, first),
+            AnyApp::Smtp(app) => app.open_session(addr, port, first),
+            _ => None,
         }
     }
 }
@@ -256,7 +352,9 @@ impl App for AnyApp {
             AnyApp::Http(app) => app.write_request(buf, addr, port),
             AnyApp::Banner(app) => app.write_request(buf, addr, port),
             AnyApp::Payload(app) => app.write_request(buf, addr, port),
-            AnyApp::Tls(app) => app.write_request(buf, addr, port),
+            AnyApp::Ssh(app) => app.write_request(buf, addr, port),
+            AnyApp::Smtp(app) => app.write_request(buf, addr, port),
+            AnyApp::Tls(app) | AnyApp::Https(app) => app.write_request(buf, addr, port),
         }
     }
 
@@ -265,7 +363,9 @@ impl App for AnyApp {
             AnyApp::Http(app) => app.max_request_len(),
             AnyApp::Banner(app) => app.max_request_len(),
             AnyApp::Payload(app) => app.max_request_len(),
-            AnyApp::Tls(app) => app.max_request_len(),
+            AnyApp::Ssh(app) => app.max_request_len(),
+            AnyApp::Smtp(app) => app.max_request_len(),
+            AnyApp::Tls(app) | AnyApp::Https(app) => app.max_request_len(),
         }
     }
 
@@ -274,7 +374,9 @@ impl App for AnyApp {
             AnyApp::Http(app) => app.is_complete(received),
             AnyApp::Banner(app) => app.is_complete(received),
             AnyApp::Payload(app) => app.is_complete(received),
-            AnyApp::Tls(app) => app.is_complete(received),
+            AnyApp::Ssh(app) => app.is_complete(received),
+            AnyApp::Smtp(app) => app.is_complete(received),
+            AnyApp::Tls(app) | AnyApp::Https(app) => app.is_complete(received),
         }
     }
 
@@ -283,8 +385,27 @@ impl App for AnyApp {
             AnyApp::Http(app) => app.is_complete_after(received, cursor),
             AnyApp::Banner(app) => app.is_complete_after(received, cursor),
             AnyApp::Payload(app) => app.is_complete_after(received, cursor),
-            AnyApp::Tls(app) => app.is_complete_after(received, cursor),
+            AnyApp::Ssh(app) => app.is_complete_after(received, cursor),
+            AnyApp::Smtp(app) => app.is_complete_after(received, cursor),
+            AnyApp::Tls(app) | AnyApp::Https(app) => app.is_complete_after(received, cursor),
         }
+    }
+
+    fn max_sent_len(&self) -> usize {
+        match self {
+            AnyApp::Tls(app) | AnyApp::Https(app) => app.max_sent_len(),
+            AnyApp::Smtp(app) => app.max_sent_len(),
+            other => other.max_request_len(),
+        }
+    }
+
+    fn open_session(
+        &self,
+        addr: IpAddr,
+        port: u16,
+        first: &mut Vec<u8>,
+    ) -> Option<Box<dyn Session>> {
+        self.open_named(addr, port, self.target_name(addr, port), first)
     }
 }
 
@@ -299,17 +420,17 @@ mod tests {
             assert_eq!(kind.name().parse::<AppKind>(), Ok(kind));
             assert_eq!(kind.to_string(), kind.name());
         }
-        let err = "smtp".parse::<AppKind>().unwrap_err();
-        assert!(err.contains("\"smtp\"") && err.contains("http, banner, payload, tls"));
+        let err = "gopher".parse::<AppKind>().unwrap_err();
+        assert!(err.contains("\"gopher\"") && err.contains("http, banner, payload, tls"));
         assert!(!err.contains('\n'));
     }
 
     #[test]
-    fn tls_versions_parse_and_default_to_1_2() {
+    fn tls_versions_parse_and_default_to_1_3() {
         for version in TlsVersion::ALL {
             assert_eq!(version.name().parse::<TlsVersion>(), Ok(version));
         }
-        assert_eq!(TlsVersion::default(), TlsVersion::Tls12);
+        assert_eq!(TlsVersion::default(), TlsVersion::Tls13);
         assert!("1.4".parse::<TlsVersion>().is_err());
     }
 
@@ -346,8 +467,17 @@ mod tests {
 
     #[test]
     fn field_names_are_unique_across_apps() {
+        // https's fields are http's and tls's, by design.
+        let expected: Vec<&str> = HTTP_FIELDS
+            .iter()
+            .chain(TLS_FIELDS)
+            .map(|f| f.name)
+            .collect();
+        let https: Vec<&str> = AppKind::Https.fields().iter().map(|f| f.name).collect();
+        assert_eq!(https, expected);
         let mut names: Vec<&str> = AppKind::ALL
             .iter()
+            .filter(|kind| !matches!(kind, AppKind::Https | AppKind::Smtp))
             .flat_map(|kind| kind.fields().iter().map(|field| field.name))
             .collect();
         let count = names.len();
@@ -373,9 +503,34 @@ mod tests {
             for addr in addrs {
                 let len = app.write_request(&mut buf, addr, 65535);
                 assert!(len <= app.max_request_len(), "{kind}");
-                assert_eq!(len == 0, kind == AppKind::Banner, "{kind}");
+                // smtp waits for the greeting; its session says everything after.
+                let silent = matches!(kind, AppKind::Banner | AppKind::Smtp);
+                assert_eq!(len == 0, silent, "{kind}");
             }
         }
+    }
+
+    #[test]
+    fn a_target_s_name_is_the_host_of_http() {
+        let named = sonde_scan::targets::NamedTarget {
+            addr: "198.18.0.7".parse().unwrap(),
+            port: Some(80),
+            name: "www.sonde.test".to_string(),
+        };
+        let app = AnyApp::build(AppKind::Http, &AppOptions::default())
+            .unwrap()
+            .with_names(Arc::new(TargetNames::new(&[named])));
+        let mut buf = vec![0u8; app.max_request_len()];
+        let request = |addr: &str, buf: &mut Vec<u8>| {
+            let len = app.write_request(buf, addr.parse().unwrap(), 80);
+            String::from_utf8(buf[..len].to_vec()).unwrap()
+        };
+        assert!(request("198.18.0.7", &mut buf).contains("\r\nHost: www.sonde.test\r\n"));
+        assert!(request("198.18.0.8", &mut buf).contains("\r\nHost: 198.18.0.8\r\n"));
+        assert_eq!(
+            app.target_name("198.18.0.7".parse().unwrap(), 80),
+            Some("www.sonde.test")
+        );
     }
 
     #[test]

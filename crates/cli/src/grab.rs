@@ -3,6 +3,7 @@
 //! engine runs it (`sonde_engine::grab`).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -18,6 +19,8 @@ use sonde_scan::Field;
 use sonde_tcp::CloseMode;
 
 use crate::runargs::{self, Place, RunArgs};
+
+mod names;
 
 /// How grab moves its segments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,7 +65,9 @@ pub struct GrabArgs {
     #[arg(short = 'p', long)]
     ports: Option<String>,
     /// Application: http (GET and the reply), banner (what the server says first), payload
-    /// (send bytes, read the reply), tls (ClientHello; the ServerHello and certificates).
+    /// (send bytes, read the reply), tls (a full TLS handshake: version, cipher, certificates),
+    /// https (http inside TLS), ssh (identification and the KEXINIT's algorithm lists), smtp
+    /// (greeting and EHLO; with --starttls the upgrade to TLS).
     #[arg(short = 'M', long = "app", default_value = "http")]
     app: AppKind,
     /// HTTP path to GET.
@@ -83,10 +88,18 @@ pub struct GrabArgs {
     /// TLS server name (SNI) to send (tls app; default: --http-host when it is a name).
     #[arg(long)]
     tls_sni: Option<String>,
-    /// Highest TLS version offered: 1.0, 1.1, 1.2, 1.3. With 1.3 the certificate is
-    /// encrypted, so the default, 1.2, is what records certificates from every server.
-    #[arg(long, default_value = "1.2")]
+    /// Highest TLS version offered: 1.0, 1.1, 1.2, 1.3. 1.2 and 1.3 make a full handshake
+    /// (rustls); 1.0 and 1.1 send only the first-flight ClientHello and read the server's
+    /// first flight.
+    #[arg(long, default_value = "1.3")]
     tls_max: TlsVersion,
+    /// PEM file of root CA certificates that certificate chains are validated against
+    /// (tls, https; default: the Mozilla roots of webpki-roots).
+    #[arg(long)]
+    root_cas: Option<PathBuf>,
+    /// smtp: upgrade to TLS with STARTTLS when the server offers it (the tls fields then).
+    #[arg(long)]
+    starttls: bool,
     /// Send the request in the handshake's final ACK instead of right after it.
     #[arg(long)]
     request_in_ack: bool,
@@ -135,6 +148,11 @@ pub struct GrabArgs {
 
 pub fn run(args: GrabArgs) -> anyhow::Result<()> {
     let app = AnyApp::build(args.app, &app_options(&args)?).map_err(anyhow::Error::msg)?;
+    let names = names::read(&args.run)?;
+    let app = match &names {
+        Some(names) => app.with_names(Arc::new(names.round(0))),
+        None => app,
+    };
     if args.list_fields {
         for f in all_fields(&app) {
             crate::say(format!("{:<22} {}", f.name, f.help));
@@ -145,8 +163,115 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
     let fields = select(&app, args.fields.as_deref())?;
     runargs::check_input(&args.run, false)?;
     let place = Place::enter(&args.run)?;
+    let (plan, notes) = grab_plan(&args, &args.run, &place, app.clone(), fields.clone())?;
+    let mode = runargs::output_mode(
+        &args.run,
+        &plan.run,
+        args.output_format == OutputFormat::Parquet,
+    )?;
+    let writer = open_writer_with(
+        args.output_format,
+        args.run.output.as_deref(),
+        fields.clone(),
+        mode,
+    )?;
+    if !args.run.quiet {
+        announce(&args, &plan, &notes);
+    }
+    let metrics = crate::metrics::Metrics::start(
+        &args.run.metrics,
+        metric_labels(&args, &plan),
+        args.run.quiet,
+    )?;
+    let stop = Stop::on_signals()?;
+    let legacy_retry =
+        args.app == AppKind::Tls && args.tls_max >= TlsVersion::Tls12 && args.run.resume.is_none();
+    let Some(names) = names.filter(|n| n.most_per_target() > 1) else {
+        if !legacy_retry {
+            let summary = run_plan(&args, plan, writer, &stop, &metrics)?;
+            return finish(&args, &summary, metrics);
+        }
+        // A TLS 1.0/1.1-only server refuses the full handshake's hello (protocol_version):
+        // its row waits, and a second connection with the first-flight hello alone reads it.
+        let writer = names::SharedWriter::new(writer);
+        let refused = names::Refused::default();
+        let mut summary = run_plan(&args, plan, writer.holding_back(&refused), &stop, &metrics)?;
+        let targets = refused.take();
+        if !stop.is_set() && !targets.is_empty() {
+            let (round_args, _list) = names::target_file(&args.run, &targets, "legacy")?;
+            let options = AppOptions {
+                tls_max: TlsVersion::Tls11,
+                ..app_options(&args)?
+            };
+            let legacy = AnyApp::build(AppKind::Tls, &options).map_err(anyhow::Error::msg)?;
+            let (plan, _) = grab_plan(&args, &round_args, &place, legacy, fields.clone())?;
+            // Round 0 of the writer: its rows carry no name, and none is held back.
+            let last = run_plan(&args, plan, writer.round(0, true), &stop, &metrics)?;
+            summary.add_round(&last);
+        } else {
+            writer.round(1, true).finish()?;
+        }
+        return finish(&args, &summary, metrics);
+    };
+    // Several names for one target: a connection is its address and port, so each further
+    // name goes in a round of its own, over the targets that have one, into the same output.
+    let rounds = names.most_per_target();
+    let writer = names::SharedWriter::new(writer);
+    let mut summary = run_plan(&args, plan, writer.round(0, false), &stop, &metrics)?;
+    for round in 1..rounds {
+        if stop.is_set() {
+            break;
+        }
+        let (round_args, _list) = names::round_targets(&args.run, &names, round)?;
+        let app = app.clone().with_names(Arc::new(names.round(round)));
+        let (plan, _) = grab_plan(&args, &round_args, &place, app, fields.clone())?;
+        let last = run_plan(
+            &args,
+            plan,
+            writer.round(round, round + 1 == rounds),
+            &stop,
+            &metrics,
+        )?;
+        summary.add_round(&last);
+    }
+    finish(&args, &summary, metrics)
+}
+
+/// The summary printed, and the last figures published (`--metrics`).
+fn finish(
+    args: &GrabArgs,
+    summary: &GrabSummary,
+    metrics: crate::metrics::Metrics,
+) -> anyhow::Result<()> {
+    report(args, summary)?;
+    metrics.end(summary)
+}
+
+fn run_plan(
+    args: &GrabArgs,
+    mut plan: GrabPlan<AnyApp>,
+    writer: Box<dyn sonde_scan::output::RowWriter + Send>,
+    stop: &Stop,
+    metrics: &crate::metrics::Metrics,
+) -> anyhow::Result<GrabSummary> {
+    plan.run.metrics = metrics.publisher();
+    match args.backend {
+        GrabBackend::Kernel => sonde_engine::grab::kernel::run(plan, writer, stop),
+        _ => sonde_engine::grab::run(plan, writer, stop),
+    }
+}
+
+/// The plan of a grab of the targets `run_args` names (the command line's, or one round's of
+/// several names per target), with `app`.
+fn grab_plan(
+    args: &GrabArgs,
+    run_args: &RunArgs,
+    place: &Place,
+    app: AnyApp,
+    fields: Vec<&'static Field>,
+) -> anyhow::Result<(GrabPlan<AnyApp>, Vec<String>)> {
     let ports = runargs::Ports::Given(args.ports.as_deref(), 80);
-    let resolved = runargs::resolve(&args.run, &place, ports, false)?;
+    let resolved = runargs::resolve(run_args, place, ports, false)?;
     let notes = resolved.notes.clone();
     let v6 = resolved.space.ipv6_addresses() > 0;
     let arp_for = match args.backend {
@@ -163,10 +288,10 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
         GrabBackend::Xdp | GrabBackend::Kernel => (BackendKind::Xdp, BackendKind::Xdp),
         GrabBackend::Ring => (BackendKind::Ring, BackendKind::Ring),
     };
-    check_threads(&args)?;
+    check_threads(args)?;
     let rate = runargs::checked_rate(args.run.rate)?;
-    let run = resolved.run_plan("grab", &args.run, &place, rate, 1, v6, backends)?;
-    runargs::check_resume(&run, &args.run, "grab", args.app.name())?;
+    let run = resolved.run_plan("grab", run_args, place, rate, 1, v6, backends)?;
+    runargs::check_resume(&run, run_args, "grab", args.app.name())?;
     let mut tcp = sonde_tcp::Config::new(src_mac, gateway_mac, validator);
     tcp.src_ip = run.src_ip;
     tcp.src_ip6 = run.src_ip6;
@@ -179,37 +304,16 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
     tcp.idle_timeout_us = seconds_us(args.idle_timeout, "--idle-timeout")?;
     tcp.total_timeout_us = seconds_us(args.total_timeout, "--total-timeout")?;
     tcp.verify_checksums = !args.no_verify_checksums;
-    let mut plan = GrabPlan {
+    let plan = GrabPlan {
         run,
         tcp,
         app,
         syn_retries: args.syn_retries,
         syn_timeout_us: 1_000_000,
         arp_for,
-        fields: fields.clone(),
+        fields,
     };
-    let mode = runargs::output_mode(
-        &args.run,
-        &plan.run,
-        args.output_format == OutputFormat::Parquet,
-    )?;
-    let writer = open_writer_with(args.output_format, args.run.output.as_deref(), fields, mode)?;
-    if !args.run.quiet {
-        announce(&args, &plan, &notes);
-    }
-    let metrics = crate::metrics::Metrics::start(
-        &args.run.metrics,
-        metric_labels(&args, &plan),
-        args.run.quiet,
-    )?;
-    plan.run.metrics = metrics.publisher();
-    let stop = Stop::on_signals()?;
-    let summary = match args.backend {
-        GrabBackend::Kernel => sonde_engine::grab::kernel::run(plan, writer, &stop)?,
-        _ => sonde_engine::grab::run(plan, writer, &stop)?,
-    };
-    report(&args, &summary)?;
-    metrics.end(&summary)
+    Ok((plan, notes))
 }
 
 /// The labels of a grab's series (`--metrics`).
@@ -241,6 +345,8 @@ fn app_options(args: &GrabArgs) -> anyhow::Result<AppOptions> {
         payload,
         tls_sni: args.tls_sni.clone(),
         tls_max: args.tls_max,
+        tls_root_cas: args.root_cas.clone(),
+        starttls: args.starttls,
         ..AppOptions::default()
     })
 }

@@ -196,7 +196,7 @@ fn tls_banner_and_big_bodies_under_loss() {
     assert!(score.contains("certificates correct"), "{score}");
     one_row_per_target(&tls, 1024);
     for r in rows(&tls).iter().filter(|r| r["status"] == "success") {
-        assert_eq!(r["tls_version"], "TLSv1.2", "{r}");
+        assert_eq!(r["tls_version"], "TLSv1.3", "{r}");
     }
 
     // Banners: the lab's small server says one line naming the address and port.

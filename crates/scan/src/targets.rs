@@ -20,8 +20,8 @@ mod space;
 
 pub use order::{Cursor, CursorState, Part, Permutation};
 pub use parse::{
-    parse_ports, parse_targets, read_target_file, read_target_list, TargetList, TargetSpec,
-    WIDEST_IPV6_TARGET_PREFIX,
+    parse_ports, parse_targets, read_target_file, read_target_list, NamedTarget, TargetList,
+    TargetSpec, WIDEST_IPV6_TARGET_PREFIX,
 };
 pub use prefix_set::{default_blocklist, PrefixSet, DEFAULT_BLOCKLIST};
 pub use shard::{shard_from_env, shard_from_vars};

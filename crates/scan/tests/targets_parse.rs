@@ -217,3 +217,51 @@ fn target_lists_carry_ports_from_addr_port_lines_and_scan_csv() {
     assert!(err.contains(":1:") && err.contains("99999"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn target_lists_carry_names_and_a_bad_named_line_is_one_line_with_its_number() {
+    use sonde_scan::targets::{read_target_list, NamedTarget};
+    let dir = std::env::temp_dir().join(format!("sonde-names-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("names.txt");
+    std::fs::write(
+        &file,
+        "198.18.0.1:443,a.sonde.test\n198.18.0.1:443,b.sonde.test\n2001:2::1,v6.sonde.test\n198.18.0.2\n",
+    )
+    .unwrap();
+    let list = read_target_list(&file).unwrap();
+    assert_eq!(
+        list.tokens,
+        ["198.18.0.1", "198.18.0.1", "2001:2::1", "198.18.0.2"]
+    );
+    assert_eq!(list.ports, [443]);
+    let named = |addr: &str, port, name: &str| NamedTarget {
+        addr: addr.parse().unwrap(),
+        port,
+        name: name.to_string(),
+    };
+    assert_eq!(
+        list.names,
+        [
+            named("198.18.0.1", Some(443), "a.sonde.test"),
+            named("198.18.0.1", Some(443), "b.sonde.test"),
+            named("2001:2::1", None, "v6.sonde.test"),
+        ]
+    );
+    for (bad, why) in [
+        ("198.18.0.1,", "empty"),
+        ("198.18.0.0/24,a.test", "one address"),
+        ("198.18.0.1:80,bad/name", "letters"),
+        ("198.18.0.1:99999,a.test", "99999"),
+        ("198.18.0.1,a,b", "letters"),
+    ] {
+        std::fs::write(&file, format!("198.18.0.5\n{bad}\n")).unwrap();
+        let err = format!("{:#}", read_target_list(&file).unwrap_err());
+        assert!(
+            err.contains("names.txt:2:") && err.contains(why),
+            "{bad}: {err}"
+        );
+        assert!(!err.contains('\n'), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

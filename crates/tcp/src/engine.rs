@@ -38,7 +38,7 @@ use crate::rxbuf::{Placed, Pool};
 use crate::segment::{self, Header, Link, Parsed, Seg};
 use crate::table::{Table, Vacancy, MAX_CAPACITY};
 use crate::timer::{Wheel, UNLINKED};
-use crate::{App, CloseMode, Config, Outcome, Rx, Stats, Status};
+use crate::{App, CloseMode, Config, Outcome, Rx, Session, Stats, Status, MAX_SESSION_SEND};
 
 /// The longest request, and the largest payload of any segment the engine sends: with IPv6
 /// and 40 bytes of TCP options a frame is then at most 1514 bytes.
@@ -162,6 +162,8 @@ pub struct Engine<A: App> {
     starved: Vec<u32>,
     /// Scratch for rendering requests.
     request: Vec<u8>,
+    /// Scratch a new session writes its first bytes into (then swapped into its buffer).
+    session_first: Vec<u8>,
     stats: Stats,
     /// The index position of the connection whose segment is being handled.
     hint: Option<usize>,
@@ -192,6 +194,7 @@ impl<A: App> Engine<A> {
             done: Vec::new(),
             starved: Vec::new(),
             request: vec![0; MAX_REQUEST_LEN],
+            session_first: Vec::new(),
             stats: Stats::default(),
             hint: None,
             challenges_left: CHALLENGE_ACKS_PER_SECOND,
@@ -379,12 +382,23 @@ impl<A: App> Engine<A> {
     /// Hands every connection that ended since the last call to `f`, with the reply bytes kept
     /// (at most `max_bytes`), then returns their buffers to the pool.
     pub fn drain_outcomes(&mut self, mut f: impl FnMut(&Outcome, &[u8])) {
+        self.drain_replies(|outcome, bytes, _| f(outcome, bytes));
+    }
+
+    /// As [`Engine::drain_outcomes`], with the connection's session too (apps that talk in
+    /// turns; `None` for others), which is dropped afterwards.
+    pub fn drain_replies(&mut self, mut f: impl FnMut(&Outcome, &[u8], Option<&dyn Session>)) {
         let mut done = std::mem::take(&mut self.done);
         for (outcome, buf) in done.drain(..) {
             if buf == NIL {
-                f(&outcome, &[]);
+                f(&outcome, &[], None);
             } else {
-                f(&outcome, &self.pool.get(buf).data[..outcome.bytes as usize]);
+                let rx = self.pool.get(buf);
+                f(
+                    &outcome,
+                    &rx.data[..outcome.bytes as usize],
+                    rx.session.as_deref(),
+                );
                 self.pool.release(buf);
             }
         }
@@ -425,6 +439,7 @@ impl<A: App> Engine<A> {
             + self.done.capacity() * std::mem::size_of::<(Outcome, u32)>()
             + self.starved.capacity() * std::mem::size_of::<u32>()
             + self.request.capacity()
+            + self.session_first.capacity()
     }
 
     /// Receive buffers in use (connections with data, and outcomes not yet drained).
@@ -483,7 +498,7 @@ impl<A: App> Engine<A> {
         }
         // A late segment of a connection that has ended (the server's FIN after our RST, a
         // retransmission): reset it, as a closed port would.
-        let max_ack = self.app.max_request_len() as u32 + 1;
+        let max_ack = self.max_sent() + 1;
         if let Some(ack) = seg.tcp.ack_number {
             if ack.wrapping_sub(iss.wrapping_add(1)) <= max_ack {
                 self.queue_rst(seg, ack, None);
@@ -515,7 +530,7 @@ impl<A: App> Engine<A> {
         let about_syn = error.seq == ck.iss;
         // Our first byte up to just past the request and a FIN: a connection that has ended.
         let after = error.seq.wrapping_sub(ck.iss.wrapping_add(1));
-        let about_ended = after <= self.app.max_request_len() as u32 + 1;
+        let about_ended = after <= self.max_sent() + 1;
         match error.kind {
             IcmpKind::Unreachable if about_syn && !answered(error.addr, error.port) => {
                 self.unreachable(error);
@@ -640,7 +655,11 @@ impl<A: App> Engine<A> {
             self.queue_rst(seg, ck.iss.wrapping_add(1), None);
             return Rx::Segment;
         };
-        let req_len = self.app_request(seg.addr, seg.port).len() as u32;
+        let session = self.open_session(seg.addr, seg.port, now_us);
+        let req_len = match session {
+            Some((_, len)) => len,
+            None => self.app_request(seg.addr, seg.port).len() as u32,
+        };
         let t = &seg.tcp;
         let mut bits = Bits::default();
         bits.set_state(State::Open);
@@ -672,7 +691,7 @@ impl<A: App> Engine<A> {
             ts_recent: t.timestamp.map_or(0, |ts| ts.0),
             since_us: now_us as u32,
             rtt_us: echo_rtt(seg, now_us, self.cfg.syn_span_us).unwrap_or(NIL),
-            buf: NIL,
+            buf: session.map_or(NIL, |(buf, _)| buf),
             timer_next: NIL,
             timer_prev: UNLINKED,
             bits,
@@ -691,6 +710,57 @@ impl<A: App> Engine<A> {
             addr: seg.addr,
             port: seg.port,
         }
+    }
+
+    /// The most bytes a connection of this app sends.
+    fn max_sent(&self) -> u32 {
+        self.app.max_sent_len().min(MAX_SESSION_SEND) as u32
+    }
+
+    /// For an app that talks in turns: its session for a new connection, in a buffer taken
+    /// now, with its first bytes; returns the buffer and their length.
+    fn open_session(&mut self, addr: IpAddr, port: u16, now_us: u64) -> Option<(u32, u32)> {
+        self.session_first.clear();
+        let session = self.app.open_session(addr, port, &mut self.session_first)?;
+        self.session_first.truncate(MAX_SESSION_SEND);
+        let buf = self.pool.take();
+        let rx = self.pool.get_mut(buf);
+        std::mem::swap(&mut rx.sent, &mut self.session_first);
+        rx.session = Some(session);
+        rx.flight_us = Some(now_us as u32);
+        Some((buf, rx.sent.len() as u32))
+    }
+
+    /// Queues what a session appended to its bytes since they were last sent (what the peer's
+    /// window does not allow yet goes later, as the request's does); returns whether a segment
+    /// was queued, or `None` when the session went past [`MAX_SESSION_SEND`] and the connection
+    /// must end.
+    fn send_session_bytes(&mut self, idx: u32, ck: Cookie, now_us: u64) -> Option<bool> {
+        let conn = self.conn(idx);
+        let (buf, req_len, acked, old_limit) =
+            (conn.buf, conn.req_len(), conn.acked(), conn.send_limit());
+        if buf == NIL {
+            return Some(false);
+        }
+        let rx = self.pool.get_mut(buf);
+        if rx.session.is_none() || rx.sent.len() as u32 == req_len {
+            return Some(false);
+        }
+        if rx.sent.len() > MAX_SESSION_SEND {
+            rx.sent.truncate(req_len as usize);
+            return None;
+        }
+        // A new flight: its retransmissions run from now, with a fresh count.
+        rx.flight_us = Some(now_us as u32);
+        let len = rx.sent.len() as u32;
+        let bits = &mut self.conn_mut(idx).bits;
+        bits.put(Bits::REQ_LEN, len);
+        bits.put(Bits::RETRIES, 0);
+        let limit = self.conn(idx).send_limit();
+        let from = old_limit.max(acked);
+        let sent = limit > from && self.queue_request(idx, ck, from, limit) > 0;
+        self.rearm(idx, now_us);
+        Some(sent)
     }
 
     /// The request for a target, rendered into the scratch buffer.
@@ -923,6 +993,18 @@ impl<A: App> Engine<A> {
             self.finish(idx, ck, status, now_us, truncated);
             return;
         }
+        if placed.advanced {
+            match self.send_session_bytes(idx, ck, now_us) {
+                // Its segments carry the ACK (and SACK blocks): no pure ACK is needed.
+                Some(true) => return,
+                Some(false) => {}
+                None => {
+                    // The session can say no more: what it has is the reply.
+                    self.finish(idx, ck, Status::Success, now_us, false);
+                    return;
+                }
+            }
+        }
         if ack_now {
             self.queue_ack(idx, ck);
         } else if placed.advanced {
@@ -1019,7 +1101,15 @@ impl<A: App> Engine<A> {
                 buf => {
                     let rx = self.pool.get_mut(buf);
                     let data = &rx.data[..in_order as usize];
-                    self.app.is_complete_after(data, &mut rx.cursor)
+                    match rx.session.as_mut() {
+                        // A session reads each byte once: from where it stopped.
+                        Some(session) => {
+                            let from = (rx.cursor.0 as usize).min(data.len());
+                            rx.cursor.0 = data.len() as u64;
+                            session.on_received(&data[from..], &mut rx.sent)
+                        }
+                        None => self.app.is_complete_after(data, &mut rx.cursor),
+                    }
                 }
             };
             if complete {
@@ -1188,7 +1278,7 @@ impl<A: App> Engine<A> {
         let ck = self.cookie(idx);
         let conn = self.conn(idx);
         let since = abs_us(now_us, conn.since_us);
-        let rto_passed = now_us >= self.rto_due(idx, since);
+        let rto_passed = now_us >= self.rto_due(idx, self.rto_base(idx, now_us));
         let (state, ack_pending, fin_acked) = (
             conn.state(),
             conn.has(Bits::ACK_PENDING),
@@ -1247,7 +1337,7 @@ impl<A: App> Engine<A> {
     fn next_deadline(&self, idx: u32, now_us: u64) -> u64 {
         let conn = self.conn(idx);
         let since = abs_us(now_us, conn.since_us);
-        let rto_due = self.rto_due(idx, since);
+        let rto_due = self.rto_due(idx, self.rto_base(idx, now_us));
         match conn.state() {
             State::Open => {
                 let timeout = self.open_timeout(idx, now_us);
@@ -1266,6 +1356,17 @@ impl<A: App> Engine<A> {
                 }
             }
         }
+    }
+
+    /// What the retransmission schedule runs from: the SYN-ACK's time, or for a session the
+    /// time its latest flight was queued (while open).
+    fn rto_base(&self, idx: u32, now_us: u64) -> u64 {
+        let conn = self.conn(idx);
+        let flight = match (conn.state(), conn.buf) {
+            (State::Open, buf) if buf != NIL => self.pool.get(buf).flight_us,
+            _ => None,
+        };
+        abs_us(now_us, flight.unwrap_or(conn.since_us))
     }
 
     /// When the next retransmission (or zero-window probe) is due: `since` plus RTO·(2^(k+1) −
@@ -1488,12 +1589,23 @@ impl<A: App> Engine<A> {
         if payload.is_empty() {
             return segment::render(&self.link, ours, target, &tcp, &[], buf);
         }
+        if let Some(sent) = self.session_sent(idx) {
+            let bytes = sent.get(payload).unwrap_or_default();
+            return segment::render(&self.link, ours, target, &tcp, bytes, buf);
+        }
         let rendered = self.app_request(target, port).len();
         // A pure app renders the same request again; pad if it did not.
         if rendered < payload.end {
             self.request[rendered..payload.end].fill(0);
         }
         segment::render(&self.link, ours, target, &tcp, &self.request[payload], buf)
+    }
+
+    /// The bytes a connection's session sent, if it has one.
+    fn session_sent(&self, idx: u32) -> Option<&[u8]> {
+        let buf = self.conn(idx).buf;
+        let rx = (buf != NIL).then(|| self.pool.get(buf))?;
+        rx.session.as_ref().map(|_| rx.sent.as_slice())
     }
 
     /// SACK blocks for the connection's ACKs: its out-of-order ranges, most recent first.

@@ -63,7 +63,7 @@ mod tests;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-pub use app::{App, ReplyCursor};
+pub use app::{App, ReplyCursor, Session, MAX_SESSION_SEND};
 pub use engine::{Engine, CHALLENGE_ACKS_PER_SECOND, MAX_REQUEST_LEN};
 pub use retry::SynRetries;
 pub use segment::our_port_of;

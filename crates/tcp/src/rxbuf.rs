@@ -15,7 +15,7 @@
 //! counts the bytes its buffers hold; `limit` caps that sum (connections then advertise a
 //! smaller or zero window — see the engine).
 
-use crate::app::ReplyCursor;
+use crate::app::{ReplyCursor, Session};
 
 /// Disjoint out-of-order ranges a buffer tracks; a segment that would need one more is
 /// dropped (counted as out of order), and the peer retransmits it.
@@ -44,8 +44,17 @@ pub(crate) struct RxBuf {
     /// Zero-window probes sent: they back the retransmission timer off without using up
     /// `max_retransmits`.
     pub probes: u8,
-    /// Where the app's completeness check stopped in `data` (it reads each byte once).
+    /// Where the app's completeness check stopped in `data` (it reads each byte once); for a
+    /// session, the bytes it has been handed.
     pub cursor: ReplyCursor,
+    /// The app's session, for an app that talks in turns (the buffer is then taken when the
+    /// connection opens, not at its first data).
+    pub session: Option<Box<dyn Session>>,
+    /// Every byte the session has sent, from the first: retransmissions are cut from here.
+    pub sent: Vec<u8>,
+    /// Our clock (µs, low 32 bits) when the session's latest bytes were first queued: the
+    /// retransmission schedule of those bytes runs from it.
+    pub flight_us: Option<u32>,
 }
 
 /// What one segment's data did to a buffer.
@@ -166,6 +175,9 @@ impl RxBuf {
         self.quick_acks = 0;
         self.probes = 0;
         self.cursor = ReplyCursor::default();
+        self.session = None;
+        self.sent.clear();
+        self.flight_us = None;
     }
 }
 

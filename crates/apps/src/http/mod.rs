@@ -7,13 +7,14 @@ mod response;
 
 use std::io::Write;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use sonde_scan::reply::{Field, FieldType, Value};
 use sonde_tcp::{App, ReplyCursor};
 
 use crate::text::{hex, int, lossy, sha256_hex};
-use crate::AppOptions;
+use crate::{AppOptions, TargetNames};
 use chunked::ChunkedEnd;
 use response::{final_head, parser_config, Framing, HeadParse};
 
@@ -75,6 +76,8 @@ pub struct HttpApp {
     head_request: bool,
     /// The path requested, for the rows.
     path: String,
+    /// Names per target: a target's name is its Host.
+    names: Option<Arc<TargetNames>>,
 }
 
 impl HttpApp {
@@ -122,6 +125,7 @@ impl HttpApp {
             after_host,
             head_request: method == "HEAD",
             path: path.clone(),
+            names: None,
         })
     }
 
@@ -237,8 +241,9 @@ impl App for HttpApp {
     fn write_request(&self, buf: &mut [u8], addr: IpAddr, port: u16) -> usize {
         let capacity = buf.len();
         let mut out: &mut [u8] = buf;
+        let name = self.names().and_then(|names| names.name_of(addr, port));
         let written = out.write_all(&self.before_host).is_ok()
-            && match &self.host {
+            && match name.or(self.host.as_deref()) {
                 Some(host) => out.write_all(host.as_bytes()).is_ok(),
                 None => write_addr_host(&mut out, addr, port).is_ok(),
             }
@@ -253,6 +258,7 @@ impl App for HttpApp {
 
     fn max_request_len(&self) -> usize {
         let host = self.host.as_ref().map_or(MAX_ADDR_HOST_LEN, String::len);
+        let host = host.max(self.names().map_or(0, TargetNames::longest));
         self.before_host.len() + host + self.after_host.len()
     }
 
@@ -268,6 +274,67 @@ impl App for HttpApp {
     fn is_complete_after(&self, received: &[u8], cursor: &mut ReplyCursor) -> bool {
         complete::is_complete_after(received, self.head_request, cursor)
     }
+}
+
+impl HttpApp {
+    /// With names per target: a target's name is its Host.
+    pub fn with_names(self, names: Arc<TargetNames>) -> HttpApp {
+        HttpApp {
+            names: Some(names),
+            ..self
+        }
+    }
+
+    pub fn names(&self) -> Option<&TargetNames> {
+        self.names.as_deref()
+    }
+
+    /// The request for (`addr`, `port`) with Host `name` when given (the target's own name),
+    /// else as [`App::write_request`] writes it but without `:port` when the port is
+    /// `default_port` (443 for `https`).
+    pub(crate) fn request_for(
+        &self,
+        addr: IpAddr,
+        port: u16,
+        name: Option<&str>,
+        default_port: u16,
+    ) -> Vec<u8> {
+        let mut out = self.before_host.clone();
+        match name.or(self.host.as_deref()) {
+            Some(host) => out.extend_from_slice(host.as_bytes()),
+            None => {
+                let shown_port = if port == default_port { 80 } else { port };
+                let mut buf = [0u8; MAX_ADDR_HOST_LEN];
+                let mut rest: &mut [u8] = &mut buf;
+                if write_addr_host(&mut rest, addr, shown_port).is_ok() {
+                    let len = MAX_ADDR_HOST_LEN - rest.len();
+                    out.extend_from_slice(&buf[..len]);
+                }
+            }
+        }
+        out.extend_from_slice(&self.after_host);
+        out
+    }
+
+    /// Whether --http-host fixes the Host header.
+    pub(crate) fn has_fixed_host(&self) -> bool {
+        self.host.is_some()
+    }
+
+    /// Whether the response to this request has no body (HEAD).
+    pub(crate) fn head_request(&self) -> bool {
+        self.head_request
+    }
+}
+
+/// Whether an HTTP response (`received` so far, read on from `cursor`) is complete: as
+/// [`HttpApp`]'s check, for responses read from inside TLS.
+pub(crate) fn is_complete_response(
+    received: &[u8],
+    head_request: bool,
+    cursor: &mut ReplyCursor,
+) -> bool {
+    complete::is_complete_after(received, head_request, cursor)
 }
 
 /// The target's address as a Host value: IPv6 in brackets, `:port` unless it is 80.

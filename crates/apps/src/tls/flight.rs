@@ -12,6 +12,7 @@
 
 use std::borrow::Cow;
 
+use super::ja3s::Ja3s;
 use crate::progress::looked_at;
 use tls_parser::{
     parse_tls_handshake_server_hello, parse_tls_raw_record, parse_tls_server_hello_extension,
@@ -60,6 +61,8 @@ pub(crate) struct ServerHello {
     /// The negotiated version: supported_versions when present (TLS 1.3), else the legacy one.
     pub version: u16,
     pub cipher: u16,
+    /// What the JA3S fingerprint reads of it.
+    pub ja3s: Ja3s,
 }
 
 /// What the flight says so far.
@@ -209,6 +212,11 @@ fn server_hello(body: &[u8]) -> Option<ServerHello> {
     Some(ServerHello {
         version,
         cipher: hello.cipher.0,
+        ja3s: Ja3s::new(
+            hello.version.0,
+            hello.cipher.0,
+            hello.ext.unwrap_or_default(),
+        ),
     })
 }
 

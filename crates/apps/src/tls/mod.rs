@@ -1,25 +1,36 @@
-//! `tls`: a ClientHello, and what the server's first flight says: version, cipher suite,
-//! alert, and the certificate chain.
+//! `tls` and `https`: a full TLS 1.2/1.3 handshake with rustls (see [`full`]), and what it
+//! says: version, cipher, key-exchange group, ALPN, the whole certificate chain and whether it
+//! validates, the ServerHello's JA3S; `https` then sends an HTTP request inside the session.
 //!
-//! TLS 1.2 is the highest version offered by default: a TLS 1.3 server encrypts its
-//! certificate, so offering 1.3 would hide the certificate of every server that speaks it,
-//! while a 1.2 hello makes 1.2- and 1.3-capable servers alike send it in clear. With
-//! `tls_max` 1.3 the version and cipher of 1.3 servers are seen, their certificates not.
+//! The first-flight path stays: a hand-written ClientHello and a summary of the server's
+//! first flight in clear (version, cipher, alert, certificate chain). It answers when rustls
+//! cannot go on (a server of TLS 1.0/1.1 or RSA key exchange: the same connection's first
+//! flight is read from the raw bytes), and alone with `--tls-max` 1.0 or 1.1 (rustls speaks
+//! neither). Each row says which path answered (`tls_path`).
 
 mod cert;
 mod flight;
+mod full;
 mod hello;
+mod ja3s;
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use sonde_scan::reply::{Field, FieldType, Value};
-use sonde_tcp::{App, ReplyCursor};
+use sonde_tcp::{App, ReplyCursor, Session, MAX_SESSION_SEND};
 use tls_parser::{TlsAlertDescription, TlsCipherSuite};
 
+use crate::http::HttpApp;
 use crate::progress::Mark;
-use crate::AppOptions;
+use crate::text::lossy;
+use crate::{AppOptions, TargetNames, TlsVersion};
 use flight::{read_flight, read_flight_from, Boundary, FlightEnd};
+use full::{FullTls, TlsSession};
 use hello::ClientHello;
+
+pub(crate) use full::{default_roots, roots_from_pem};
 
 /// Fields of the `tls` app.
 pub static TLS_FIELDS: &[Field] = &[
@@ -76,38 +87,242 @@ pub static TLS_FIELDS: &[Field] = &[
     Field {
         name: "tls_chain",
         kind: FieldType::Str,
-        help: "JSON array of {subject, issuer, sha256} for each certificate sent",
+        help: "JSON array of {subject, issuer, sans, not_before, not_after, key_type, key_bits, sha256} for each certificate sent",
+    },
+    Field {
+        name: "tls_path",
+        kind: FieldType::Str,
+        help: "which path answered: rustls (a full handshake) or first-flight (the server's first flight in clear: TLS 1.0/1.1, RSA key exchange, --tls-max below 1.2)",
+    },
+    Field {
+        name: "tls_kx_group",
+        kind: FieldType::Str,
+        help: "key-exchange group of the full handshake (X25519, secp256r1, …)",
+    },
+    Field {
+        name: "tls_alpn",
+        kind: FieldType::Str,
+        help: "the protocol the server picked by ALPN (https offers http/1.1)",
+    },
+    Field {
+        name: "tls_ja3s",
+        kind: FieldType::Str,
+        help: "JA3S text of the ServerHello: version,cipher,extensions",
+    },
+    Field {
+        name: "tls_ja3s_md5",
+        kind: FieldType::Str,
+        help: "MD5 of tls_ja3s, hex",
+    },
+    Field {
+        name: "tls_cert_key_type",
+        kind: FieldType::Str,
+        help: "key type of the server's certificate: RSA, EC, Ed25519, …",
+    },
+    Field {
+        name: "tls_cert_key_bits",
+        kind: FieldType::Int,
+        help: "key size of the server's certificate in bits",
+    },
+    Field {
+        name: "tls_chain_valid",
+        kind: FieldType::Bool,
+        help: "the chain validates against the root store (webpki roots, or --root-cas), and for the name sent when there is one",
+    },
+    Field {
+        name: "tls_chain_error",
+        kind: FieldType::Str,
+        help: "why the chain does not validate",
+    },
+    Field {
+        name: "tls_error",
+        kind: FieldType::Str,
+        help: "why the full handshake stopped (the first flight then answers)",
     },
 ];
 
-/// Sends a ClientHello; the reply is complete at the ServerHelloDone (TLS ≤ 1.2), at a TLS 1.3
+/// The `tls` app (and with an HTTP request, `https`). With `tls_max` 1.2 or 1.3 each
+/// connection opens a rustls session (see [`full`]); below, it sends the first-flight
+/// ClientHello, and the reply is complete at the ServerHelloDone (TLS ≤ 1.2), at a TLS 1.3
 /// ServerHello, at an alert, or when the bytes are not (or no longer readable as) TLS.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct TlsApp {
     hello: ClientHello,
+    /// The full handshake's shared configuration (`tls_max` ≥ 1.2).
+    full: Option<Arc<FullTls>>,
+    /// The roots chains are validated against.
+    roots: Arc<rustls::RootCertStore>,
+    /// Names per target: a target's name is its SNI (and Host).
+    names: Option<Arc<TargetNames>>,
 }
 
 impl TlsApp {
     pub fn new(options: &AppOptions) -> Result<TlsApp, String> {
+        TlsApp::build(options, None)
+    }
+
+    /// `https`: the HTTP request of `options` inside the session, ALPN offering http/1.1.
+    pub fn https(options: &AppOptions) -> Result<TlsApp, String> {
+        if options.tls_max < TlsVersion::Tls12 {
+            return Err(format!(
+                "--tls-max {} leaves only the first-flight path, which cannot carry a request: \
+                 https needs 1.2 or 1.3",
+                options.tls_max
+            ));
+        }
+        TlsApp::build(options, Some(HttpApp::new(options)?))
+    }
+
+    fn build(options: &AppOptions, http: Option<HttpApp>) -> Result<TlsApp, String> {
         let server_name = server_name(options)?;
+        let roots = match &options.tls_root_cas {
+            Some(path) => roots_from_pem(path)?,
+            None => default_roots(),
+        };
+        let full = if options.tls_max >= TlsVersion::Tls12 {
+            let alpn: &[&[u8]] = if http.is_some() { &[b"http/1.1"] } else { &[] };
+            Some(Arc::new(FullTls::new(
+                options.tls_max,
+                server_name.as_deref(),
+                alpn,
+                http,
+            )?))
+        } else {
+            None
+        };
         Ok(TlsApp {
             hello: ClientHello::new(options.tls_max, server_name.as_deref())?,
+            full,
+            roots: Arc::new(roots),
+            names: None,
         })
     }
 
-    /// Values of [`TLS_FIELDS`] for the reply `received`.
+    /// With names per target: a target's name is its SNI (and Host).
+    pub fn with_names(self, names: Arc<TargetNames>) -> TlsApp {
+        TlsApp {
+            names: Some(names),
+            ..self
+        }
+    }
+
+    pub fn names(&self) -> Option<&TargetNames> {
+        self.names.as_deref()
+    }
+
+    /// Whether this is `https`.
+    pub fn is_https(&self) -> bool {
+        self.full.as_ref().is_some_and(|full| full.http.is_some())
+    }
+
+    /// A session for a connection to (`addr`, `port`) whose name is `name` (SNI and Host; else
+    /// the run-wide ones), its ClientHello appended to `first`; `None` on the first-flight
+    /// path.
+    pub fn open_named(
+        &self,
+        addr: IpAddr,
+        port: u16,
+        name: Option<&str>,
+        first: &mut Vec<u8>,
+    ) -> Option<Box<dyn Session>> {
+        let session = self.full.as_ref()?.open(addr, port, name, first)?;
+        Some(Box::new(session))
+    }
+
+    /// Values of [`TLS_FIELDS`] for the reply `received` (first-flight path).
     pub fn describe_into(&self, received: &[u8], values: &mut Vec<Value>) {
+        self.describe_session_into(received, None, values);
+    }
+
+    /// Values of the app's fields (`https`: [`crate::HTTP_FIELDS`] first) for the raw reply
+    /// `received` and the connection's session, if it had one.
+    pub fn describe_session_into(
+        &self,
+        received: &[u8],
+        session: Option<&dyn Session>,
+        values: &mut Vec<Value>,
+    ) {
+        let session = session.and_then(|s| s.as_any().downcast_ref::<TlsSession>());
+        if let Some(http) = self.full.as_ref().and_then(|full| full.http.as_ref()) {
+            let plaintext = session.map_or(&[][..], |s| s.plaintext.as_slice());
+            http.describe_into(plaintext, values);
+        }
         let flight = read_flight(received, true);
         let hello = flight.server_hello;
+        let done = session.filter(|s| s.done);
         values.push(hello.map_or(Value::Null, |h| Value::Str(version_name(h.version))));
         values.push(hello.map_or(Value::Null, |h| Value::Str(cipher_name(h.cipher))));
+        let alert = match session.and_then(|s| s.failure.as_ref()) {
+            Some(rustls::Error::AlertReceived(alert)) => Some(u8::from(*alert)),
+            _ => flight.alert,
+        };
+        values.push(alert.map_or(Value::Null, |a| Value::Str(alert_name(a))));
+        // The chain rustls received, else the clear one (only a whole Certificate message is
+        // read; a cut one tells nothing reliable).
+        let chain: Vec<&[u8]> = match done.and_then(|s| s.conn.peer_certificates()) {
+            Some(certs) => certs.iter().map(|c| c.as_ref()).collect(),
+            None => cert::chain_of_message(flight.certificate.as_deref()),
+        };
+        cert::describe_chain(&chain, values);
+        let path = match (done, hello) {
+            (Some(_), _) => Value::Str("rustls".into()),
+            (None, Some(_)) => Value::Str("first-flight".into()),
+            (None, None) => Value::Null,
+        };
+        values.push(path);
+        let conn = done.map(|s| &s.conn);
         values.push(
-            flight
-                .alert
-                .map_or(Value::Null, |a| Value::Str(alert_name(a))),
+            conn.and_then(|c| c.negotiated_key_exchange_group())
+                .map_or(Value::Null, |g| Value::Str(format!("{:?}", g.name()))),
         );
-        // Only a whole Certificate message is read; a cut one tells nothing reliable.
-        cert::describe_chain(flight.certificate.as_deref(), values);
+        values.push(
+            conn.and_then(|c| c.alpn_protocol())
+                .map_or(Value::Null, lossy),
+        );
+        values.push(hello.map_or(Value::Null, |h| Value::Str(h.ja3s.text())));
+        values.push(hello.map_or(Value::Null, |h| Value::Str(h.ja3s.md5())));
+        cert::describe_key(&chain, values);
+        match (
+            chain.is_empty(),
+            self.validate(&chain, session.map(|s| &s.name)),
+        ) {
+            (true, _) => values.extend([Value::Null, Value::Null]),
+            (false, Ok(())) => values.extend([Value::Bool(true), Value::Null]),
+            (false, Err(why)) => values.extend([Value::Bool(false), Value::Str(why)]),
+        }
+        values.push(
+            session
+                .and_then(|s| s.failure.as_ref())
+                .map_or(Value::Null, |e| Value::Str(e.to_string())),
+        );
+    }
+
+    /// Whether `chain` leads to one of the roots, and names `name` when it is given; else why
+    /// not.
+    fn validate(&self, chain: &[&[u8]], name: Option<&ServerName<'_>>) -> Result<(), String> {
+        let Some((leaf, intermediates)) = chain.split_first() else {
+            return Err("no certificate".into());
+        };
+        let leaf = CertificateDer::from(*leaf);
+        let intermediates: Vec<CertificateDer<'_>> = intermediates
+            .iter()
+            .map(|&der| CertificateDer::from(der))
+            .collect();
+        let parsed =
+            rustls::server::ParsedCertificate::try_from(&leaf).map_err(|e| e.to_string())?;
+        let algorithms = rustls::crypto::ring::default_provider().signature_verification_algorithms;
+        rustls::client::verify_server_cert_signed_by_trust_anchor(
+            &parsed,
+            &self.roots,
+            &intermediates,
+            UnixTime::now(),
+            algorithms.all,
+        )
+        .map_err(|e| e.to_string())?;
+        if let Some(name) = name {
+            rustls::client::verify_server_name(&parsed, name).map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 }
 
@@ -122,7 +337,7 @@ fn server_name(options: &AppOptions) -> Result<Option<String>, String> {
         }
         if !is_host_name(name) {
             return Err(format!(
-                "bad --tls-sni {name:?}: give a host name (letters, digits, '-', '.'; at most 253)"
+                "bad --tls-sni {name:?}: give a host name (letters, digits, '-', '.'; at most 253, labels of at most 63)"
             ));
         }
         return Ok(Some(name.clone()));
@@ -139,10 +354,12 @@ fn server_name(options: &AppOptions) -> Result<Option<String>, String> {
     Ok(usable.then(|| name.to_string()))
 }
 
-/// A DNS name as SNI carries it: ASCII letters, digits, '-', '_', '.', at most 253 bytes.
-fn is_host_name(name: &str) -> bool {
+/// A DNS name as SNI carries it: ASCII letters, digits, '-', '_', '.', at most 253 bytes, in
+/// labels of at most 63.
+pub(crate) fn is_host_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253
+        && name.split('.').all(|label| label.len() <= 63)
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
@@ -198,6 +415,23 @@ impl App for TlsApp {
         self.hello.bytes.len()
     }
 
+    fn max_sent_len(&self) -> usize {
+        match self.full {
+            Some(_) => MAX_SESSION_SEND,
+            None => self.hello.bytes.len(),
+        }
+    }
+
+    fn open_session(
+        &self,
+        addr: IpAddr,
+        port: u16,
+        first: &mut Vec<u8>,
+    ) -> Option<Box<dyn Session>> {
+        let name = self.names().and_then(|names| names.name_of(addr, port));
+        self.open_named(addr, port, name, first)
+    }
+
     fn is_complete(&self, received: &[u8]) -> bool {
         self.is_complete_after(received, &mut ReplyCursor::default())
     }
@@ -228,3 +462,6 @@ impl App for TlsApp {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod session_tests;

@@ -93,8 +93,8 @@ fn reframed(flight: &[u8], size: Option<usize>) -> Vec<u8> {
 }
 
 #[test]
-fn the_default_hello_offers_tls_1_2_with_a_modern_suite_list() {
-    let (version, ciphers, extensions) = sent_hello(&default_app());
+fn the_first_flight_hello_for_tls_1_2_offers_a_modern_suite_list() {
+    let (version, ciphers, extensions) = sent_hello(&app(TlsVersion::Tls12, None));
     assert_eq!(version, 0x0303);
     assert_eq!(&ciphers[..2], &[0xc02b, 0xc02f], "ECDHE AES-GCM first");
     for suite in [0xcca8, 0xcca9, 0xc013, 0x002f] {
@@ -209,7 +209,15 @@ fn sni_comes_from_tls_sni_or_a_host_name_never_an_address() {
     };
     assert_eq!(sni(sni_option), Some("a.sonde.test".to_string()));
 
-    for bad in ["198.18.0.7", "2001:2::7", "bad name", "", &"a".repeat(254)] {
+    let long_label = format!("{}.test", "a".repeat(64));
+    for bad in [
+        "198.18.0.7",
+        "2001:2::7",
+        "bad name",
+        "",
+        &"a".repeat(254),
+        &long_label,
+    ] {
         let options = AppOptions {
             tls_sni: Some(bad.to_string()),
             ..AppOptions::default()
@@ -217,8 +225,9 @@ fn sni_comes_from_tls_sni_or_a_host_name_never_an_address() {
         let err = TlsApp::new(&options).unwrap_err();
         assert!(err.starts_with("bad --tls-sni"), "{err}");
     }
+    let label = "a".repeat(63);
     let longest = AppOptions {
-        tls_sni: Some("a".repeat(253)),
+        tls_sni: Some(format!("{label}.{label}.{label}.{}", "a".repeat(61))),
         tls_max: TlsVersion::Tls13,
         ..AppOptions::default()
     };

@@ -21,7 +21,7 @@ use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, Sockadd
 use sonde_meter::output_file::IfExists;
 use sonde_meter::{peak_rss_bytes, Stopwatch};
 use sonde_scan::output::RowWriter;
-use sonde_tcp::{CloseMode, Outcome, ReplyCursor, Status};
+use sonde_tcp::{CloseMode, Outcome, ReplyCursor, Session, Status};
 
 use super::{success_rate, GrabApp, GrabCounts, GrabPlan, GrabRow, GrabStatus, GrabSummary};
 use crate::feed::Feed;
@@ -48,6 +48,8 @@ struct Conn {
     data: Vec<u8>,
     /// Where the app's completeness check stopped in `data` (it reads each byte once).
     cursor: ReplyCursor,
+    /// The app's session, when it talks in turns: it reads the reply and adds to `request`.
+    session: Option<Box<dyn Session>>,
     bytes: u64,
     /// Bumped when the slot is reused, so stale timers are ignored.
     generation: u32,
@@ -220,9 +222,13 @@ impl<'p, A: GrabApp> Pool<'p, A> {
         };
         let started = Instant::now();
         let target = SockaddrStorage::from(SocketAddr::new(addr, port));
-        let mut request = vec![0u8; self.plan.app.max_request_len()];
-        let len = self.plan.app.write_request(&mut request, addr, port);
-        request.truncate(len);
+        let mut request = Vec::new();
+        let session = self.plan.app.open_session(addr, port, &mut request);
+        if session.is_none() {
+            request.resize(self.plan.app.max_request_len(), 0);
+            let len = self.plan.app.write_request(&mut request, addr, port);
+            request.truncate(len);
+        }
         let conn = Conn {
             stream: TcpStream::from(fd),
             addr,
@@ -234,6 +240,7 @@ impl<'p, A: GrabApp> Pool<'p, A> {
             request,
             data: Vec::new(),
             cursor: ReplyCursor::default(),
+            session,
             bytes: 0,
             generation: 0,
         };
@@ -303,19 +310,32 @@ impl<'p, A: GrabApp> Pool<'p, A> {
                 generation,
             )));
         }
-        let conn = self.slots[slot].as_mut().expect("the slot is open");
-        if !conn.request.is_empty() {
-            match conn.stream.write(&conn.request) {
-                Ok(n) => {
-                    conn.request.drain(..n);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(_) => return self.close(slot, Status::Reset, writer, counts),
-            }
+        if !self.write_pending(slot) {
+            return self.close(slot, Status::Reset, writer, counts);
         }
         match self.read(slot) {
             Some(status) => self.close(slot, status, writer, counts),
-            None => Ok(()),
+            // A session may have more to say after what it read.
+            None if self.write_pending(slot) => Ok(()),
+            None => self.close(slot, Status::Reset, writer, counts),
+        }
+    }
+
+    /// Writes what of the request (or a session's bytes) the socket takes; false when the
+    /// connection broke.
+    fn write_pending(&mut self, slot: usize) -> bool {
+        let Some(conn) = self.slots[slot].as_mut() else {
+            return true;
+        };
+        if conn.request.is_empty() {
+            return true;
+        }
+        match conn.stream.write(&conn.request) {
+            Ok(n) => {
+                conn.request.drain(..n);
+                true
+            }
+            Err(e) => e.kind() == ErrorKind::WouldBlock,
         }
     }
 
@@ -339,15 +359,22 @@ impl<'p, A: GrabApp> Pool<'p, A> {
                     conn.bytes += n as u64;
                     let keep = n.min(max.saturating_sub(conn.data.len()));
                     conn.data.extend_from_slice(&self.chunk[..keep]);
-                    if conn.data.len() >= max || app.is_complete_after(&conn.data, &mut conn.cursor)
-                    {
+                    let complete = match conn.session.as_mut() {
+                        Some(session) => {
+                            session.on_received(&self.chunk[..keep], &mut conn.request)
+                        }
+                        None => app.is_complete_after(&conn.data, &mut conn.cursor),
+                    };
+                    if conn.data.len() >= max || complete {
                         return Some(Status::Success);
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(_) => {
-                    let complete = app.is_complete_after(&conn.data, &mut conn.cursor);
+                    // A session said at its last bytes that it was not done.
+                    let complete = conn.session.is_none()
+                        && app.is_complete_after(&conn.data, &mut conn.cursor);
                     return Some(if conn.data.is_empty() || !complete {
                         Status::Reset
                     } else {
@@ -460,10 +487,13 @@ impl<'p, A: GrabApp> Pool<'p, A> {
         let values = if conn.data.is_empty() {
             Vec::new()
         } else {
-            self.plan.app.describe(&conn.data)
+            self.plan
+                .app
+                .describe_session(&conn.data, conn.session.as_deref())
         };
         let row = GrabRow {
             outcome: &outcome,
+            name: self.plan.app.target_name(outcome.addr, outcome.port),
             app_fields: self.plan.app.fields(),
             app_values: &values,
             timestamp_us: SystemTime::now()

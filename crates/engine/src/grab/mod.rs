@@ -15,7 +15,7 @@ pub mod user;
 #[cfg(test)]
 mod tests;
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -23,7 +23,7 @@ use sonde_apps::AnyApp;
 use sonde_meter::Counter;
 use sonde_scan::output::Row;
 use sonde_scan::reply::{Field, FieldType, Value};
-use sonde_tcp::{App, Outcome};
+use sonde_tcp::{App, Outcome, Session};
 
 use crate::plan::RunPlan;
 use crate::status::{per_second, StatusSource, Tick};
@@ -37,6 +37,16 @@ pub trait GrabApp: App + Send + Sync {
     fn fields(&self) -> &'static [Field];
     /// The app's field values for a reply's bytes.
     fn describe(&self, received: &[u8]) -> Vec<Value>;
+    /// As `describe`, with the connection's session when the app talks in turns.
+    fn describe_session(&self, received: &[u8], session: Option<&dyn Session>) -> Vec<Value> {
+        let _ = session;
+        self.describe(received)
+    }
+    /// The name of the target (`-I address[:port],name`), for the row's `name`.
+    fn target_name(&self, addr: IpAddr, port: u16) -> Option<&str> {
+        let _ = (addr, port);
+        None
+    }
 }
 
 impl GrabApp for AnyApp {
@@ -48,6 +58,12 @@ impl GrabApp for AnyApp {
     }
     fn describe(&self, received: &[u8]) -> Vec<Value> {
         AnyApp::describe(self, received)
+    }
+    fn describe_session(&self, received: &[u8], session: Option<&dyn Session>) -> Vec<Value> {
+        AnyApp::describe_session(self, received, session)
+    }
+    fn target_name(&self, addr: IpAddr, port: u16) -> Option<&str> {
+        AnyApp::target_name(self, addr, port)
     }
 }
 
@@ -73,6 +89,11 @@ const fn field(name: &'static str, kind: FieldType, help: &'static str) -> Field
 pub const FIELDS: &[Field] = &[
     field("saddr", FieldType::Addr, "the target's address"),
     field("dport", FieldType::U16, "the target's port"),
+    field(
+        "name",
+        FieldType::Str,
+        "the target's name from -I address[:port],name (its Host and SNI)",
+    ),
     field("sport", FieldType::U16, "our source port"),
     field(
         "status",
@@ -197,6 +218,38 @@ pub struct GrabSummary {
     pub loop_stats: Option<LoopStats>,
 }
 
+impl GrabSummary {
+    /// Adds a later round's counts (a run with several names per target runs one round per
+    /// name; see `sonde grab -I`): counts add up, rates are over the rounds' whole time.
+    pub fn add_round(&mut self, round: &GrabSummary) {
+        self.targets += round.targets;
+        self.syn_sent += round.syn_sent;
+        self.syn_retransmitted += round.syn_retransmitted;
+        self.established += round.established;
+        self.completed += round.completed;
+        self.success += round.success;
+        self.refused += round.refused;
+        self.syn_timeouts += round.syn_timeouts;
+        self.timeouts += round.timeouts;
+        self.resets += round.resets;
+        self.closed += round.closed;
+        self.unreachable += round.unreachable;
+        self.retransmits_received += round.retransmits_received;
+        self.retransmits_sent += round.retransmits_sent;
+        self.invalid += round.invalid;
+        self.drops += round.drops;
+        self.wall_s += round.wall_s;
+        self.cpu_user_s += round.cpu_user_s;
+        self.cpu_sys_s += round.cpu_sys_s;
+        self.conn_per_s = success_rate(self.success, self.wall_s);
+        let cpu_us = (self.cpu_user_s + self.cpu_sys_s) * 1e6;
+        self.cpu_us_per_conn = cpu_us / self.success.max(1) as f64;
+        self.peak_outstanding = self.peak_outstanding.max(round.peak_outstanding);
+        self.peak_rss_bytes = self.peak_rss_bytes.max(round.peak_rss_bytes);
+        self.interrupted |= round.interrupted;
+    }
+}
+
 /// Counters of the grab loop's passes: what each pass found to do, what held back new
 /// connections, and where the thread's wall time went. They show what a run waits on.
 #[derive(Serialize, Clone, Debug, Default)]
@@ -285,6 +338,8 @@ pub fn all_fields<A: GrabApp>(app: &A) -> impl Iterator<Item = &'static Field> {
 /// One output row: the connection's outcome and the app's fields.
 pub(crate) struct GrabRow<'a> {
     pub outcome: &'a Outcome,
+    /// The target's name, when the input gives names.
+    pub name: Option<&'a str>,
     pub app_fields: &'static [Field],
     pub app_values: &'a [Value],
     pub timestamp_us: u64,
@@ -297,6 +352,7 @@ impl Row for GrabRow<'_> {
         match name {
             "saddr" => Value::Str(o.addr.to_string()),
             "dport" => Value::Int(o.port.into()),
+            "name" => self.name.map_or(Value::Null, |n| Value::Str(n.to_string())),
             "sport" => Value::Int(o.sport.into()),
             "status" => Value::Str(o.status.name().into()),
             "rtt_us" => int(o.rtt_us),

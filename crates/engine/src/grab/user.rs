@@ -26,7 +26,7 @@ use sonde_meter::{peak_rss_bytes, Stopwatch};
 use sonde_scan::dedup::Dedup;
 use sonde_scan::output::{RowRenderer, RowWriter};
 use sonde_scan::reply::Value;
-use sonde_tcp::{App, Engine, Outcome, ReplyCursor, Rx, Stats, Status, SynRetries};
+use sonde_tcp::{App, Engine, Outcome, ReplyCursor, Rx, Session, Stats, Status, SynRetries};
 use sonde_wire::{arp, ethernet, EtherType, MacAddr};
 
 use super::dispatch::Mailbox;
@@ -444,6 +444,17 @@ impl<A: App> App for AppRef<'_, A> {
     }
     fn is_complete_after(&self, received: &[u8], cursor: &mut ReplyCursor) -> bool {
         self.0.is_complete_after(received, cursor)
+    }
+    fn max_sent_len(&self) -> usize {
+        self.0.max_sent_len()
+    }
+    fn open_session(
+        &self,
+        addr: IpAddr,
+        port: u16,
+        first: &mut Vec<u8>,
+    ) -> Option<Box<dyn Session>> {
+        self.0.open_session(addr, port, first)
     }
 }
 
@@ -984,14 +995,15 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             counts,
             ..
         } = self;
-        engine.drain_outcomes(|outcome, bytes| {
+        engine.drain_replies(|outcome, bytes, session| {
             *app_values = if outcome.status == Status::Success || !bytes.is_empty() {
-                plan.app.describe(bytes)
+                plan.app.describe_session(bytes, session)
             } else {
                 Vec::new()
             };
             let row = GrabRow {
                 outcome,
+                name: plan.app.target_name(outcome.addr, outcome.port),
                 app_fields: plan.app.fields(),
                 app_values,
                 timestamp_us: epoch_us,
@@ -1023,6 +1035,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             };
             let row = GrabRow {
                 outcome: &outcome,
+                name: self.plan.app.target_name(addr, port),
                 app_fields: self.plan.app.fields(),
                 app_values: &[],
                 timestamp_us: epoch_us,

@@ -159,10 +159,53 @@ pub struct TargetList {
     pub tokens: Vec<String>,
     /// Sorted, distinct; empty when no line named a port.
     pub ports: Vec<u16>,
+    /// The names of `address[:port],name` lines, in file order.
+    pub names: Vec<NamedTarget>,
+}
+
+/// One `address[:port],name` line of a target list (ZGrab2's input): the name a connection to
+/// that address (and port, when given; every port otherwise) uses for Host and SNI.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamedTarget {
+    pub addr: IpAddr,
+    pub port: Option<u16>,
+    pub name: String,
+}
+
+/// Why `name` is no host name, if it is not: letters, digits, '-', '_', '.', at most 253
+/// bytes, labels of at most 63.
+fn check_name(name: &str) -> Result<(), String> {
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.';
+    if name.is_empty() {
+        return Err("the name after ',' is empty".into());
+    }
+    if name.len() > 253 || name.split('.').any(|label| label.len() > 63) {
+        return Err("a host name has at most 253 characters, in labels of at most 63".into());
+    }
+    if !name.bytes().all(allowed) {
+        return Err("a host name has only letters, digits, '-', '_' and '.'".into());
+    }
+    Ok(())
+}
+
+/// `address[:port],name`: the address, its port if given, the checked name.
+fn parse_named(token: &str) -> Result<NamedTarget, String> {
+    let (target, name) = token.split_once(',').expect("a named line has a comma");
+    let (addr, port) = split_port(target)?;
+    let addr: IpAddr = addr
+        .parse()
+        .map_err(|_| format!("{addr:?} is not one address (a named line names one host)"))?;
+    check_name(name)?;
+    Ok(NamedTarget {
+        addr,
+        port,
+        name: name.to_string(),
+    })
 }
 
 /// Reads targets that may come with ports: what [`read_target_file`] reads, plus `addr:port`
-/// and `[v6addr]:port` lines, plus csv output of `sonde scan` or `sonde grab` (a header naming
+/// and `[v6addr]:port` lines, each optionally followed by `,name` (ZGrab2's input: the name
+/// goes into Host and SNI; [`TargetList::names`]), plus csv output of `sonde scan` or `sonde grab` (a header naming
 /// `saddr`, and `sport` or `dport` for the port), so a scan's hits can be grabbed directly.
 pub fn read_target_list(path: impl AsRef<Path>) -> Result<TargetList> {
     let path = path.as_ref();
@@ -171,6 +214,18 @@ pub fn read_target_list(path: impl AsRef<Path>) -> Result<TargetList> {
     }
     let mut list = TargetList::default();
     for_each_list_token(path, |line, token| {
+        if token.contains(',') {
+            let named = parse_named(token).map_err(|why| {
+                anyhow!(
+                    "{}:{line}: invalid line {token:?}: {why}; lines are address[:port] or address[:port],name",
+                    path.display()
+                )
+            })?;
+            list.tokens.push(named.addr.to_string());
+            list.ports.extend(named.port);
+            list.names.push(named);
+            return Ok(());
+        }
         let (addr, port) = split_port(token)
             .map_err(|why| anyhow!("{}:{line}: invalid target {token:?}: {why}", path.display()))?;
         parse_target_block(addr)

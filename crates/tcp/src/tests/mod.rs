@@ -9,3 +9,4 @@ mod peer;
 mod receive;
 mod robustness;
 mod send;
+mod turns;

@@ -303,25 +303,27 @@ impl Server {
 }
 
 /// An engine, a clock and one scripted server.
-pub struct Harness {
-    pub engine: Engine<TestApp>,
+pub struct Harness<A: App = TestApp> {
+    pub engine: Engine<A>,
     pub server: Server,
     pub now: u64,
     buf: Vec<u8>,
 }
 
-impl Harness {
-    pub fn new(cfg: Config, app: TestApp, server: Server) -> Harness {
+impl Harness<TestApp> {
+    pub fn v4() -> Harness {
+        Harness::new(config(), TestApp::http(), Server::new("198.18.0.7", 80))
+    }
+}
+
+impl<A: App> Harness<A> {
+    pub fn new(cfg: Config, app: A, server: Server) -> Harness<A> {
         Harness {
             engine: Engine::new(cfg, app).unwrap(),
             server,
             now: 1_000_000,
             buf: vec![0; 1514],
         }
-    }
-
-    pub fn v4() -> Harness {
-        Harness::new(config(), TestApp::http(), Server::new("198.18.0.7", 80))
     }
 
     /// Sends the SYN and returns it as the server reads it.

@@ -1,0 +1,285 @@
+//! `sonde grab -M tls` and `-M https` in the lab, scored against its truth: the lab's nginx on
+//! 443 speaks TLS 1.3; every live host's certificate SHA-256 and HTTPS body must be right,
+//! over sonde's own TCP and over kernel sockets. Also the one-line errors of TLS input. Needs
+//! root; each lab has a unique name and is removed by its guard, also on failure.
+
+mod common;
+use common::{can_run_labs, grab_score, sonde, stderr, Lab};
+
+fn rows(path: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// `sonde grab --lab L ARGS -q -r 0`.
+fn grab(lab: &Lab, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["grab", "--lab", &lab.name, "-q", "-r", "0"];
+    all.extend_from_slice(args);
+    sonde(&all)
+}
+
+#[test]
+fn https_and_tls_get_every_live_host_with_its_certificate() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&[
+        "--population",
+        "198.18.0.0/25",
+        "--responsive",
+        "0.5",
+        "--http",
+        "--tcp-open",
+        "80,443",
+    ]);
+    let cert = lab.status()["tls_cert_sha256"]
+        .as_str()
+        .expect("the lab's certificate hash")
+        .to_string();
+    for backend in ["xdp", "kernel"] {
+        for app in ["https", "tls"] {
+            let out_file = lab.file(&format!("{app}-{backend}.ndjson"));
+            let out = grab(
+                &lab,
+                &[
+                    "198.18.0.0/25",
+                    "-p",
+                    "443",
+                    "-M",
+                    app,
+                    "--backend",
+                    backend,
+                    "-o",
+                    &out_file,
+                ],
+            );
+            assert!(out.status.success(), "{app} {backend}: {}", stderr(&out));
+            let score = lab.score(&[&out_file]);
+            let (done, live, bodies, wrong, fp) = grab_score(&score);
+            assert!(live > 0, "{score}");
+            assert!(
+                done == live && wrong == 0 && fp == 0,
+                "{app} {backend}: {score}"
+            );
+            if app == "https" {
+                assert_eq!(bodies, live, "{app} {backend}: every body right: {score}");
+            }
+            assert!(score.contains("certificates correct"), "{score}");
+            let rows = rows(&out_file);
+            let ok: Vec<_> = rows.iter().filter(|r| r["status"] == "success").collect();
+            assert_eq!(ok.len() as u64, live);
+            for r in ok {
+                assert_eq!(r["tls_cert_sha256"], cert.as_str(), "{r}");
+                assert_eq!(r["tls_path"], "rustls", "{r}");
+                assert_eq!(r["tls_version"], "TLSv1.3", "{r}");
+                assert!(r["tls_kx_group"].is_string(), "{r}");
+                assert!(
+                    r["tls_ja3s"]
+                        .as_str()
+                        .is_some_and(|j| j.starts_with("771,")),
+                    "{r}"
+                );
+                // The lab's certificate is its own: no root knows it.
+                assert_eq!(r["tls_chain_valid"], false, "{r}");
+                assert!(r["tls_chain_error"].is_string(), "{r}");
+                if app == "https" {
+                    assert_eq!(r["tls_alpn"], "http/1.1", "{r}");
+                    assert_eq!(r["http_status"], 200, "{r}");
+                    let want = format!("sonde lab {}\n", r["saddr"].as_str().unwrap());
+                    assert_eq!(r["http_body"], want.as_str(), "{r}");
+                }
+            }
+        }
+    }
+}
+
+/// `-I address:port,name`: each name is its own connection and row (two names for one address
+/// make two rounds), carrying the name; the rest as any https row.
+#[test]
+fn names_per_target_each_get_a_connection_and_a_row() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&[
+        "--population",
+        "198.18.0.0/26",
+        "--responsive",
+        "0.5",
+        "--http",
+        "--tcp-open",
+        "80,443",
+    ]);
+    let live: Vec<String> = lab
+        .truth(&["--ports", "443"])
+        .into_iter()
+        .filter(|r| r[1] == "443" && r[2] == "synack")
+        .map(|r| r[0].clone())
+        .collect();
+    assert!(live.len() >= 3, "{live:?}");
+    let lines = [
+        format!("{}:443,a.sonde.test", live[0]),
+        format!("{}:443,b.sonde.test", live[0]),
+        format!("{}:443,c.sonde.test", live[1]),
+        format!("{}:443", live[2]),
+    ];
+    let input = lab.file("names.txt");
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    for backend in ["xdp", "kernel"] {
+        let out_file = lab.file(&format!("names-{backend}.ndjson"));
+        let out = grab(
+            &lab,
+            &[
+                "-I",
+                &input,
+                "-M",
+                "https",
+                "--backend",
+                backend,
+                "-o",
+                &out_file,
+            ],
+        );
+        assert!(out.status.success(), "{backend}: {}", stderr(&out));
+        let mut got: Vec<(String, serde_json::Value)> = rows(&out_file)
+            .into_iter()
+            .map(|r| {
+                assert_eq!(r["status"], "success", "{r}");
+                let want = format!("sonde lab {}\n", r["saddr"].as_str().unwrap());
+                assert_eq!(r["http_body"], want.as_str(), "{r}");
+                assert_eq!(r["tls_path"], "rustls", "{r}");
+                (r["saddr"].as_str().unwrap().to_string(), r["name"].clone())
+            })
+            .collect();
+        got.sort_by_key(|(addr, name)| (addr.clone(), name.to_string()));
+        let mut want = vec![
+            (live[0].clone(), serde_json::json!("a.sonde.test")),
+            (live[0].clone(), serde_json::json!("b.sonde.test")),
+            (live[1].clone(), serde_json::json!("c.sonde.test")),
+            (live[2].clone(), serde_json::Value::Null),
+        ];
+        want.sort_by_key(|(addr, name)| (addr.clone(), name.to_string()));
+        assert_eq!(got, want, "{backend}");
+    }
+}
+
+#[test]
+fn bad_tls_input_gets_one_clear_line() {
+    let junk = std::env::temp_dir().join(format!("sonde-junk-roots-{}.pem", std::process::id()));
+    std::fs::write(&junk, "no certificate here\n").unwrap();
+    let junk = junk.to_str().unwrap().to_string();
+    let names = std::env::temp_dir().join(format!("sonde-bad-names-{}.txt", std::process::id()));
+    std::fs::write(&names, "198.18.0.1:443,ok.test\n198.18.0.2:443,bad name!\n").unwrap();
+    let names = names.to_str().unwrap().to_string();
+    let cases: [(&[&str], &str); 4] = [
+        (&["grab", "-I", &names, "-M", "https"], ":2:"),
+        (
+            &[
+                "grab",
+                "198.18.0.0/24",
+                "-M",
+                "tls",
+                "--root-cas",
+                "/nonexistent/roots.pem",
+            ],
+            "/nonexistent/roots.pem",
+        ),
+        (
+            &["grab", "198.18.0.0/24", "-M", "https", "--root-cas", &junk],
+            "--root-cas",
+        ),
+        (&["grab", "198.18.0.0/24", "-M", "smtps"], "smtps"),
+    ];
+    for (args, needle) in cases {
+        let out = sonde(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = stderr(&out);
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.contains("error") && err.contains(needle),
+            "{args:?}: {err}"
+        );
+    }
+    let _ = std::fs::remove_file(&junk);
+    let _ = std::fs::remove_file(&names);
+}
+
+/// The server that stays in the past, started in the lab's network namespace only, ended when
+/// dropped.
+struct OldServer(std::process::Child);
+
+impl Drop for OldServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A server of TLS 1.0 and RSA key exchange only (`openssl s_server -tls1`) refuses the full
+/// handshake's hello (protocol_version); `-M tls` then makes a second connection with the
+/// first-flight hello and reads its certificate.
+#[test]
+fn a_tls_1_0_only_server_yields_its_certificate_by_a_second_connection() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&["--population", "198.18.0.0/30", "--responsive", "1"]);
+    let (key, cert) = (lab.file("old.key"), lab.file("old.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
+        ])
+        .args([
+            "-keyout",
+            &key,
+            "-out",
+            &cert,
+            "-subj",
+            "/CN=old.sonde.test",
+        ])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let der = std::process::Command::new("openssl")
+        .args(["x509", "-in", &cert, "-outform", "DER"])
+        .output()
+        .unwrap()
+        .stdout;
+    let want = sonde_lab::sha256_hex(&der);
+    let namespace = format!("sonde-{}-net", lab.name);
+    let _server = OldServer(
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &namespace, "openssl", "s_server", "-quiet"])
+            .args([
+                "-accept",
+                "9443",
+                "-tls1",
+                "-cipher",
+                "AES128-SHA:@SECLEVEL=0",
+            ])
+            .args(["-cert", &cert, "-key", &key])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let out_file = lab.file("old.ndjson");
+    let out = grab(
+        &lab,
+        &["198.18.0.0/30", "-p", "9443", "-M", "tls", "-o", &out_file],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows = rows(&out_file);
+    assert_eq!(rows.len(), 4, "one row per target: {rows:?}");
+    for r in rows {
+        assert_eq!(r["status"], "success", "{r}");
+        assert_eq!(r["tls_path"], "first-flight", "{r}");
+        assert_eq!(r["tls_version"], "TLSv1.0", "{r}");
+        assert_eq!(r["tls_cipher"], "TLS_RSA_WITH_AES_128_CBC_SHA", "{r}");
+        assert_eq!(r["tls_cert_sha256"], want.as_str(), "{r}");
+    }
+}
