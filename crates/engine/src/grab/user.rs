@@ -135,12 +135,19 @@ impl Shared {
         self.phase.load(Ordering::Relaxed)
     }
 
-    /// Sets the phase (or the end of an all-idle run) and wakes every sleeping thread to see it.
-    fn tell_threads(&self, phase: Option<u8>) {
-        match phase {
-            Some(phase) => self.phase.store(phase, Ordering::Relaxed),
-            None => self.all_idle.store(true, Ordering::Relaxed),
-        }
+    /// Sets the phase, and wakes every sleeping thread to see it.
+    fn set_phase(&self, phase: u8) {
+        self.phase.store(phase, Ordering::Relaxed);
+        self.wake_all();
+    }
+
+    /// Every thread had nothing left to do: they end (woken to see it).
+    fn end_all_idle(&self) {
+        self.all_idle.store(true, Ordering::Relaxed);
+        self.wake_all();
+    }
+
+    fn wake_all(&self) {
         for wake in &self.wakes {
             wake.notify();
         }
@@ -152,7 +159,8 @@ impl Shared {
         }
     }
 
-    fn write_rows(&self) -> anyhow::Result<std::sync::MutexGuard<'_, Box<dyn RowWriter + Send>>> {
+    /// The row writer, locked.
+    fn writer(&self) -> anyhow::Result<std::sync::MutexGuard<'_, Box<dyn RowWriter + Send>>> {
         self.writer
             .lock()
             .map_err(|_| anyhow::anyhow!("another grab thread failed while writing"))
@@ -291,13 +299,13 @@ fn coordinate<A: GrabApp>(
             Ok(ThreadEvent::Idle) => {
                 idle += 1;
                 if idle == threads {
-                    shared.tell_threads(None);
+                    shared.end_all_idle();
                 }
             }
             Ok(ThreadEvent::Ended { failed }) => {
                 running -= 1;
                 if failed {
-                    shared.tell_threads(Some(ABORT));
+                    shared.set_phase(ABORT);
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
@@ -306,13 +314,13 @@ fn coordinate<A: GrabApp>(
         if stop.is_set() {
             match shared.phase() {
                 RUN => {
-                    shared.tell_threads(Some(DRAIN));
+                    shared.set_phase(DRAIN);
                     stop.rearm();
                     if !plan.run.quiet {
                         to_stderr("grab: no new connections; finishing the open ones (Ctrl-C again to end them now)");
                     }
                 }
-                _ => shared.tell_threads(Some(ABORT)),
+                _ => shared.set_phase(ABORT),
             }
         }
         if shared.phase() == DRAIN && !drain_saved {
@@ -320,7 +328,7 @@ fn coordinate<A: GrabApp>(
         }
         let done = status.source().done_fraction();
         if let Err(e) = status.tick(Phase::Sending { done }, false) {
-            shared.tell_threads(Some(ABORT));
+            shared.set_phase(ABORT);
             error.get_or_insert(e);
         }
     }
@@ -962,7 +970,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
                 let mut rendered = std::mem::take(&mut self.rendered);
                 let rows = self.each_row(|row| renderer.render(row, &mut rendered));
                 let copied = rows.and_then(|rows| {
-                    shared.write_rows()?.write_rendered(&rendered)?;
+                    shared.writer()?.write_rendered(&rendered)?;
                     Ok(rows)
                 });
                 rendered.clear();
@@ -970,7 +978,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
                 copied
             }
             None => {
-                let mut writer = shared.write_rows()?;
+                let mut writer = shared.writer()?;
                 self.each_row(|row| writer.write(row))
             }
         };
