@@ -503,15 +503,25 @@ mod tests {
             .collect();
         let https: Vec<&str> = AppKind::Https.fields().iter().map(|f| f.name).collect();
         assert_eq!(https, expected);
+        // The mail apps' fields are their own, then tls's: each app's own fields are unique.
+        let mail = [AppKind::Smtp, AppKind::Imap, AppKind::Pop3];
+        for kind in mail {
+            let fields = kind.fields();
+            let tail = fields[fields.len() - TLS_FIELDS.len()..]
+                .iter()
+                .map(|f| f.name);
+            assert!(tail.eq(TLS_FIELDS.iter().map(|f| f.name)), "{kind}");
+        }
+        let own = |kind: AppKind| match kind {
+            AppKind::Https => &[][..],
+            kind if mail.contains(&kind) => {
+                &kind.fields()[..kind.fields().len() - TLS_FIELDS.len()]
+            }
+            kind => kind.fields(),
+        };
         let mut names: Vec<&str> = AppKind::ALL
-            .iter()
-            .filter(|kind| {
-                !matches!(
-                    kind,
-                    AppKind::Https | AppKind::Smtp | AppKind::Imap | AppKind::Pop3
-                )
-            })
-            .flat_map(|kind| kind.fields().iter().map(|field| field.name))
+            .into_iter()
+            .flat_map(|kind| own(kind).iter().map(|field| field.name))
             .collect();
         let count = names.len();
         names.sort_unstable();
