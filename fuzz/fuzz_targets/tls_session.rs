@@ -1,7 +1,8 @@
 #![no_main]
 
 //! Arbitrary server bytes to a connection's session (`tls` and `https`, with rustls and the
-//! first-flight fallback behind it; `smtp --starttls`, its replies and the TLS after them):
+//! first-flight fallback behind it; `smtp`, `imap` and `pop3` with
+//! `--starttls`, their replies and the TLS after them):
 //! fed in segments whose lengths the bytes pick,
 //! `on_received` must not panic, and `describe_session` must give one value per field (the
 //! ServerHello's JA3S, the chain and the HTTP response are read from the same bytes).
@@ -11,16 +12,22 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use sonde_apps::{AnyApp, App, AppKind, AppOptions};
 
-fn apps() -> &'static [AnyApp; 3] {
-    static APPS: OnceLock<[AnyApp; 3]> = OnceLock::new();
+fn apps() -> &'static [AnyApp; 5] {
+    static APPS: OnceLock<[AnyApp; 5]> = OnceLock::new();
     APPS.get_or_init(|| {
         let options = AppOptions {
             tls_sni: Some("sonde.test".to_string()),
             starttls: true,
             ..AppOptions::default()
         };
-        [AppKind::Tls, AppKind::Https, AppKind::Smtp]
-            .map(|kind| AnyApp::build(kind, &options).unwrap())
+        [
+            AppKind::Tls,
+            AppKind::Https,
+            AppKind::Smtp,
+            AppKind::Imap,
+            AppKind::Pop3,
+        ]
+        .map(|kind| AnyApp::build(kind, &options).unwrap())
     })
 }
 

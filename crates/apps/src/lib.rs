@@ -21,6 +21,7 @@
 
 mod banner;
 mod http;
+mod mail;
 mod names;
 mod payload;
 mod progress;
@@ -40,6 +41,7 @@ pub use sonde_tcp::{App, ReplyCursor, Session};
 
 pub use banner::{BannerApp, BANNER_FIELDS};
 pub use http::{HttpApp, HTTP_FIELDS};
+pub use mail::{MailApp, MailProtocol, IMAP_FIELDS, POP3_FIELDS};
 pub use names::TargetNames;
 pub use payload::{PayloadApp, PAYLOAD_FIELDS};
 pub use smtp::{SmtpApp, SMTP_FIELDS};
@@ -60,6 +62,8 @@ pub enum AppKind {
     Https,
     Ssh,
     Smtp,
+    Imap,
+    Pop3,
 }
 
 /// Fields of the `https` app: `http`'s, then `tls`'s.
@@ -67,7 +71,7 @@ pub static HTTPS_FIELDS: LazyLock<Vec<Field>> =
     LazyLock::new(|| HTTP_FIELDS.iter().chain(TLS_FIELDS).copied().collect());
 
 impl AppKind {
-    pub const ALL: [AppKind; 7] = [
+    pub const ALL: [AppKind; 9] = [
         AppKind::Http,
         AppKind::Banner,
         AppKind::Payload,
@@ -75,9 +79,11 @@ impl AppKind {
         AppKind::Https,
         AppKind::Ssh,
         AppKind::Smtp,
+        AppKind::Imap,
+        AppKind::Pop3,
     ];
 
-    /// The name `-M` takes: http, banner, payload, tls, https, ssh, smtp.
+    /// The name `-M` takes: http, banner, payload, tls, https, ssh, smtp, imap, pop3.
     pub fn name(self) -> &'static str {
         match self {
             AppKind::Http => "http",
@@ -87,6 +93,8 @@ impl AppKind {
             AppKind::Https => "https",
             AppKind::Ssh => "ssh",
             AppKind::Smtp => "smtp",
+            AppKind::Imap => "imap",
+            AppKind::Pop3 => "pop3",
         }
     }
 
@@ -100,6 +108,8 @@ impl AppKind {
             AppKind::Https => &HTTPS_FIELDS,
             AppKind::Ssh => SSH_FIELDS,
             AppKind::Smtp => &SMTP_FIELDS,
+            AppKind::Imap => &IMAP_FIELDS,
+            AppKind::Pop3 => &POP3_FIELDS,
         }
     }
 }
@@ -119,7 +129,7 @@ impl FromStr for AppKind {
             .find(|kind| kind.name() == name)
             .ok_or_else(|| {
                 format!(
-                    "unknown app {name:?}: use one of http, banner, payload, tls, https, ssh, smtp (-M)"
+                    "unknown app {name:?}: use one of http, banner, payload, tls, https, ssh, smtp, imap, pop3 (-M)"
                 )
             })
     }
@@ -203,7 +213,7 @@ pub struct AppOptions {
     /// PEM file of the root certificates chains are validated against (`--root-cas`);
     /// `None`: the Mozilla roots of webpki-roots.
     pub tls_root_cas: Option<PathBuf>,
-    /// `smtp`: upgrade to TLS with STARTTLS when the server offers it (`--starttls`).
+    /// `smtp`, `imap`, `pop3`: upgrade to TLS with STARTTLS (STLS) when the server offers it (`--starttls`).
     pub starttls: bool,
 }
 
@@ -234,6 +244,8 @@ pub enum AnyApp {
     Https(TlsApp),
     Ssh(SshApp),
     Smtp(SmtpApp),
+    Imap(MailApp),
+    Pop3(MailApp),
 }
 
 impl AnyApp {
@@ -247,6 +259,8 @@ impl AnyApp {
             AppKind::Https => AnyApp::Https(TlsApp::https(options)?),
             AppKind::Ssh => AnyApp::Ssh(SshApp),
             AppKind::Smtp => AnyApp::Smtp(SmtpApp::new(options)?),
+            AppKind::Imap => AnyApp::Imap(MailApp::new(MailProtocol::Imap, options)?),
+            AppKind::Pop3 => AnyApp::Pop3(MailApp::new(MailProtocol::Pop3, options)?),
         };
         let len = app.max_request_len();
         if len > MAX_REQUEST_LEN {
@@ -267,6 +281,8 @@ impl AnyApp {
             AnyApp::Https(_) => AppKind::Https,
             AnyApp::Ssh(_) => AppKind::Ssh,
             AnyApp::Smtp(_) => AppKind::Smtp,
+            AnyApp::Imap(_) => AppKind::Imap,
+            AnyApp::Pop3(_) => AppKind::Pop3,
         }
     }
 
@@ -300,6 +316,9 @@ impl AnyApp {
             AnyApp::Payload(app) => app.describe_into(received, values),
             AnyApp::Ssh(app) => app.describe_into(received, values),
             AnyApp::Smtp(app) => app.describe_session_into(received, session, values),
+            AnyApp::Imap(app) | AnyApp::Pop3(app) => {
+                app.describe_session_into(received, session, values)
+            }
             AnyApp::Tls(app) | AnyApp::Https(app) => {
                 app.describe_session_into(received, session, values)
             }
@@ -314,6 +333,8 @@ impl AnyApp {
             AnyApp::Tls(app) => AnyApp::Tls(app.with_names(names)),
             AnyApp::Https(app) => AnyApp::Https(app.with_names(names)),
             AnyApp::Smtp(app) => AnyApp::Smtp(app.with_names(names)),
+            AnyApp::Imap(app) => AnyApp::Imap(app.with_names(names)),
+            AnyApp::Pop3(app) => AnyApp::Pop3(app.with_names(names)),
             other => other,
         }
     }
@@ -324,6 +345,7 @@ impl AnyApp {
             AnyApp::Http(app) => app.names(),
             AnyApp::Tls(app) | AnyApp::Https(app) => app.names(),
             AnyApp::Smtp(app) => app.names(),
+            AnyApp::Imap(app) | AnyApp::Pop3(app) => app.names(),
             _ => None,
         };
         names?.name_of(addr, port)
@@ -341,6 +363,7 @@ impl AnyApp {
         match self {
             AnyApp::Tls(app) | AnyApp::Https(app) => app.open_named(addr, port, name, first),
             AnyApp::Smtp(app) => app.open_session(addr, port, first),
+            AnyApp::Imap(app) | AnyApp::Pop3(app) => app.open_session(addr, port, first),
             _ => None,
         }
     }
@@ -354,6 +377,7 @@ impl App for AnyApp {
             AnyApp::Payload(app) => app.write_request(buf, addr, port),
             AnyApp::Ssh(app) => app.write_request(buf, addr, port),
             AnyApp::Smtp(app) => app.write_request(buf, addr, port),
+            AnyApp::Imap(app) | AnyApp::Pop3(app) => app.write_request(buf, addr, port),
             AnyApp::Tls(app) | AnyApp::Https(app) => app.write_request(buf, addr, port),
         }
     }
@@ -365,6 +389,7 @@ impl App for AnyApp {
             AnyApp::Payload(app) => app.max_request_len(),
             AnyApp::Ssh(app) => app.max_request_len(),
             AnyApp::Smtp(app) => app.max_request_len(),
+            AnyApp::Imap(app) | AnyApp::Pop3(app) => app.max_request_len(),
             AnyApp::Tls(app) | AnyApp::Https(app) => app.max_request_len(),
         }
     }
@@ -376,6 +401,7 @@ impl App for AnyApp {
             AnyApp::Payload(app) => app.is_complete(received),
             AnyApp::Ssh(app) => app.is_complete(received),
             AnyApp::Smtp(app) => app.is_complete(received),
+            AnyApp::Imap(app) | AnyApp::Pop3(app) => app.is_complete(received),
             AnyApp::Tls(app) | AnyApp::Https(app) => app.is_complete(received),
         }
     }
@@ -387,6 +413,7 @@ impl App for AnyApp {
             AnyApp::Payload(app) => app.is_complete_after(received, cursor),
             AnyApp::Ssh(app) => app.is_complete_after(received, cursor),
             AnyApp::Smtp(app) => app.is_complete_after(received, cursor),
+            AnyApp::Imap(app) | AnyApp::Pop3(app) => app.is_complete_after(received, cursor),
             AnyApp::Tls(app) | AnyApp::Https(app) => app.is_complete_after(received, cursor),
         }
     }
@@ -395,6 +422,7 @@ impl App for AnyApp {
         match self {
             AnyApp::Tls(app) | AnyApp::Https(app) => app.max_sent_len(),
             AnyApp::Smtp(app) => app.max_sent_len(),
+            AnyApp::Imap(app) | AnyApp::Pop3(app) => app.max_sent_len(),
             other => other.max_request_len(),
         }
     }
@@ -475,10 +503,25 @@ mod tests {
             .collect();
         let https: Vec<&str> = AppKind::Https.fields().iter().map(|f| f.name).collect();
         assert_eq!(https, expected);
+        // The mail apps' fields are their own, then tls's: each app's own fields are unique.
+        let mail = [AppKind::Smtp, AppKind::Imap, AppKind::Pop3];
+        for kind in mail {
+            let fields = kind.fields();
+            let tail = fields[fields.len() - TLS_FIELDS.len()..]
+                .iter()
+                .map(|f| f.name);
+            assert!(tail.eq(TLS_FIELDS.iter().map(|f| f.name)), "{kind}");
+        }
+        let own = |kind: AppKind| match kind {
+            AppKind::Https => &[][..],
+            kind if mail.contains(&kind) => {
+                &kind.fields()[..kind.fields().len() - TLS_FIELDS.len()]
+            }
+            kind => kind.fields(),
+        };
         let mut names: Vec<&str> = AppKind::ALL
-            .iter()
-            .filter(|kind| !matches!(kind, AppKind::Https | AppKind::Smtp))
-            .flat_map(|kind| kind.fields().iter().map(|field| field.name))
+            .into_iter()
+            .flat_map(|kind| own(kind).iter().map(|field| field.name))
             .collect();
         let count = names.len();
         names.sort_unstable();
@@ -503,8 +546,11 @@ mod tests {
             for addr in addrs {
                 let len = app.write_request(&mut buf, addr, 65535);
                 assert!(len <= app.max_request_len(), "{kind}");
-                // smtp waits for the greeting; its session says everything after.
-                let silent = matches!(kind, AppKind::Banner | AppKind::Smtp);
+                // The mail apps wait for the greeting; their sessions say everything after.
+                let silent = matches!(
+                    kind,
+                    AppKind::Banner | AppKind::Smtp | AppKind::Imap | AppKind::Pop3
+                );
                 assert_eq!(len == 0, silent, "{kind}");
             }
         }

@@ -67,7 +67,8 @@ pub struct GrabArgs {
     /// Application: http (GET and the reply), banner (what the server says first), payload
     /// (send bytes, read the reply), tls (a full TLS handshake: version, cipher, certificates),
     /// https (http inside TLS), ssh (identification and the KEXINIT's algorithm lists), smtp
-    /// (greeting and EHLO; with --starttls the upgrade to TLS).
+    /// (greeting and EHLO; with --starttls the upgrade to TLS), imap and pop3 (greeting and
+    /// capabilities; with --starttls the upgrade to TLS).
     #[arg(short = 'M', long = "app", default_value = "http")]
     app: AppKind,
     /// HTTP path to GET.
@@ -97,7 +98,7 @@ pub struct GrabArgs {
     /// (tls, https; default: the Mozilla roots of webpki-roots).
     #[arg(long)]
     root_cas: Option<PathBuf>,
-    /// smtp: upgrade to TLS with STARTTLS when the server offers it (the tls fields then).
+    /// smtp, imap, pop3: upgrade to TLS with STARTTLS (STLS) when the server offers it (the tls fields then).
     #[arg(long)]
     starttls: bool,
     /// Send the request in the handshake's final ACK instead of right after it.
