@@ -76,15 +76,8 @@ impl SmtpApp {
         values.push(text(session.and_then(|s| s.banner.as_ref())));
         values.push(text(session.and_then(|s| s.ehlo.as_ref())));
         values.push(text(session.and_then(|s| s.starttls.as_ref())));
-        let tls = session.and_then(|s| s.tls.as_ref().map(|t| (s.tls_from, t)));
-        match (&self.tls, tls) {
-            (Some(app), Some((from, tls))) => app.describe_session_into(
-                received.get(from..).unwrap_or_default(),
-                Some(tls.as_ref()),
-                values,
-            ),
-            _ => values.extend(std::iter::repeat_n(Value::Null, TLS_FIELDS.len())),
-        }
+        let upgrade = session.and_then(|s| s.tls.as_deref().map(|tls| (s.tls_from, tls)));
+        TlsApp::describe_upgrade_into(self.tls.as_ref(), received, upgrade, values);
     }
 }
 

@@ -229,6 +229,25 @@ impl TlsApp {
         Some(Box::new(session))
     }
 
+    /// Values of [`TLS_FIELDS`] after a STARTTLS upgrade (smtp, imap, pop3): `upgrade` is where
+    /// the TLS records start in `received` and the TLS session, if the exchange got that far;
+    /// with no upgrade (or no `--starttls`, `app` none) every field is null.
+    pub fn describe_upgrade_into(
+        app: Option<&TlsApp>,
+        received: &[u8],
+        upgrade: Option<(usize, &dyn Session)>,
+        values: &mut Vec<Value>,
+    ) {
+        match (app, upgrade) {
+            (Some(app), Some((from, tls))) => app.describe_session_into(
+                received.get(from..).unwrap_or_default(),
+                Some(tls),
+                values,
+            ),
+            _ => values.extend(std::iter::repeat_n(Value::Null, TLS_FIELDS.len())),
+        }
+    }
+
     /// Values of [`TLS_FIELDS`] for the reply `received` (first-flight path).
     pub fn describe_into(&self, received: &[u8], values: &mut Vec<Value>) {
         self.describe_session_into(received, None, values);
