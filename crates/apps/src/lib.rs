@@ -8,6 +8,9 @@
 //! - `tls`: a full TLS 1.2/1.3 handshake with rustls (the server's first flight in clear when
 //!   rustls cannot go on): version, cipher, group, ALPN, chain and its validity, JA3S.
 //! - `https`: `http` inside a `tls` session.
+//! - `ssh`: the identification string and the KEXINIT's algorithm lists.
+//! - `smtp`, `imap`, `pop3`, `ftp`: the greeting, the capabilities, and with `--starttls` the
+//!   upgrade and a `tls` session inside the same connection: one session, a table per protocol.
 //!
 //! `tls` and `https` open a session per connection (see [`sonde_tcp::Session`]): they talk in
 //! turns. The others hold no per-connection state (see [`sonde_tcp::App`]): the engine keeps the reply's
@@ -25,7 +28,6 @@ mod mail;
 mod names;
 mod payload;
 mod progress;
-mod smtp;
 mod ssh;
 mod text;
 mod tls;
@@ -41,10 +43,9 @@ pub use sonde_tcp::{App, ReplyCursor, Session};
 
 pub use banner::{BannerApp, BANNER_FIELDS};
 pub use http::{HttpApp, HTTP_FIELDS};
-pub use mail::{MailApp, MailProtocol, IMAP_FIELDS, POP3_FIELDS};
+pub use mail::{LineApp, FTP_FIELDS, IMAP_FIELDS, POP3_FIELDS, SMTP_FIELDS};
 pub use names::TargetNames;
 pub use payload::{PayloadApp, PAYLOAD_FIELDS};
-pub use smtp::{SmtpApp, SMTP_FIELDS};
 pub use ssh::{SshApp, SSH_FIELDS};
 pub use tls::{TlsApp, TLS_FIELDS};
 
@@ -64,6 +65,7 @@ pub enum AppKind {
     Smtp,
     Imap,
     Pop3,
+    Ftp,
 }
 
 /// Fields of the `https` app: `http`'s, then `tls`'s.
@@ -71,7 +73,7 @@ pub static HTTPS_FIELDS: LazyLock<Vec<Field>> =
     LazyLock::new(|| HTTP_FIELDS.iter().chain(TLS_FIELDS).copied().collect());
 
 impl AppKind {
-    pub const ALL: [AppKind; 9] = [
+    pub const ALL: [AppKind; 10] = [
         AppKind::Http,
         AppKind::Banner,
         AppKind::Payload,
@@ -81,9 +83,10 @@ impl AppKind {
         AppKind::Smtp,
         AppKind::Imap,
         AppKind::Pop3,
+        AppKind::Ftp,
     ];
 
-    /// The name `-M` takes: http, banner, payload, tls, https, ssh, smtp, imap, pop3.
+    /// The name `-M` takes: http, banner, payload, tls, https, ssh, smtp, imap, pop3, ftp.
     pub fn name(self) -> &'static str {
         match self {
             AppKind::Http => "http",
@@ -95,6 +98,20 @@ impl AppKind {
             AppKind::Smtp => "smtp",
             AppKind::Imap => "imap",
             AppKind::Pop3 => "pop3",
+            AppKind::Ftp => "ftp",
+        }
+    }
+
+    /// The port `-p` defaults to: the protocol's usual one (80 for the apps of no protocol).
+    pub fn default_port(self) -> u16 {
+        match self {
+            AppKind::Http | AppKind::Banner | AppKind::Payload => 80,
+            AppKind::Tls | AppKind::Https => 443,
+            AppKind::Ssh => 22,
+            AppKind::Smtp => 25,
+            AppKind::Imap => 143,
+            AppKind::Pop3 => 110,
+            AppKind::Ftp => 21,
         }
     }
 
@@ -110,6 +127,7 @@ impl AppKind {
             AppKind::Smtp => &SMTP_FIELDS,
             AppKind::Imap => &IMAP_FIELDS,
             AppKind::Pop3 => &POP3_FIELDS,
+            AppKind::Ftp => &FTP_FIELDS,
         }
     }
 }
@@ -129,7 +147,7 @@ impl FromStr for AppKind {
             .find(|kind| kind.name() == name)
             .ok_or_else(|| {
                 format!(
-                    "unknown app {name:?}: use one of http, banner, payload, tls, https, ssh, smtp, imap, pop3 (-M)"
+                    "unknown app {name:?}: use one of http, banner, payload, tls, https, ssh, smtp, imap, pop3, ftp (-M)"
                 )
             })
     }
@@ -213,7 +231,8 @@ pub struct AppOptions {
     /// PEM file of the root certificates chains are validated against (`--root-cas`);
     /// `None`: the Mozilla roots of webpki-roots.
     pub tls_root_cas: Option<PathBuf>,
-    /// `smtp`, `imap`, `pop3`: upgrade to TLS with STARTTLS (STLS) when the server offers it (`--starttls`).
+    /// `smtp`, `imap`, `pop3`, `ftp`: upgrade to TLS with STARTTLS (STLS, AUTH TLS) when the
+    /// server offers it (`--starttls`).
     pub starttls: bool,
 }
 
@@ -243,9 +262,10 @@ pub enum AnyApp {
     Tls(TlsApp),
     Https(TlsApp),
     Ssh(SshApp),
-    Smtp(SmtpApp),
-    Imap(MailApp),
-    Pop3(MailApp),
+    Smtp(LineApp),
+    Imap(LineApp),
+    Pop3(LineApp),
+    Ftp(LineApp),
 }
 
 impl AnyApp {
@@ -258,9 +278,10 @@ impl AnyApp {
             AppKind::Tls => AnyApp::Tls(TlsApp::new(options)?),
             AppKind::Https => AnyApp::Https(TlsApp::https(options)?),
             AppKind::Ssh => AnyApp::Ssh(SshApp),
-            AppKind::Smtp => AnyApp::Smtp(SmtpApp::new(options)?),
-            AppKind::Imap => AnyApp::Imap(MailApp::new(MailProtocol::Imap, options)?),
-            AppKind::Pop3 => AnyApp::Pop3(MailApp::new(MailProtocol::Pop3, options)?),
+            AppKind::Smtp => AnyApp::Smtp(LineApp::new(&mail::SMTP, options)?),
+            AppKind::Imap => AnyApp::Imap(LineApp::new(&mail::IMAP, options)?),
+            AppKind::Pop3 => AnyApp::Pop3(LineApp::new(&mail::POP3, options)?),
+            AppKind::Ftp => AnyApp::Ftp(LineApp::new(&mail::FTP, options)?),
         };
         let len = app.max_request_len();
         if len > MAX_REQUEST_LEN {
@@ -283,6 +304,7 @@ impl AnyApp {
             AnyApp::Smtp(_) => AppKind::Smtp,
             AnyApp::Imap(_) => AppKind::Imap,
             AnyApp::Pop3(_) => AppKind::Pop3,
+            AnyApp::Ftp(_) => AppKind::Ftp,
         }
     }
 
@@ -315,8 +337,7 @@ impl AnyApp {
             AnyApp::Banner(app) => app.describe_into(received, values),
             AnyApp::Payload(app) => app.describe_into(received, values),
             AnyApp::Ssh(app) => app.describe_into(received, values),
-            AnyApp::Smtp(app) => app.describe_session_into(received, session, values),
-            AnyApp::Imap(app) | AnyApp::Pop3(app) => {
+            AnyApp::Smtp(app) | AnyApp::Imap(app) | AnyApp::Pop3(app) | AnyApp::Ftp(app) => {
                 app.describe_session_into(received, session, values)
             }
             AnyApp::Tls(app) | AnyApp::Https(app) => {
@@ -335,6 +356,7 @@ impl AnyApp {
             AnyApp::Smtp(app) => AnyApp::Smtp(app.with_names(names)),
             AnyApp::Imap(app) => AnyApp::Imap(app.with_names(names)),
             AnyApp::Pop3(app) => AnyApp::Pop3(app.with_names(names)),
+            AnyApp::Ftp(app) => AnyApp::Ftp(app.with_names(names)),
             other => other,
         }
     }
@@ -344,8 +366,9 @@ impl AnyApp {
         let names = match self {
             AnyApp::Http(app) => app.names(),
             AnyApp::Tls(app) | AnyApp::Https(app) => app.names(),
-            AnyApp::Smtp(app) => app.names(),
-            AnyApp::Imap(app) | AnyApp::Pop3(app) => app.names(),
+            AnyApp::Smtp(app) | AnyApp::Imap(app) | AnyApp::Pop3(app) | AnyApp::Ftp(app) => {
+                app.names()
+            }
             _ => None,
         };
         names?.name_of(addr, port)
@@ -362,8 +385,9 @@ impl AnyApp {
     ) -> Option<Box<dyn Session>> {
         match self {
             AnyApp::Tls(app) | AnyApp::Https(app) => app.open_named(addr, port, name, first),
-            AnyApp::Smtp(app) => app.open_session(addr, port, first),
-            AnyApp::Imap(app) | AnyApp::Pop3(app) => app.open_session(addr, port, first),
+            AnyApp::Smtp(app) | AnyApp::Imap(app) | AnyApp::Pop3(app) | AnyApp::Ftp(app) => {
+                app.open_session(addr, port, first)
+            }
             _ => None,
         }
     }
@@ -376,8 +400,9 @@ impl App for AnyApp {
             AnyApp::Banner(app) => app.write_request(buf, addr, port),
             AnyApp::Payload(app) => app.write_request(buf, addr, port),
             AnyApp::Ssh(app) => app.write_request(buf, addr, port),
-            AnyApp::Smtp(app) => app.write_request(buf, addr, port),
-            AnyApp::Imap(app) | AnyApp::Pop3(app) => app.write_request(buf, addr, port),
+            AnyApp::Smtp(app) | AnyApp::Imap(app) | AnyApp::Pop3(app) | AnyApp::Ftp(app) => {
+                app.write_request(buf, addr, port)
+            }
             AnyApp::Tls(app) | AnyApp::Https(app) => app.write_request(buf, addr, port),
         }
     }
@@ -388,8 +413,9 @@ impl App for AnyApp {
             AnyApp::Banner(app) => app.max_request_len(),
             AnyApp::Payload(app) => app.max_request_len(),
             AnyApp::Ssh(app) => app.max_request_len(),
-            AnyApp::Smtp(app) => app.max_request_len(),
-            AnyApp::Imap(app) | AnyApp::Pop3(app) => app.max_request_len(),
+            AnyApp::Smtp(app) | AnyApp::Imap(app) | AnyApp::Pop3(app) | AnyApp::Ftp(app) => {
+                app.max_request_len()
+            }
             AnyApp::Tls(app) | AnyApp::Https(app) => app.max_request_len(),
         }
     }
@@ -400,8 +426,9 @@ impl App for AnyApp {
             AnyApp::Banner(app) => app.is_complete(received),
             AnyApp::Payload(app) => app.is_complete(received),
             AnyApp::Ssh(app) => app.is_complete(received),
-            AnyApp::Smtp(app) => app.is_complete(received),
-            AnyApp::Imap(app) | AnyApp::Pop3(app) => app.is_complete(received),
+            AnyApp::Smtp(app) | AnyApp::Imap(app) | AnyApp::Pop3(app) | AnyApp::Ftp(app) => {
+                app.is_complete(received)
+            }
             AnyApp::Tls(app) | AnyApp::Https(app) => app.is_complete(received),
         }
     }
@@ -412,8 +439,9 @@ impl App for AnyApp {
             AnyApp::Banner(app) => app.is_complete_after(received, cursor),
             AnyApp::Payload(app) => app.is_complete_after(received, cursor),
             AnyApp::Ssh(app) => app.is_complete_after(received, cursor),
-            AnyApp::Smtp(app) => app.is_complete_after(received, cursor),
-            AnyApp::Imap(app) | AnyApp::Pop3(app) => app.is_complete_after(received, cursor),
+            AnyApp::Smtp(app) | AnyApp::Imap(app) | AnyApp::Pop3(app) | AnyApp::Ftp(app) => {
+                app.is_complete_after(received, cursor)
+            }
             AnyApp::Tls(app) | AnyApp::Https(app) => app.is_complete_after(received, cursor),
         }
     }
@@ -421,8 +449,9 @@ impl App for AnyApp {
     fn max_sent_len(&self) -> usize {
         match self {
             AnyApp::Tls(app) | AnyApp::Https(app) => app.max_sent_len(),
-            AnyApp::Smtp(app) => app.max_sent_len(),
-            AnyApp::Imap(app) | AnyApp::Pop3(app) => app.max_sent_len(),
+            AnyApp::Smtp(app) | AnyApp::Imap(app) | AnyApp::Pop3(app) | AnyApp::Ftp(app) => {
+                app.max_sent_len()
+            }
             other => other.max_request_len(),
         }
     }
@@ -504,7 +533,7 @@ mod tests {
         let https: Vec<&str> = AppKind::Https.fields().iter().map(|f| f.name).collect();
         assert_eq!(https, expected);
         // The mail apps' fields are their own, then tls's: each app's own fields are unique.
-        let mail = [AppKind::Smtp, AppKind::Imap, AppKind::Pop3];
+        let mail = [AppKind::Smtp, AppKind::Imap, AppKind::Pop3, AppKind::Ftp];
         for kind in mail {
             let fields = kind.fields();
             let tail = fields[fields.len() - TLS_FIELDS.len()..]
@@ -549,7 +578,7 @@ mod tests {
                 // The mail apps wait for the greeting; their sessions say everything after.
                 let silent = matches!(
                     kind,
-                    AppKind::Banner | AppKind::Smtp | AppKind::Imap | AppKind::Pop3
+                    AppKind::Banner | AppKind::Smtp | AppKind::Imap | AppKind::Pop3 | AppKind::Ftp
                 );
                 assert_eq!(len == 0, silent, "{kind}");
             }

@@ -1,5 +1,5 @@
-//! `imap` and `pop3` against scripted servers, their bytes cut at every place; after the
-//! upgrade, rustls's own server.
+//! `smtp`, `imap`, `pop3` and `ftp` against scripted servers, their bytes cut at every place;
+//! after the upgrade, rustls's own server.
 
 use std::io::Read;
 use std::sync::Arc;
@@ -18,6 +18,11 @@ const IMAP_GREETING: &[u8] = b"* OK [CAPABILITY IMAP4rev1 STARTTLS] sonde lab\r\
 const IMAP_CAPABILITY: &[u8] = b"* CAPABILITY IMAP4rev1 SASL-IR LOGIN-REFERRALS STARTTLS \
     LOGINDISABLED\r\n* OK [ALERT] a note between\r\na1 OK Pre-login capabilities listed.\r\n";
 const POP3_GREETING: &[u8] = b"+OK sonde lab\r\n";
+const FTP_GREETING: &[u8] = b"220-sonde lab\r\n220 welcome\r\n";
+/// vsftpd's FEAT reply with AUTH TLS, with a line that looks like a reply's end but has
+/// another code, and one with a mechanism list.
+const FTP_FEAT: &[u8] = b"211-Features:\r\n AUTH SSL\r\n AUTH TLS\r\n EPRT\r\n200 x\r\n \
+    REST STREAM\r\n UTF8\r\n211 End\r\n";
 const POP3_CAPA: &[u8] = b"+OK\r\nCAPA\r\nTOP\r\nUIDL\r\nRESP-CODES\r\n..ODD\r\nSTLS\r\n\
     SASL PLAIN\r\n.\r\n";
 
@@ -287,16 +292,18 @@ fn hostile_bytes_never_panic() {
         state ^= state << 17;
         state
     };
-    for kind in [AppKind::Imap, AppKind::Pop3] {
+    for kind in [AppKind::Smtp, AppKind::Imap, AppKind::Pop3, AppKind::Ftp] {
         let app = build(kind, true);
         for round in 0..200 {
             let mut client = Client::open(&app, 1 + (next() % 9) as usize);
             let mut bytes = match (kind, round % 3) {
                 (_, 0) => Vec::new(),
                 (AppKind::Imap, _) => [IMAP_GREETING, IMAP_CAPABILITY].concat(),
-                _ => [POP3_GREETING, POP3_CAPA].concat(),
+                (AppKind::Pop3, _) => [POP3_GREETING, POP3_CAPA].concat(),
+                (AppKind::Ftp, _) => [FTP_GREETING, FTP_FEAT].concat(),
+                _ => [&b"220 x\r\n"[..], SMTP_EHLO].concat(),
             };
-            let alphabet = b"\r\n. *+OKa12ERR\x16\x03\x00";
+            let alphabet = b"\r\n. *+OKa12ERR-345\x16\x03\x00";
             for _ in 0..(next() % 600) {
                 let r = next();
                 let byte = if r % 4 == 0 {
@@ -310,4 +317,169 @@ fn hostile_bytes_never_panic() {
             client.values(&app);
         }
     }
+}
+
+const SMTP_EHLO: &[u8] = b"250-mail.test\r\n250-SIZE 10240000\r\n250-STARTTLS\r\n250 8BITMIME\r\n";
+
+#[test]
+fn smtp_starttls_upgrades_and_the_certificate_is_read_at_any_cut() {
+    let app = build(AppKind::Smtp, true);
+    for cut in [1, 2, 3, 5, 7, 13, 64, 4096] {
+        let mut client = Client::open(&app, cut);
+        client.script(&[
+            (
+                b"220-mail.test ESMTP\r\n220 hello\r\n",
+                b"EHLO sonde.invalid\r\n",
+            ),
+            (SMTP_EHLO, b"STARTTLS\r\n"),
+        ]);
+        assert!(!client.feed(b"220 2.0.0 Ready to start TLS\r\n"));
+        client.handshake();
+        let values = client.values(&app);
+        let field = |name| field(&app, &values, name);
+        assert_eq!(
+            field("smtp_banner"),
+            &text("220-mail.test ESMTP\r\n220 hello\r\n")
+        );
+        assert_eq!(
+            field("smtp_ehlo"),
+            &text(std::str::from_utf8(SMTP_EHLO).unwrap())
+        );
+        assert_eq!(
+            field("smtp_starttls"),
+            &text("220 2.0.0 Ready to start TLS\r\n")
+        );
+        assert_eq!(field("tls_version"), &text("TLSv1.3"));
+        assert_eq!(field("tls_path"), &text("rustls"));
+        assert_eq!(field("tls_cert_sha256"), &text(LEAF_SHA256));
+    }
+}
+
+#[test]
+fn smtp_without_starttls_greets_and_quits() {
+    let app = build(AppKind::Smtp, false);
+    let mut client = Client::open(&app, 4096);
+    client.script(&[(b"220 mail.test ESMTP\r\n", b"EHLO sonde.invalid\r\n")]);
+    assert!(client.feed(b"250-mail.test\r\n250 STARTTLS\r\n"));
+    assert_eq!(client.sent, b"QUIT\r\n");
+    let values = client.values(&app);
+    assert_eq!(field(&app, &values, "smtp_starttls"), &Value::Null);
+    assert_eq!(field(&app, &values, "tls_version"), &Value::Null);
+    // A greeting that refuses ends it at once; endless lines end it too.
+    let mut client = Client::open(&app, 4096);
+    assert!(client.feed(b"554 go away\r\n"));
+    assert!(client.sent.is_empty());
+    let mut client = Client::open(&app, 4096);
+    assert!(client.feed(&vec![b'x'; MAX_REPLY + 2]));
+}
+
+/// The greeting (two lines), FEAT's features, AUTH TLS, then the handshake: at every cut.
+#[test]
+fn ftp_auth_tls_upgrades_and_the_certificate_is_read_at_any_cut() {
+    let app = build(AppKind::Ftp, true);
+    for cut in [1, 2, 3, 4, 5, 7, 13, 64, 4096] {
+        let mut client = Client::open(&app, cut);
+        client.script(&[(FTP_GREETING, b"FEAT\r\n"), (FTP_FEAT, b"AUTH TLS\r\n")]);
+        assert!(!client.feed(b"234 Proceed with negotiation.\r\n"));
+        client.handshake();
+        let values = client.values(&app);
+        let field = |name| field(&app, &values, name);
+        assert_eq!(
+            field("ftp_banner"),
+            &text("220-sonde lab\r\n220 welcome\r\n")
+        );
+        assert_eq!(
+            field("ftp_features"),
+            &text("AUTH SSL\nAUTH TLS\nEPRT\n200 x\nREST STREAM\nUTF8")
+        );
+        assert_eq!(
+            field("ftp_starttls"),
+            &text("234 Proceed with negotiation.\r\n")
+        );
+        assert_eq!(field("tls_version"), &text("TLSv1.3"));
+        assert_eq!(field("tls_path"), &text("rustls"));
+        assert_eq!(field("tls_cert_sha256"), &text(LEAF_SHA256));
+    }
+}
+
+/// AUTH TLS is asked only when FEAT lists it (alone or in a mechanism list) and --starttls
+/// is given; otherwise the client says QUIT after FEAT.
+#[test]
+fn ftp_without_the_upgrade_reads_the_features_and_quits() {
+    for (starttls, feat, upgrade) in [
+        (false, FTP_FEAT, false),
+        (
+            true,
+            &b"211-Features:\r\n EPRT\r\n AUTH SSL\r\n211 End\r\n"[..],
+            false,
+        ),
+        (
+            true,
+            b"211-Extensions supported:\r\n AUTH TLS-C;TLS;SSL\r\n211 END\r\n",
+            true,
+        ),
+        (true, b"211-Features:\r\n auth tls\r\n211 End\r\n", true),
+    ] {
+        let app = build(AppKind::Ftp, starttls);
+        let mut client = Client::open(&app, 3);
+        client.script(&[(b"220 sonde lab\r\n", b"FEAT\r\n")]);
+        let said: &[u8] = if upgrade {
+            b"AUTH TLS\r\n"
+        } else {
+            b"QUIT\r\n"
+        };
+        assert_eq!(client.feed(feat), !upgrade, "{feat:?}");
+        assert_eq!(client.sent, said, "{feat:?}");
+        let values = client.values(&app);
+        assert!(
+            matches!(field(&app, &values, "ftp_features"), Value::Str(s) if !s.is_empty()),
+            "{feat:?}"
+        );
+        assert_eq!(field(&app, &values, "ftp_starttls"), &Value::Null);
+        assert_eq!(field(&app, &values, "tls_version"), &Value::Null);
+    }
+    // A server without FEAT: no features, and goodbye.
+    let app = build(AppKind::Ftp, true);
+    let mut client = Client::open(&app, 1);
+    client.script(&[(b"220 old ftpd\r\n", b"FEAT\r\n")]);
+    assert!(client.feed(b"500 'FEAT': command not understood.\r\n"));
+    assert_eq!(client.sent, b"QUIT\r\n");
+    let values = client.values(&app);
+    assert_eq!(field(&app, &values, "ftp_features"), &Value::Null);
+}
+
+/// A refused greeting, a refused AUTH TLS and endless replies end the exchange.
+#[test]
+fn ftp_refusals_and_endless_replies_end_it() {
+    let app = build(AppKind::Ftp, true);
+    let mut client = Client::open(&app, 2);
+    assert!(client.feed(b"421 Too many connections.\r\n"));
+    assert!(client.sent.is_empty());
+    let values = client.values(&app);
+    assert_eq!(
+        field(&app, &values, "ftp_banner"),
+        &text("421 Too many connections.\r\n")
+    );
+    // AUTH TLS refused (RFC 4217: 431, 504, 534): no handshake.
+    for refusal in [
+        &b"534 Policy requires SSL.\r\n"[..],
+        b"504 Unknown AUTH type.\r\n",
+    ] {
+        let mut client = Client::open(&app, 5);
+        client.script(&[(FTP_GREETING, b"FEAT\r\n"), (FTP_FEAT, b"AUTH TLS\r\n")]);
+        assert!(client.feed(refusal));
+        assert!(client.sent.is_empty());
+        let values = client.values(&app);
+        let refusal = std::str::from_utf8(refusal).unwrap();
+        assert_eq!(field(&app, &values, "ftp_starttls"), &text(refusal));
+        assert_eq!(field(&app, &values, "tls_version"), &Value::Null);
+    }
+    // A multi-line reply that never ends, in short lines.
+    let mut client = Client::open(&app, 1000);
+    client.script(&[(FTP_GREETING, b"FEAT\r\n")]);
+    let mut endless = b"211-Features:\r\n".to_vec();
+    endless.extend_from_slice(&b" X\r\n".repeat(MAX_REPLY / 4 + 2));
+    assert!(client.feed(&endless));
+    let mut client = Client::open(&app, 1000);
+    assert!(client.feed(&vec![b'2'; MAX_LINE + 2]));
 }

@@ -61,14 +61,16 @@ pub struct GrabArgs {
     #[command(flatten)]
     run: RunArgs,
     /// Ports to connect to: lists and ranges, e.g. 80,443,8000-8100. Default: the ports an -I
-    /// file names (addr:port lines, or `sonde scan` output), else 80.
+    /// file names (addr:port lines, or `sonde scan` output), else the app's usual port (80;
+    /// tls and https 443, ssh 22, smtp 25, imap 143, pop3 110, ftp 21).
     #[arg(short = 'p', long)]
     ports: Option<String>,
     /// Application: http (GET and the reply), banner (what the server says first), payload
     /// (send bytes, read the reply), tls (a full TLS handshake: version, cipher, certificates),
     /// https (http inside TLS), ssh (identification and the KEXINIT's algorithm lists), smtp
     /// (greeting and EHLO; with --starttls the upgrade to TLS), imap and pop3 (greeting and
-    /// capabilities; with --starttls the upgrade to TLS).
+    /// capabilities; with --starttls the upgrade to TLS), ftp (greeting and FEAT; with
+    /// --starttls AUTH TLS and the upgrade).
     #[arg(short = 'M', long = "app", default_value = "http")]
     app: AppKind,
     /// HTTP path to GET.
@@ -98,7 +100,7 @@ pub struct GrabArgs {
     /// (tls, https; default: the Mozilla roots of webpki-roots).
     #[arg(long)]
     root_cas: Option<PathBuf>,
-    /// smtp, imap, pop3: upgrade to TLS with STARTTLS (STLS) when the server offers it (the tls fields then).
+    /// smtp, imap, pop3, ftp: upgrade to TLS with STARTTLS (STLS, AUTH TLS) when the server offers it (the tls fields then).
     #[arg(long)]
     starttls: bool,
     /// Send the request in the handshake's final ACK instead of right after it.
@@ -271,7 +273,7 @@ fn grab_plan(
     app: AnyApp,
     fields: Vec<&'static Field>,
 ) -> anyhow::Result<(GrabPlan<AnyApp>, Vec<String>)> {
-    let ports = runargs::Ports::Given(args.ports.as_deref(), 80);
+    let ports = runargs::Ports::Given(args.ports.as_deref(), args.app.default_port());
     let resolved = runargs::resolve(run_args, place, ports, false)?;
     let notes = resolved.notes.clone();
     let v6 = resolved.space.ipv6_addresses() > 0;

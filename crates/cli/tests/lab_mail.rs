@@ -1,5 +1,6 @@
-//! `grab -M imap` and `-M pop3` with `--starttls` against the lab's dovecot: the greeting, the
-//! capabilities and, after STARTTLS/STLS, the certificate, scored against the truth.
+//! `grab -M imap`, `-M pop3` and `-M ftp` with `--starttls` against the lab's dovecot and vsftpd:
+//! the greeting, the capabilities and, after STARTTLS/STLS/AUTH TLS, the certificate, scored
+//! against the truth.
 
 mod common;
 
@@ -67,6 +68,59 @@ fn imap_and_pop3_upgrade_and_show_the_truth_s_certificate() {
         for row in rows {
             let list = row[format!("{module}_capabilities")].as_str().unwrap();
             assert!(list.contains(capability), "{module}: {row}");
+            assert!(row["tls_version"].as_str().unwrap().starts_with("TLSv1."));
+        }
+    }
+}
+
+/// `grab -M ftp --starttls` against the lab's vsftpd, on its default port (21) over IPv4 and
+/// IPv6: the greeting, FEAT's features and, after AUTH TLS, the certificate.
+#[test]
+fn ftp_upgrades_with_auth_tls_and_shows_the_truth_s_certificate() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&[
+        "--population",
+        "198.18.0.0/28",
+        "--population6",
+        "2001:2::/124",
+        "--services",
+        "ftp",
+    ]);
+    for (family, targets) in [("v4", "198.18.0.0/28"), ("v6", "2001:2::/124")] {
+        let file = lab.file(&format!("ftp-{family}.ndjson"));
+        let out = sonde(&[
+            "grab",
+            "--lab",
+            &lab.name,
+            "-q",
+            targets,
+            "-M",
+            "ftp",
+            "--starttls",
+            "-o",
+            &file,
+        ]);
+        assert!(out.status.success(), "{family}: {}", stderr(&out));
+        let score = lab.score(&["--within", targets, &file]);
+        let (done, live, _, _, fp) = grab_score(&score);
+        assert!(live > 0 && done == live && fp == 0, "{family}: {score}");
+        assert_eq!(after(&score, "wrong fields "), 0, "{family}: {score}");
+        assert_eq!(after(&score, "missing fields "), 0, "{family}: {score}");
+        for field in ["ftp_banner", "tls_cert_sha256"] {
+            assert!(
+                score.contains(&format!("{field} {live}/{live}")),
+                "{family}: {score}"
+            );
+        }
+        let rows = successes(&file);
+        assert_eq!(rows.len() as u64, live, "{family}");
+        for row in rows {
+            assert_eq!(row["dport"], 21, "{row}");
+            let features = row["ftp_features"].as_str().unwrap();
+            assert!(features.lines().any(|f| f == "AUTH TLS"), "{row}");
+            assert!(row["ftp_starttls"].as_str().unwrap().starts_with("234 "));
             assert!(row["tls_version"].as_str().unwrap().starts_with("TLSv1."));
         }
     }

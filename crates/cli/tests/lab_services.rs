@@ -1,4 +1,4 @@
-//! `lab up --services`: real sshd, exim, dovecot and nginx (TLS 1.3 only, TLS 1.0 only) on
+//! `lab up --services`: real sshd, exim, dovecot, vsftpd and nginx (TLS 1.3 only, TLS 1.0 only) on
 //! every responsive address, grabbed with today's modules and scored against the truth, checked
 //! with real clients from the scanner namespace, and stopped by `lab down` even after they
 //! were killed.
@@ -11,7 +11,7 @@ use std::process::Command;
 use common::{can_run_labs, grab_score, sonde, stderr, Lab};
 use sonde_lab::sha256_hex;
 
-const ALL: &str = "ssh,smtp,imap,pop3,tls13,tls10";
+const ALL: &str = "ssh,smtp,imap,pop3,ftp,tls13,tls10";
 
 fn grab(lab: &Lab, args: &[&str]) -> std::process::Output {
     let mut all = vec!["grab", "--lab", &lab.name, "-q", "-r", "0"];
@@ -102,7 +102,13 @@ fn services_answer_as_the_truth_says() {
             .filter(|r| r["port"] == port && r["answer"] == "synack")
             .collect()
     };
-    for (port, service) in [(22, "ssh"), (25, "smtp"), (143, "imap"), (110, "pop3")] {
+    for (port, service) in [
+        (22, "ssh"),
+        (25, "smtp"),
+        (143, "imap"),
+        (110, "pop3"),
+        (21, "ftp"),
+    ] {
         let live = live_on(port);
         assert!(live.len() > 4, "{port}: {live:?}");
         assert!(live.iter().all(|r| r["service"] == service), "{live:?}");
@@ -115,6 +121,7 @@ fn services_answer_as_the_truth_says() {
         ("25", "smtp_banner"),
         ("143", "imap_banner"),
         ("110", "pop3_banner"),
+        ("21", "ftp_banner"),
         ("7", "SONDE-LAB"),
     ] {
         let file = lab.file(&format!("banner-{port}.ndjson"));
@@ -253,8 +260,8 @@ fn real_clients_agree(lab: &Lab, truth: &[serde_json::Value]) {
         "no handshake expected: {out}"
     );
 
-    // STARTTLS: each mail service shows its own certificate after the upgrade.
-    for (port, proto) in [(25, "smtp"), (143, "imap"), (110, "pop3")] {
+    // STARTTLS (AUTH TLS): each service shows its own certificate after the upgrade.
+    for (port, proto) in [(25, "smtp"), (143, "imap"), (110, "pop3"), (21, "ftp")] {
         let out = in_scan(
             lab,
             &format!("echo | openssl s_client -starttls {proto} -connect {addr}:{port} -showcerts"),
@@ -332,12 +339,19 @@ fn down_after_the_servers_were_killed_leaves_no_process() {
         .iter()
         .map(|s| s["service"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["ssh", "smtp", "imap", "pop3", "tls13", "tls10"]);
+    assert_eq!(
+        names,
+        ["ssh", "smtp", "imap", "pop3", "ftp", "tls13", "tls10"]
+    );
     let servers: HashSet<u32> = services
         .iter()
         .map(|s| s["pid"].as_u64().unwrap() as u32)
         .collect();
-    assert_eq!(servers.len(), 4, "sshd, exim, dovecot, nginx: {services:?}");
+    assert_eq!(
+        servers.len(),
+        5,
+        "sshd, exim, dovecot, vsftpd, nginx: {services:?}"
+    );
     // Every server and its children live in the lab's net namespace, nowhere else.
     let net = std::fs::metadata(format!("/run/netns/sonde-{}-net", lab.name)).unwrap();
     let pids = net_pids(&lab);
@@ -375,7 +389,7 @@ fn unknown_services_are_refused_in_one_line() {
     let err = stderr(&out);
     assert_eq!(
         err,
-        "sonde: error: --services: unknown service \"telnet\" (use ssh, smtp, imap, pop3, tls13 or tls10)\n"
+        "sonde: error: --services: unknown service \"telnet\" (use ssh, smtp, imap, pop3, ftp, tls13 or tls10)\n"
     );
     assert!(!std::path::Path::new(&format!("/run/netns/sonde-{}-net", lab.name)).exists());
 }

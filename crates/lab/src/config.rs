@@ -95,7 +95,7 @@ pub struct LabConfig {
     /// CPUs the lab's side runs on (RPS and XPS of nx0, the lab's servers), leaving the others
     /// to the scanner; None: wherever the kernel runs it (the sending CPU, for veth).
     pub target_cpus: Option<Vec<usize>>,
-    /// Real servers on every responsive address (sshd, exim, dovecot, nginx for TLS 1.3 and
+    /// Real servers on every responsive address (sshd, exim, dovecot, vsftpd, nginx for TLS 1.3 and
     /// TLS 1.0), each on its port ([`LabService::port`]), which counts as open.
     pub services: Vec<LabService>,
 }

@@ -1,4 +1,4 @@
-//! The lab's other real servers (`lab up --services ssh,smtp,imap,pop3,tls13,tls10`), from
+//! The lab's other real servers (`lab up --services ssh,smtp,imap,pop3,ftp,tls13,tls10`), from
 //! Debian's packages, on every responsive address, inside the lab's net namespace only:
 //!
 //! | service | port | server |
@@ -7,6 +7,7 @@
 //! | smtp  | 25   | exim4 (`-bdf`), STARTTLS, greeting `220 sonde lab <address> ESMTP` |
 //! | imap  | 143  | dovecot, STARTTLS |
 //! | pop3  | 110  | the same dovecot, STLS |
+//! | ftp   | 21   | vsftpd, AUTH TLS (anonymous, read-only, an empty root), greeting `220 sonde lab FTP` |
 //! | tls13 | 8443 | nginx speaking TLS 1.3 only (TLS_AES_128_GCM_SHA256); `GET /` as on port 80 |
 //! | tls10 | 9443 | the same nginx speaking TLS 1.0 only, RSA key exchange (AES128-SHA, SECLEVEL 0) |
 //!
@@ -43,16 +44,18 @@ pub enum LabService {
     Smtp,
     Imap,
     Pop3,
+    Ftp,
     Tls13,
     Tls10,
 }
 
 impl LabService {
-    pub const ALL: [LabService; 6] = [
+    pub const ALL: [LabService; 7] = [
         LabService::Ssh,
         LabService::Smtp,
         LabService::Imap,
         LabService::Pop3,
+        LabService::Ftp,
         LabService::Tls13,
         LabService::Tls10,
     ];
@@ -63,6 +66,7 @@ impl LabService {
             LabService::Smtp => "smtp",
             LabService::Imap => "imap",
             LabService::Pop3 => "pop3",
+            LabService::Ftp => "ftp",
             LabService::Tls13 => "tls13",
             LabService::Tls10 => "tls10",
         }
@@ -75,6 +79,7 @@ impl LabService {
             LabService::Smtp => 25,
             LabService::Imap => 143,
             LabService::Pop3 => 110,
+            LabService::Ftp => 21,
             LabService::Tls13 => 8443,
             LabService::Tls10 => 9443,
         }
@@ -87,6 +92,7 @@ impl LabService {
             LabService::Smtp => Some("smtp_banner"),
             LabService::Imap => Some("imap_banner"),
             LabService::Pop3 => Some("pop3_banner"),
+            LabService::Ftp => Some("ftp_banner"),
             LabService::Tls13 | LabService::Tls10 => None,
         }
     }
@@ -105,7 +111,7 @@ impl FromStr for LabService {
             .into_iter()
             .find(|v| v.name() == s)
             .ok_or_else(|| {
-                anyhow!("unknown service {s:?} (use ssh, smtp, imap, pop3, tls13 or tls10)")
+                anyhow!("unknown service {s:?} (use ssh, smtp, imap, pop3, ftp, tls13 or tls10)")
             })
     }
 }
@@ -128,6 +134,8 @@ pub const ADDR_PLACEHOLDER: &str = "{addr}";
 
 /// exim's greeting: `220 ` and its smtp_banner, which names the address connected to.
 const SMTP_BANNER: &str = "220 sonde lab {addr} ESMTP\r\n";
+/// vsftpd's greeting: `220 ` and its ftpd_banner.
+const FTP_BANNER: &str = "220 sonde lab FTP\r\n";
 /// What dovecot says after its capabilities (IMAP) or `+OK` (POP3).
 const MAIL_GREETING: &str = "sonde lab";
 /// The only TLS 1.3 suite the tls13 server offers, and the only suite of the tls10 server
@@ -180,6 +188,7 @@ pub const EXPECT_FIELDS: &[&str] = &[
     "smtp_banner",
     "imap_banner",
     "pop3_banner",
+    "ftp_banner",
     "ssh_host_key_sha256",
     "tls_cert_sha256",
     "tls_version",
@@ -189,7 +198,7 @@ pub const EXPECT_FIELDS: &[&str] = &[
 impl ServiceStatus {
     /// The grab fields (name, expected value) this service shows to a client of `addr`:
     /// - `banner`: the greeting exactly, line end included (the `banner` module);
-    /// - `ssh_banner`, `smtp_banner`, `imap_banner`, `pop3_banner`: the same line (a protocol
+    /// - `ssh_banner`, `smtp_banner`, `imap_banner`, `pop3_banner`, `ftp_banner`: the same line (a protocol
     ///   module's; compared without its line end, see [`field_matches`]);
     /// - `ssh_host_key_sha256`, `tls_cert_sha256`, `tls_version`, `tls_cipher`.
     pub fn fields(&self, addr: std::net::IpAddr) -> Vec<(&'static str, String)> {
@@ -275,6 +284,9 @@ pub(crate) fn start(
         .collect();
     if !mail.is_empty() {
         start_dovecot(&place, &mail, name, &mut running)?;
+    }
+    if has(LabService::Ftp) {
+        start_vsftpd(&place, &mut running)?;
     }
     let tls: Vec<LabService> = [LabService::Tls13, LabService::Tls10]
         .into_iter()
@@ -592,6 +604,81 @@ service {proto}-login {{
     c
 }
 
+// ---- ftp ------------------------------------------------------------------------------------
+
+fn start_vsftpd(p: &Place, running: &mut Running) -> Result<()> {
+    let vsftpd = find_program("vsftpd", "vsftpd")?;
+    let cert_sha256 = certificate(p.dir, "ftp-", &EC_KEY, "/O=sonde/CN=sonde lab ftp")?;
+    // vsftpd refuses a chroot folder or an anonymous root that others may write to.
+    for folder in ["vsftpd-empty", "ftp-root"] {
+        let path = p.file(folder)?;
+        std::fs::create_dir_all(&path).map_err(|e| anyhow!("cannot create {path}: {e}"))?;
+        set_mode(&path, 0o755)?;
+    }
+    let conf = p.dir.join("vsftpd.conf");
+    write(&conf, vsftpd_config(p.dir, p.v6).as_bytes())?;
+    let cmd = vec![vsftpd, path_arg(&conf)?];
+    let pid = p.start(&cmd, &[LabService::Ftp.port()], "vsftpd", "vsftpd.log")?;
+    running.servers.push((pid, "vsftpd"));
+    running.services.push(ServiceStatus {
+        banner: Some(FTP_BANNER.to_string()),
+        cert_sha256: Some(cert_sha256),
+        cert: Some(p.file("ftp-cert.pem")?),
+        ..status(LabService::Ftp, pid)
+    });
+    Ok(())
+}
+
+/// vsftpd.conf: one standalone vsftpd in the foreground on port 21 (one socket: IPv6 with `v6`,
+/// which takes IPv4 too, else IPv4), AUTH TLS with the lab's certificate and TLS required of
+/// nobody, anonymous read-only logins to an empty root, no limit on clients (from one address
+/// either: the scanner is one), and no namespace or seccomp sandbox per connection (each would
+/// cost a network namespace per grab). vsftpd's listen backlog is fixed at 32 (in its source):
+/// pace large grabs of port 21 (`-r`), as for sshd.
+fn vsftpd_config(dir: &Path, v6: bool) -> String {
+    let d = dir.display();
+    let (listen, listen_ipv6) = if v6 { ("NO", "YES") } else { ("YES", "NO") };
+    let banner = FTP_BANNER
+        .trim_start_matches("220 ")
+        .trim_end_matches("\r\n");
+    format!(
+        "# Written by `sonde lab up --services ftp`.
+listen={listen}
+listen_ipv6={listen_ipv6}
+background=NO
+ftpd_banner={banner}
+anonymous_enable=YES
+anon_root={d}/ftp-root
+ftp_username=nobody
+nopriv_user=nobody
+local_enable=NO
+write_enable=NO
+secure_chroot_dir={d}/vsftpd-empty
+ssl_enable=YES
+allow_anon_ssl=YES
+force_local_logins_ssl=NO
+force_local_data_ssl=NO
+force_anon_logins_ssl=NO
+force_anon_data_ssl=NO
+ssl_sslv2=NO
+ssl_sslv3=NO
+ssl_request_cert=NO
+ssl_ciphers=HIGH
+rsa_cert_file={d}/ftp-cert.pem
+rsa_private_key_file={d}/ftp-key.pem
+max_clients=0
+max_per_ip=0
+seccomp_sandbox=NO
+isolate=NO
+isolate_network=NO
+connect_from_port_20=NO
+xferlog_enable=NO
+vsftpd_log_file={d}/vsftpd.log
+syslog_enable=NO
+"
+    )
+}
+
 // ---- tls13 and tls10 ------------------------------------------------------------------------
 
 fn start_tls_nginx(p: &Place, tls: &[LabService], running: &mut Running) -> Result<()> {
@@ -817,10 +904,10 @@ mod tests {
 
     #[test]
     fn services_parse_and_refuse_unknown_names() {
-        let all = parse_services("ssh,smtp,imap,pop3,tls13,tls10").unwrap();
+        let all = parse_services("ssh,smtp,imap,pop3,ftp,tls13,tls10").unwrap();
         assert_eq!(all, LabService::ALL);
         let ports: Vec<u16> = all.iter().map(|s| s.port()).collect();
-        assert_eq!(ports, [22, 25, 143, 110, 8443, 9443]);
+        assert_eq!(ports, [22, 25, 143, 110, 21, 8443, 9443]);
         assert_eq!(
             parse_services("tls10, ssh").unwrap(),
             [LabService::Tls10, LabService::Ssh]
@@ -828,7 +915,7 @@ mod tests {
         let e = parse_services("ssh,telnet").unwrap_err().to_string();
         assert_eq!(
             e,
-            "unknown service \"telnet\" (use ssh, smtp, imap, pop3, tls13 or tls10)"
+            "unknown service \"telnet\" (use ssh, smtp, imap, pop3, ftp, tls13 or tls10)"
         );
         let e = parse_services("ssh,ssh").unwrap_err().to_string();
         assert!(e.contains("twice"), "{e}");
@@ -882,7 +969,20 @@ mod tests {
         };
         let names: Vec<&str> = ssh.fields(addr).iter().map(|f| f.0).collect();
         assert_eq!(names, ["ssh_banner", "banner", "ssh_host_key_sha256"]);
-        for s in [smtp, tls10, ssh] {
+        let ftp = ServiceStatus {
+            banner: Some(FTP_BANNER.into()),
+            cert_sha256: Some("01".repeat(32)),
+            ..status(LabService::Ftp, 1)
+        };
+        assert_eq!(
+            ftp.fields(addr),
+            [
+                ("ftp_banner", "220 sonde lab FTP".to_string()),
+                ("banner", "220 sonde lab FTP\r\n".to_string()),
+                ("tls_cert_sha256", "01".repeat(32)),
+            ]
+        );
+        for s in [smtp, tls10, ssh, ftp] {
             for (name, _) in s.fields(addr) {
                 assert!(EXPECT_FIELDS.contains(&name), "{name}");
             }
@@ -936,7 +1036,17 @@ mod tests {
         assert!(tls.contains("ssl_protocols TLSv1;\n        ssl_ciphers AES128-SHA:@SECLEVEL=0;"));
         assert!(tls.contains("ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;"));
         assert!(tls.contains("return 200 \"sonde lab $server_addr\\n\";"));
-        for c in [ssh, exim, dovecot, tls] {
+        let ftp = vsftpd_config(dir, false);
+        assert!(ftp.contains("listen=YES\nlisten_ipv6=NO\n"), "{ftp}");
+        assert!(vsftpd_config(dir, true).contains("listen=NO\nlisten_ipv6=YES\n"));
+        assert!(ftp.contains("ftpd_banner=sonde lab FTP\n"), "{ftp}");
+        assert!(
+            ftp.contains("ssl_enable=YES\nallow_anon_ssl=YES\n"),
+            "{ftp}"
+        );
+        assert!(ftp.contains("rsa_cert_file=/run/sonde/lab/x-services/ftp-cert.pem\n"));
+        assert!(ftp.contains("max_per_ip=0\n") && ftp.contains("background=NO\n"));
+        for c in [ssh, exim, dovecot, tls, ftp] {
             // No folder of the system-wide daemons is used.
             assert!(!c.contains("/etc/") && !c.contains("/var/"), "{c}");
         }

@@ -185,7 +185,7 @@ pub enum Service {
     Dns,
     /// The small server on the other open ports: one line ([`banner_line`]), then close.
     Banner,
-    /// One of the real servers of `lab up --services` (sshd, exim, dovecot, nginx).
+    /// One of the real servers of `lab up --services` (sshd, exim, dovecot, vsftpd, nginx).
     Lab(LabService),
     /// No service: closed ports, ICMP, silence.
     None,

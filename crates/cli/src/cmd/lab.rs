@@ -44,7 +44,7 @@ enum LabCommand {
     /// port of --udp-ports (dns where a DNS server answers, unreach for ICMP port unreachable).
     /// Every row of an address that does not answer says none. `service` says who answers: http or
     /// https (nginx, lab up --http), silent (the handshake completes, then nothing is ever
-    /// sent), dns (unbound, lab up --dns), ssh, smtp, imap, pop3, tls13 or tls10 (lab up
+    /// sent), dns (unbound, lab up --dns), ssh, smtp, imap, pop3, ftp, tls13 or tls10 (lab up
     /// --services), banner (the small one-line server), or empty.
     ///
     /// With --format ndjson each row is a JSON object with addr, port, proto (icmp, tcp, udp),
@@ -180,7 +180,8 @@ struct UpArgs {
     target_cpus: Option<String>,
     /// Real servers on every responsive address, from Debian's packages, each with a
     /// certificate (or host key) made now: ssh (sshd on 22), smtp (exim, STARTTLS, on 25),
-    /// imap and pop3 (dovecot, STARTTLS/STLS, on 143 and 110), tls13 (nginx, TLS 1.3 only, on
+    /// imap and pop3 (dovecot, STARTTLS/STLS, on 143 and 110), ftp (vsftpd, AUTH TLS, on 21),
+    /// tls13 (nginx, TLS 1.3 only, on
     /// 8443) and tls10 (nginx, TLS 1.0 only with RSA key exchange, on 9443); the two TLS ones
     /// answer `GET /` as nginx does on 80. Their ports are open. `lab status` and `lab truth
     /// --format ndjson` show what each shows (greeting, certificate SHA-256, TLS version).
