@@ -30,12 +30,10 @@
 //!
 //! All `unsafe` code of sonde lives in this crate; each block carries a `// SAFETY:` line.
 
-// For one commit, so that `git log --follow` finds the file's history after the move: the
-// next commit splits it into sonde-bpf (the translation) and this module (loading).
-#[path = "../../bpf/src/translate.rs"]
 pub mod cbpf_xdp;
 pub mod filter;
 mod iface;
+mod libbpf;
 mod libpcap;
 mod many;
 pub mod mem;

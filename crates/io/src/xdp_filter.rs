@@ -12,7 +12,7 @@
 //! bound to, so the receivers of several queues of one interface share one attached filter
 //! ([`attach_shared`]): the first attaches it, the others add their sockets, and the last one
 //! dropped detaches it. The same machinery attaches the other program sonde steers with: a
-//! tcpdump expression translated to eBPF (cbpf_xdp.rs), for `sonde capture --backend xdp`.
+//! tcpdump expression translated to eBPF (by sonde-bpf), for `sonde capture --backend xdp`.
 
 use std::ffi::CStr;
 use std::io;
@@ -24,6 +24,9 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 use libbpf_sys as bpf;
+use sonde_bpf::{translate, Epilogue};
+
+use crate::libbpf::{check, load_xdp};
 
 /// The compiled program.
 static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/reply_filter.o"));
@@ -194,7 +197,7 @@ impl FilterSpec {
 pub(crate) enum XdpProgram {
     /// sonde's reply filter, configured.
     Reply(FilterCfg),
-    /// A tcpdump expression's classic BPF translated to eBPF (cbpf_xdp.rs), as its
+    /// A tcpdump expression's classic BPF translated to eBPF (by sonde-bpf), as its
     /// instructions' `(code, jt, jf, k)`.
     Expression(Vec<(u16, u8, u8, u32)>),
 }
@@ -235,7 +238,7 @@ impl XdpProgram {
                     .iter()
                     .map(|&(code, jt, jf, k)| libc::sock_filter { code, jt, jf, k })
                     .collect();
-                let (prog, xsks) = crate::cbpf_xdp::load_redirect(&program)?;
+                let (prog, xsks) = load_redirect(&program)?;
                 Ok(LoadedFilter {
                     prog,
                     xsks,
@@ -255,13 +258,36 @@ pub(crate) struct LoadedFilter {
     link: Option<OwnedFd>,
 }
 
-/// A libbpf return value: negative errno on failure (libbpf 1.x).
-pub(crate) fn check(ret: i32) -> io::Result<i32> {
-    if ret < 0 {
-        Err(io::Error::from_raw_os_error(-ret))
-    } else {
-        Ok(ret)
-    }
+/// Loads `program` translated with the live epilogue, redirecting matches to a new XSKMAP of
+/// `MAX_QUEUES` entries: returns the program and the map.
+fn load_redirect(program: &[libc::sock_filter]) -> anyhow::Result<(OwnedFd, OwnedFd)> {
+    // SAFETY: the name is NUL-terminated; null options mean the defaults.
+    let fd = unsafe {
+        bpf::bpf_map_create(
+            bpf::BPF_MAP_TYPE_XSKMAP,
+            c"xsks_map".as_ptr(),
+            4,
+            4,
+            MAX_QUEUES,
+            std::ptr::null(),
+        )
+    };
+    let fd = check(fd).map_err(|e| match e.raw_os_error() {
+        Some(libc::EPERM) => anyhow!(
+            "creating the XSKMAP of the capture expression's XDP program: permission denied: needs CAP_BPF and CAP_NET_ADMIN (run as root)"
+        ),
+        _ => anyhow!("creating the XSKMAP of the capture expression's XDP program: {e}"),
+    })?;
+    // SAFETY: `fd` is the new map's descriptor, owned by nobody else.
+    let xsks = unsafe { OwnedFd::from_raw_fd(fd) };
+    let insns = translate(
+        program,
+        Epilogue::Redirect {
+            xsks_map: xsks.as_raw_fd(),
+        },
+    )?;
+    let prog = load_xdp(&insns, c"sonde_capture")?;
+    Ok((prog, xsks))
 }
 
 /// A file descriptor of our own for one that libbpf's object owns (which closes with it).
