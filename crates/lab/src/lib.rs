@@ -4,6 +4,10 @@
 //! `bridge`, two hosts A and B joined through a middle namespace (A — mid — B)
 //! for tools that sit in the path.
 //!
+//! Takes a lab's name and configuration (`sonde lab up`); gives namespaces, servers and the ground
+//! truth (`truth.json`) that tests and scores compare against. Uses no other sonde crate
+//! (sonde-wire only in its tests); libbpf-rs loads its XDP responder.
+//!
 //! THE SAFETY RULE (see LAB.md): every packet stays inside the namespaces made
 //! here, addressed to 198.18.0.0/15 (and 2001:2::/48 with an IPv6
 //! population). Nothing is created in the root namespace
