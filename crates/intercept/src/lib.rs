@@ -15,6 +15,7 @@
 
 pub mod bridge;
 pub mod cleanup;
+mod command;
 pub mod counters;
 pub mod filter;
 pub mod flow;

@@ -55,7 +55,6 @@
 pub mod app;
 mod conn;
 mod engine;
-mod icmp;
 mod retry;
 mod rxbuf;
 mod segment;
