@@ -1,6 +1,11 @@
 //! The applications of `sonde grab`: what a connection sends, when its reply is complete, and
 //! what the reply says as output fields.
 //!
+//! Takes a reply's bytes as the TCP engine reassembled them (and, for `tls`/`https`, the session's
+//! turns); gives the request to send, whether the reply is complete, and one row of output fields.
+//! Uses sonde-tcp (the `App`/`Session` hooks it implements) and sonde-scan (field types and values
+//! of a row, named targets), with httparse, rustls, tls-parser and x509-parser for the formats.
+//!
 //! - `http`: one `GET` (or the method given), `Connection: close`; the reply is parsed with
 //!   `httparse`, its body framed by Content-Length or chunked encoding, and reported decoded.
 //! - `banner`: sends nothing and keeps what the server says first, up to a line end.

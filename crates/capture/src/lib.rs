@@ -1,5 +1,10 @@
 //! `sonde capture`: tcpdump-compatible packet capture at line rate.
 //!
+//! Takes a tcpdump expression and an interface (or a capture file with `-r`); gives pcapng or pcap
+//! files and counts of what was kept and dropped. Uses sonde-io (rings, AF_XDP, filter compilation;
+//! only with the default `live` feature) and sonde-meter (stage clocks, output files), with
+//! pcap-file for the file formats.
+//!
 //! The data flow, one file per stage:
 //! - `source`: where packets come from (a kernel-filtered AF_PACKET ring, AF_XDP behind an XDP
 //!   translation of the filter, or libpcap), with the kernel's drop counters;

@@ -3,6 +3,9 @@
 //! finished from partial sums computed up front (the idea of RFC 1624's incremental update:
 //! only the changed 16-bit words are added).
 //!
+//! Takes addresses, ports and a probe's fixed fields; gives ready frames written into the caller's
+//! buffers. Uses sonde-wire (the formats and checksums) and nothing else.
+//!
 //! Per frame that is one short copy, a few stores and a handful of adds — no parsing, no
 //! allocation, no branch on the frame's contents. [`Patcher`] is the general form (any set of
 //! changing words); [`Template`] is blast's use of it.

@@ -54,7 +54,7 @@ impl System for ThisHost {
     }
 
     fn run(&mut self, cmd: &[String]) -> anyhow::Result<()> {
-        crate::path::run(cmd)
+        crate::command::run(cmd)
     }
 
     fn detach_xdp(&mut self, iface: &str) -> anyhow::Result<bool> {

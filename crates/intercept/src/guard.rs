@@ -83,7 +83,7 @@ pub fn guard_main(input: impl BufRead) -> anyhow::Result<()> {
         }
     }
     commands.reverse();
-    crate::path::undo(&commands)
+    crate::command::undo(&commands)
 }
 
 #[cfg(test)]

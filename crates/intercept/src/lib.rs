@@ -1,6 +1,11 @@
 //! `sonde intercept`: a user-space packet filter that takes traffic off its path, decides on
 //! it in batches, and sends it on with each flow in order.
 //!
+//! Takes the host's own packets (an NFQUEUE rule) or the traffic between two interfaces, and rules
+//! (or a program's own [`Filter`]); gives each packet a verdict, sent on in order, and counts of
+//! what happened. Uses sonde-io (NFQUEUE, packet rings) and sonde-wire (parsing and rewriting
+//! headers).
+//!
 //! Data flow: [`path`] takes traffic off the kernel's path (an NFQUEUE rule, or a netdev table
 //! that stops the kernel forwarding between two interfaces) → [`stack`] (NFQUEUE, batched
 //! receive and verdicts) or [`bridge`] (packet rings on two interfaces) hand each packet to a
@@ -10,6 +15,7 @@
 
 pub mod bridge;
 pub mod cleanup;
+mod command;
 pub mod counters;
 pub mod filter;
 pub mod flow;

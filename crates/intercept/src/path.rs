@@ -20,6 +20,8 @@ use anyhow::{anyhow, bail, Context};
 
 pub use crate::guard::{guard_main, Guard};
 
+use crate::command::{run, undo};
+
 /// The comment every NFQUEUE rule sonde adds carries (cleanup matches it exactly).
 pub const RULE_TAG: &str = "sonde-intercept";
 /// The prefix of the nftables tables bridge mode adds (then sonde's process id).
@@ -261,45 +263,6 @@ pub fn check_iface_name(name: &str) -> anyhow::Result<()> {
         bail!(
             "{name:?} is not an interface name: 1 to 15 printable characters without / : \" \\ or spaces"
         );
-    }
-    Ok(())
-}
-
-/// Runs each command; all are tried, the first failure is returned.
-pub fn undo(commands: &[Vec<String>]) -> anyhow::Result<()> {
-    let mut first = Ok(());
-    for cmd in commands {
-        if let Err(e) = run(cmd) {
-            if first.is_ok() {
-                first = Err(e);
-            }
-        }
-    }
-    first
-}
-
-pub(crate) fn run(cmd: &[String]) -> anyhow::Result<()> {
-    let (program, args) = cmd
-        .split_first()
-        .ok_or_else(|| anyhow!("an empty command"))?;
-    let out = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                anyhow!("{program} is not installed: run scripts/setup")
-            }
-            _ => anyhow!("{program}: {e}"),
-        })?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let err = err
-            .lines()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("")
-            .trim();
-        bail!("`{}` failed: {err}", cmd.join(" "));
     }
     Ok(())
 }

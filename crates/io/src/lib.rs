@@ -1,5 +1,10 @@
 //! Batched packet I/O.
 //!
+//! Takes frames the caller writes in place, or an interface and a filter to receive with; gives
+//! batches of received frames with their metadata and drop counts. Uses sonde-meter (stage clocks)
+//! and sonde-bpf (the eBPF it loads for tcpdump expressions), with xsk-rs (AF_XDP), libbpf-sys
+//! (loading programs) and pcap (libpcap).
+//!
 //! Every backend hands the kernel *batches* of frames that the caller builds in place, in the
 //! backend's own buffers (ring slots, UMEM frames, or pre-allocated message buffers), so the
 //! per-frame user work is only what the caller's `fill` closure does. The backends differ in how
@@ -33,6 +38,7 @@
 pub mod cbpf_xdp;
 pub mod filter;
 mod iface;
+mod libbpf;
 mod libpcap;
 mod many;
 pub mod mem;

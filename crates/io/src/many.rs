@@ -349,4 +349,44 @@ mod tests {
         assert_eq!(got, 0);
         assert!(start.elapsed() >= Duration::from_millis(30), "did not wait");
     }
+
+    // The wake itself (wake.rs), tested through the wait it ends.
+    #[test]
+    fn a_notify_from_another_thread_ends_a_wait_and_clear_rearms_it() {
+        let wake = std::sync::Arc::new(Wake::new().unwrap());
+        let other = wake.clone();
+        let start = Instant::now();
+        let notifier = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            other.notify();
+        });
+        let got = rx_many_meta_or_wake(
+            &mut [],
+            64,
+            Duration::from_secs(10),
+            Some(&wake),
+            |_, _, _| {},
+        )
+        .unwrap();
+        notifier.join().unwrap();
+        assert_eq!(got, 0);
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the notify ended the wait"
+        );
+        wake.clear();
+        let start = Instant::now();
+        rx_many_meta_or_wake(
+            &mut [],
+            64,
+            Duration::from_millis(100),
+            Some(&wake),
+            |_, _, _| {},
+        )
+        .unwrap();
+        assert!(
+            start.elapsed() >= Duration::from_millis(90),
+            "cleared: the wait ran its time"
+        );
+    }
 }

@@ -7,8 +7,8 @@
 //! program, which redirects every frame of the queue to the socket ([`XdpRx::open`]), sonde's
 //! own reply filter, which redirects only the scan's replies and passes the rest to the OS stack
 //! ([`XdpRx::open_filtered`], see `xdp_filter.rs`), or a tcpdump expression translated to eBPF,
-//! which redirects what it matches and passes the rest ([`XdpRx::open_cbpf`], see
-//! `cbpf_xdp.rs`).
+//! which redirects what it matches and passes the rest ([`XdpRx::open_cbpf`]: sonde-bpf
+//! writes it, `xdp_filter.rs` loads it).
 
 use sonde_meter::stages::{self, Stage};
 use std::ffi::CString;
@@ -541,7 +541,7 @@ impl XdpRx {
     /// Receives only the frames that the classic BPF `program` (a tcpdump expression compiled
     /// for Ethernet, e.g. by [`crate::filter::compile`]) matches, run in XDP before any copy to
     /// user space; every other frame goes on to the OS stack untouched. The program is
-    /// translated to eBPF ([`crate::cbpf_xdp::translate`]); one it cannot translate, or that
+    /// translated to eBPF ([`sonde_bpf::translate`]); one it cannot translate, or that
     /// the kernel's verifier refuses, is an error starting "this expression cannot run in XDP"
     /// (then filter in user space instead). Attach modes, queues and sharing as for
     /// [`XdpRx::open_filtered`]: open one receiver per queue, all with the same `program`.

@@ -26,7 +26,8 @@ use serde::{Deserialize, Serialize};
 use crate::cmd::{in_ns, ip_line, run};
 use crate::config::validate_name;
 use crate::cpus::{check_target_cpus, cpu_list, online_cpus};
-use crate::netns::{net_ns, ns_exists, scan_ns};
+pub use crate::netns::{a_ns, b_ns, bridge_exists as exists, mid_ns};
+use crate::netns::{all_ns, net_ns, ns_exists, scan_ns};
 use crate::state::Started;
 use crate::{server, state};
 
@@ -59,26 +60,6 @@ const MAX_BRIDGE_QUEUES: u32 = 64;
 
 fn one_queue() -> u32 {
     1
-}
-
-/// The namespace of host A in bridge lab `name`.
-pub fn a_ns(name: &str) -> String {
-    format!("sonde-{name}-a")
-}
-
-/// The middle namespace of bridge lab `name`.
-pub fn mid_ns(name: &str) -> String {
-    format!("sonde-{name}-mid")
-}
-
-/// The namespace of host B in bridge lab `name`.
-pub fn b_ns(name: &str) -> String {
-    format!("sonde-{name}-b")
-}
-
-/// The three namespaces of bridge lab `name`, A, mid, B.
-fn all_ns(name: &str) -> [String; 3] {
-    [a_ns(name), mid_ns(name), b_ns(name)]
 }
 
 /// What to bring up.
@@ -175,11 +156,6 @@ const MID_SYSCTLS: &[&str] = &[
 /// How long `up` waits for an iperf3 server to listen.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(20);
-
-/// Whether anything of bridge lab `name` exists: a namespace or its state file.
-pub fn exists(name: &str) -> bool {
-    all_ns(name).iter().any(|ns| ns_exists(ns)) || state::is_bridge(name)
-}
 
 /// Creates bridge lab `cfg.name` and starts the iperf3 servers on B. On any failure everything
 /// made so far is removed again.

@@ -10,7 +10,6 @@ use ipnet::{Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 
 use crate::cpus::{check_target_cpus, online_cpus};
-use crate::services::{LabService, ServiceStatus};
 
 /// The only IPv4 space the lab may use (RFC 2544, benchmarking).
 pub(crate) const LAB_SPACE: Ipv4Net = net(198, 18, 0, 0, 15);
@@ -409,6 +408,237 @@ pub(crate) fn validate_population6(p: Ipv6Net) -> Result<()> {
         bail!("IPv6 population {p} overlaps the lab's link {LINK_NET6}; pick another prefix");
     }
     Ok(())
+}
+
+/// The CPUs a scanner in lab `status` should run its senders on: every online CPU but the lab's
+/// target CPUs; every online CPU when the lab has none (or would leave none). If the online CPUs
+/// cannot be read, CPUs 0..available_parallelism stand in for them.
+pub fn sender_cpus(status: &LabStatus) -> Vec<usize> {
+    let online = online_cpus().unwrap_or_else(|_| {
+        let n = std::thread::available_parallelism().map_or(1, usize::from);
+        (0..n).collect()
+    });
+    let targets = status.target_cpus.as_deref().unwrap_or(&[]);
+    let rest: Vec<usize> = online
+        .iter()
+        .copied()
+        .filter(|c| !targets.contains(c))
+        .collect();
+    if rest.is_empty() {
+        online
+    } else {
+        rest
+    }
+}
+
+// ---- the services `--services` names, and what `up` records of each (services.rs starts them)
+
+/// One of the servers `--services` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LabService {
+    Ssh,
+    Smtp,
+    Imap,
+    Pop3,
+    Ftp,
+    Tls13,
+    Tls10,
+}
+
+impl LabService {
+    pub const ALL: [LabService; 7] = [
+        LabService::Ssh,
+        LabService::Smtp,
+        LabService::Imap,
+        LabService::Pop3,
+        LabService::Ftp,
+        LabService::Tls13,
+        LabService::Tls10,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LabService::Ssh => "ssh",
+            LabService::Smtp => "smtp",
+            LabService::Imap => "imap",
+            LabService::Pop3 => "pop3",
+            LabService::Ftp => "ftp",
+            LabService::Tls13 => "tls13",
+            LabService::Tls10 => "tls10",
+        }
+    }
+
+    /// The TCP port it listens on.
+    pub fn port(self) -> u16 {
+        match self {
+            LabService::Ssh => 22,
+            LabService::Smtp => 25,
+            LabService::Imap => 143,
+            LabService::Pop3 => 110,
+            LabService::Ftp => 21,
+            LabService::Tls13 => 8443,
+            LabService::Tls10 => 9443,
+        }
+    }
+
+    /// The grab field of a protocol module that holds its greeting line (e.g. `ssh_banner`).
+    pub(crate) fn banner_field(self) -> Option<&'static str> {
+        match self {
+            LabService::Ssh => Some("ssh_banner"),
+            LabService::Smtp => Some("smtp_banner"),
+            LabService::Imap => Some("imap_banner"),
+            LabService::Pop3 => Some("pop3_banner"),
+            LabService::Ftp => Some("ftp_banner"),
+            LabService::Tls13 | LabService::Tls10 => None,
+        }
+    }
+}
+
+impl fmt::Display for LabService {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for LabService {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        LabService::ALL
+            .into_iter()
+            .find(|v| v.name() == s)
+            .ok_or_else(|| {
+                anyhow!("unknown service {s:?} (use ssh, smtp, imap, pop3, ftp, tls13 or tls10)")
+            })
+    }
+}
+
+/// `ssh,smtp,…` as services, in the order given; an unknown or repeated name is refused.
+pub fn parse_services(list: &str) -> Result<Vec<LabService>> {
+    let mut services = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let service: LabService = name.parse()?;
+        if services.contains(&service) {
+            bail!("service {name:?} is given twice");
+        }
+        services.push(service);
+    }
+    Ok(services)
+}
+
+/// Stands for the address a client connected to, in a recorded banner.
+pub const ADDR_PLACEHOLDER: &str = "{addr}";
+
+/// What `up` records of one running service, in the lab's state (`LabStatus::services`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ServiceStatus {
+    pub service: LabService,
+    pub port: u16,
+    /// The pid of the server that serves it (dovecot serves imap and pop3, one nginx tls13 and
+    /// tls10).
+    pub pid: u32,
+    /// What the server sends first, as it sent it to `up`'s probe, `{addr}` standing for the
+    /// address connected to (smtp); None where the client speaks first (TLS).
+    #[serde(default)]
+    pub banner: Option<String>,
+    /// SHA-256 (lowercase hex) of the DER certificate it shows: in the handshake (tls13,
+    /// tls10), after STARTTLS/STLS (smtp, imap, pop3).
+    #[serde(default)]
+    pub cert_sha256: Option<String>,
+    /// The certificate's PEM file.
+    #[serde(default)]
+    pub cert: Option<String>,
+    /// SSH: SHA-256 (lowercase hex) of the host key's public key blob (what `ssh-keygen -l`
+    /// shows in base64 after `SHA256:`).
+    #[serde(default)]
+    pub host_key_sha256: Option<String>,
+    /// The TLS version and cipher (IANA name) every handshake ends with (tls13, tls10).
+    #[serde(default)]
+    pub tls_version: Option<String>,
+    #[serde(default)]
+    pub tls_cipher: Option<String>,
+}
+
+/// Every grab field the truth may expect of a service; the scorer reads these columns.
+pub const EXPECT_FIELDS: &[&str] = &[
+    "banner",
+    "ssh_banner",
+    "smtp_banner",
+    "imap_banner",
+    "pop3_banner",
+    "ftp_banner",
+    "ssh_host_key_sha256",
+    "tls_cert_sha256",
+    "tls_version",
+    "tls_cipher",
+];
+
+impl ServiceStatus {
+    /// The grab fields (name, expected value) this service shows to a client of `addr`:
+    /// - `banner`: the greeting exactly, line end included (the `banner` module);
+    /// - `ssh_banner`, `smtp_banner`, `imap_banner`, `pop3_banner`, `ftp_banner`: the same line (a protocol
+    ///   module's; compared without its line end, see [`field_matches`]);
+    /// - `ssh_host_key_sha256`, `tls_cert_sha256`, `tls_version`, `tls_cipher`.
+    pub fn fields(&self, addr: std::net::IpAddr) -> Vec<(&'static str, String)> {
+        let mut fields = Vec::new();
+        if let Some(banner) = &self.banner {
+            let line = banner.replace(ADDR_PLACEHOLDER, &addr.to_string());
+            if let Some(name) = self.service.banner_field() {
+                fields.push((name, trim_line_end(&line).to_string()));
+            }
+            fields.push(("banner", line));
+        }
+        let optional = [
+            ("ssh_host_key_sha256", &self.host_key_sha256),
+            ("tls_cert_sha256", &self.cert_sha256),
+            ("tls_version", &self.tls_version),
+            ("tls_cipher", &self.tls_cipher),
+        ];
+        for (name, value) in optional {
+            if let Some(v) = value {
+                fields.push((name, v.clone()));
+            }
+        }
+        fields
+    }
+}
+
+/// Whether a grab's value `got` of field `name` is the expected `want`: hashes compare without
+/// regard to case, a protocol module's `*_banner` without a trailing line end, the rest exactly.
+pub fn field_matches(name: &str, want: &str, got: &str) -> bool {
+    if name.ends_with("_sha256") {
+        want.eq_ignore_ascii_case(got)
+    } else if name.ends_with("_banner") {
+        trim_line_end(want) == trim_line_end(got)
+    } else {
+        want == got
+    }
+}
+
+fn trim_line_end(line: &str) -> &str {
+    line.trim_end_matches(['\r', '\n'])
+}
+
+impl ServiceStatus {
+    /// A service about to start: its port, nothing yet known of what it shows.
+    pub(crate) fn planned(service: LabService) -> ServiceStatus {
+        ServiceStatus::started(service, 0)
+    }
+
+    /// A service started as `pid`: its port, nothing yet known of what it shows.
+    pub(crate) fn started(service: LabService, pid: u32) -> ServiceStatus {
+        ServiceStatus {
+            service,
+            port: service.port(),
+            pid,
+            banner: None,
+            cert_sha256: None,
+            cert: None,
+            host_key_sha256: None,
+            tls_version: None,
+            tls_cipher: None,
+        }
+    }
 }
 
 #[cfg(test)]

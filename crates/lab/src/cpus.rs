@@ -15,7 +15,6 @@ use std::collections::BTreeSet;
 use anyhow::{anyhow, bail, Result};
 
 use crate::cmd::in_ns;
-use crate::config::{LabStatus, NET_IF};
 
 const ONLINE: &str = "/sys/devices/system/cpu/online";
 
@@ -94,27 +93,6 @@ pub(crate) fn check_target_cpus(cpus: &[usize], online: &[usize]) -> Result<()> 
     Ok(())
 }
 
-/// The CPUs a scanner in lab `status` should run its senders on: every online CPU but the lab's
-/// target CPUs; every online CPU when the lab has none (or would leave none). If the online CPUs
-/// cannot be read, CPUs 0..available_parallelism stand in for them.
-pub fn sender_cpus(status: &LabStatus) -> Vec<usize> {
-    let online = online_cpus().unwrap_or_else(|_| {
-        let n = std::thread::available_parallelism().map_or(1, usize::from);
-        (0..n).collect()
-    });
-    let targets = status.target_cpus.as_deref().unwrap_or(&[]);
-    let rest: Vec<usize> = online
-        .iter()
-        .copied()
-        .filter(|c| !targets.contains(c))
-        .collect();
-    if rest.is_empty() {
-        online
-    } else {
-        rest
-    }
-}
-
 /// The kernel's hexadecimal CPU mask of `cpus`: 32-bit groups, most significant first,
 /// separated by commas ("00000002"; "00000001,00000000" for CPU 32).
 pub(crate) fn cpu_mask(cpus: &[usize]) -> String {
@@ -150,10 +128,10 @@ fn queue_files(queues: u32) -> &'static str {
     }
 }
 
-/// The queue settings of nx0 (of `queues` queues) in namespace `ns`, as sysfs there shows them:
-/// (`rx-N/rps_cpus` or `tx-N/xps_cpus`, its CPUs) for every queue.
-fn queue_cpus(ns: &str, queues: u32) -> Result<Vec<(String, Vec<usize>)>> {
-    let dir = format!("/sys/class/net/{NET_IF}/queues");
+/// The queue settings of `iface` (of `queues` queues) in namespace `ns`, as sysfs there shows
+/// them: (`rx-N/rps_cpus` or `tx-N/xps_cpus`, its CPUs) for every queue.
+fn queue_cpus(ns: &str, iface: &str, queues: u32) -> Result<Vec<(String, Vec<usize>)>> {
+    let dir = format!("/sys/class/net/{iface}/queues");
     let script = format!("cd {dir} && grep -H . {}", queue_files(queues));
     let text = in_ns(ns, "sh", &["-c", &script])?;
     text.lines()
@@ -166,27 +144,27 @@ fn queue_cpus(ns: &str, queues: u32) -> Result<Vec<(String, Vec<usize>)>> {
         .collect()
 }
 
-/// Steers nx0's queues in namespace `ns` to `cpus`: RPS on every receive queue, XPS on every
-/// transmit queue (see `queue_files`). Reads them back and fails unless every one shows `cpus`.
-pub(crate) fn steer(ns: &str, cpus: &[usize], queues: u32) -> Result<()> {
+/// Steers the queues of `iface` (the lab's nx0) in namespace `ns` to `cpus`: RPS on every receive
+/// queue, XPS on every transmit queue (see `queue_files`). Reads them back and fails unless every one shows `cpus`.
+pub(crate) fn steer(ns: &str, iface: &str, cpus: &[usize], queues: u32) -> Result<()> {
     let mask = cpu_mask(cpus);
     // The mask goes in as $1: the script itself is fixed text.
     let script = format!(
-        "cd /sys/class/net/{NET_IF}/queues && \
+        "cd /sys/class/net/{iface}/queues && \
          for f in {}; do echo \"$1\" > \"$f\" || exit 1; done",
         queue_files(queues)
     );
     in_ns(ns, "sh", &["-c", &script, "sh", &mask]).map_err(|e| {
         anyhow!(
-            "cannot steer {NET_IF}'s queues to CPUs {}: {e}",
+            "cannot steer {iface}'s queues to CPUs {}: {e}",
             cpu_list(cpus)
         )
     })?;
-    let seen = queue_cpus(ns, queues)?;
+    let seen = queue_cpus(ns, iface, queues)?;
     let want = if queues > 1 { 2 } else { 1 } * queues as usize;
     if seen.len() != want || seen.iter().any(|(_, c)| c != cpus) {
         bail!(
-            "{NET_IF}'s queues do not show CPUs {} after steering ({} of {want} files: {seen:?})",
+            "{iface}'s queues do not show CPUs {} after steering ({} of {want} files: {seen:?})",
             cpu_list(cpus),
             seen.len()
         );

@@ -4,6 +4,10 @@
 //! `bridge`, two hosts A and B joined through a middle namespace (A — mid — B)
 //! for tools that sit in the path.
 //!
+//! Takes a lab's name and configuration (`sonde lab up`); gives namespaces, servers and the ground
+//! truth (`truth.json`) that tests and scores compare against. Uses no other sonde crate
+//! (sonde-wire only in its tests); libbpf-rs loads its XDP responder.
+//!
 //! THE SAFETY RULE (see LAB.md): every packet stays inside the namespaces made
 //! here, addressed to 198.18.0.0/15 (and 2001:2::/48 with an IPv6
 //! population). Nothing is created in the root namespace
@@ -31,17 +35,16 @@ mod truth;
 mod xdp;
 
 pub use config::{
-    validate_name, LabConfig, LabStatus, Responder, Sink, DNS_PORT, HTTPS_PORT, HTTP_PORT,
+    field_matches, parse_services, sender_cpus, validate_name, LabConfig, LabService, LabStatus,
+    Responder, ServiceStatus, Sink, ADDR_PLACEHOLDER, DNS_PORT, EXPECT_FIELDS, HTTPS_PORT,
+    HTTP_PORT,
 };
 pub use counters::{net_counters, received, scan_counters, IfCounters};
-pub use cpus::{cpu_list, online_cpus, parse_cpu_list, sender_cpus};
+pub use cpus::{cpu_list, online_cpus, parse_cpu_list};
 pub use http::{big_body, sha256_hex, BIG_PATH};
-pub use netns::{current_lab, enter_net_ns, enter_ns, enter_scan_ns, exec, list};
+pub use netns::{current_lab, enter_net_ns, enter_ns, enter_scan_ns, exec, list, status};
 pub use server::{serve, serve_silent};
-pub use services::{
-    field_matches, parse_services, LabService, ServiceStatus, ADDR_PLACEHOLDER, EXPECT_FIELDS,
-};
-pub use setup::{down, status, up};
+pub use setup::{down, up};
 pub use truth::{
     banner_line, http_body, is_responsive, is_responsive6, is_silent, truth, truth_as, truth_csv,
     Answer, Expect, Service, Truth, TruthFormat,

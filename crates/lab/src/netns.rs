@@ -1,5 +1,5 @@
-//! The lab's namespaces (scan and net; or a, mid and b for a bridge lab): names, finding them,
-//! and entering them.
+//! The lab's namespaces (scan and net; or a, mid and b for a bridge lab): names, finding them
+//! (and a lab's recorded status once they are whole), and entering them.
 
 use std::collections::BTreeSet;
 use std::fs::{self, File};
@@ -11,7 +11,7 @@ use anyhow::{anyhow, bail, Result};
 use nix::sched::{setns, CloneFlags};
 
 use crate::cmd::spawn_error;
-use crate::config::validate_name;
+use crate::config::{validate_name, LabStatus};
 use crate::state;
 
 /// Where `ip netns` keeps its named namespaces.
@@ -23,6 +23,47 @@ pub(crate) fn scan_ns(name: &str) -> String {
 
 pub(crate) fn net_ns(name: &str) -> String {
     format!("sonde-{name}-net")
+}
+
+/// The namespace of host A in bridge lab `name`.
+pub fn a_ns(name: &str) -> String {
+    format!("sonde-{name}-a")
+}
+
+/// The middle namespace of bridge lab `name`.
+pub fn mid_ns(name: &str) -> String {
+    format!("sonde-{name}-mid")
+}
+
+/// The namespace of host B in bridge lab `name`.
+pub fn b_ns(name: &str) -> String {
+    format!("sonde-{name}-b")
+}
+
+/// The three namespaces of bridge lab `name`, A, mid, B.
+pub(crate) fn all_ns(name: &str) -> [String; 3] {
+    [a_ns(name), mid_ns(name), b_ns(name)]
+}
+
+/// Whether anything of bridge lab `name` exists: a namespace or its state file.
+pub fn bridge_exists(name: &str) -> bool {
+    all_ns(name).iter().any(|ns| ns_exists(ns)) || state::is_bridge(name)
+}
+
+/// The status of lab `name` as `up` recorded it, after checking it is whole.
+pub fn status(name: &str) -> Result<LabStatus> {
+    let st = state::load_opt(name)?;
+    let whole = ns_exists(&scan_ns(name)) && ns_exists(&net_ns(name));
+    if st.is_none() && bridge_exists(name) {
+        bail!("lab {name:?} is a bridge lab (A — mid — B), not a scanner lab; see: sonde lab status --name {name}");
+    }
+    match st {
+        Some(st) if whole => Ok(st),
+        None if !ns_exists(&scan_ns(name)) && !ns_exists(&net_ns(name)) => {
+            bail!("lab {name:?} is not up (start it with: sonde lab up --name {name})")
+        }
+        _ => bail!("lab {name:?} is half-made; remove it with: sonde lab down --name {name}"),
+    }
 }
 
 pub(crate) fn ns_path(ns: &str) -> PathBuf {
@@ -62,10 +103,10 @@ fn open_scan_ns(name: &str) -> Result<File> {
     validate_name(name)?;
     let path = ns_path(&scan_ns(name));
     File::open(&path).map_err(|e| {
-        if crate::bridge::exists(name) {
+        if bridge_exists(name) {
             anyhow!(
                 "lab {name:?} is a bridge lab: it has no scanner namespace (use its hosts: ip netns exec {} …)",
-                crate::bridge::a_ns(name)
+                a_ns(name)
             )
         } else {
             anyhow!(
@@ -191,9 +232,9 @@ mod tests {
         for name in ["lab", "a-net", "x-scan", "9", "x-a", "b-mid"] {
             assert_eq!(lab_of(&scan_ns(name)), Some(name));
             assert_eq!(lab_of(&net_ns(name)), Some(name));
-            assert_eq!(lab_of(&crate::bridge::a_ns(name)), Some(name));
-            assert_eq!(lab_of(&crate::bridge::mid_ns(name)), Some(name));
-            assert_eq!(lab_of(&crate::bridge::b_ns(name)), Some(name));
+            assert_eq!(lab_of(&a_ns(name)), Some(name));
+            assert_eq!(lab_of(&mid_ns(name)), Some(name));
+            assert_eq!(lab_of(&b_ns(name)), Some(name));
         }
         assert_eq!(lab_of("sonde-"), None);
         assert_eq!(lab_of("other-lab-net"), None);

@@ -22,115 +22,17 @@
 //! its certificate's DER form, and the TLS version and cipher that can be negotiated. The truth
 //! turns that into expected grab fields ([`ServiceStatus::fields`]).
 
-use std::fmt;
 use std::io::Read;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::Path;
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
-use serde::{Deserialize, Serialize};
 
 use crate::cmd::run;
+use crate::config::{LabService, ServiceStatus, ADDR_PLACEHOLDER};
 use crate::http::{certificate, find_program, path_arg, write, EC_KEY, RSA_KEY};
 use crate::{server, state};
-
-/// One of the servers `--services` names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LabService {
-    Ssh,
-    Smtp,
-    Imap,
-    Pop3,
-    Ftp,
-    Tls13,
-    Tls10,
-}
-
-impl LabService {
-    pub const ALL: [LabService; 7] = [
-        LabService::Ssh,
-        LabService::Smtp,
-        LabService::Imap,
-        LabService::Pop3,
-        LabService::Ftp,
-        LabService::Tls13,
-        LabService::Tls10,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            LabService::Ssh => "ssh",
-            LabService::Smtp => "smtp",
-            LabService::Imap => "imap",
-            LabService::Pop3 => "pop3",
-            LabService::Ftp => "ftp",
-            LabService::Tls13 => "tls13",
-            LabService::Tls10 => "tls10",
-        }
-    }
-
-    /// The TCP port it listens on.
-    pub fn port(self) -> u16 {
-        match self {
-            LabService::Ssh => 22,
-            LabService::Smtp => 25,
-            LabService::Imap => 143,
-            LabService::Pop3 => 110,
-            LabService::Ftp => 21,
-            LabService::Tls13 => 8443,
-            LabService::Tls10 => 9443,
-        }
-    }
-
-    /// The grab field of a protocol module that holds its greeting line (e.g. `ssh_banner`).
-    fn banner_field(self) -> Option<&'static str> {
-        match self {
-            LabService::Ssh => Some("ssh_banner"),
-            LabService::Smtp => Some("smtp_banner"),
-            LabService::Imap => Some("imap_banner"),
-            LabService::Pop3 => Some("pop3_banner"),
-            LabService::Ftp => Some("ftp_banner"),
-            LabService::Tls13 | LabService::Tls10 => None,
-        }
-    }
-}
-
-impl fmt::Display for LabService {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for LabService {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> Result<Self> {
-        LabService::ALL
-            .into_iter()
-            .find(|v| v.name() == s)
-            .ok_or_else(|| {
-                anyhow!("unknown service {s:?} (use ssh, smtp, imap, pop3, ftp, tls13 or tls10)")
-            })
-    }
-}
-
-/// `ssh,smtp,…` as services, in the order given; an unknown or repeated name is refused.
-pub fn parse_services(list: &str) -> Result<Vec<LabService>> {
-    let mut services = Vec::new();
-    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        let service: LabService = name.parse()?;
-        if services.contains(&service) {
-            bail!("service {name:?} is given twice");
-        }
-        services.push(service);
-    }
-    Ok(services)
-}
-
-/// Stands for the address a client connected to, in a recorded banner.
-pub const ADDR_PLACEHOLDER: &str = "{addr}";
 
 /// exim's greeting: `220 ` and its smtp_banner, which names the address connected to.
 const SMTP_BANNER: &str = "220 sonde lab {addr} ESMTP\r\n";
@@ -150,96 +52,6 @@ const MAX_WORKERS: usize = 4;
 const NGINX_SLOTS: usize = 16_384;
 /// exim's and dovecot's account (made by their Debian packages).
 const EXIM_USER: &str = "Debian-exim";
-
-/// What `up` records of one running service, in the lab's state (`LabStatus::services`).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct ServiceStatus {
-    pub service: LabService,
-    pub port: u16,
-    /// The pid of the server that serves it (dovecot serves imap and pop3, one nginx tls13 and
-    /// tls10).
-    pub pid: u32,
-    /// What the server sends first, as it sent it to `up`'s probe, `{addr}` standing for the
-    /// address connected to (smtp); None where the client speaks first (TLS).
-    #[serde(default)]
-    pub banner: Option<String>,
-    /// SHA-256 (lowercase hex) of the DER certificate it shows: in the handshake (tls13,
-    /// tls10), after STARTTLS/STLS (smtp, imap, pop3).
-    #[serde(default)]
-    pub cert_sha256: Option<String>,
-    /// The certificate's PEM file.
-    #[serde(default)]
-    pub cert: Option<String>,
-    /// SSH: SHA-256 (lowercase hex) of the host key's public key blob (what `ssh-keygen -l`
-    /// shows in base64 after `SHA256:`).
-    #[serde(default)]
-    pub host_key_sha256: Option<String>,
-    /// The TLS version and cipher (IANA name) every handshake ends with (tls13, tls10).
-    #[serde(default)]
-    pub tls_version: Option<String>,
-    #[serde(default)]
-    pub tls_cipher: Option<String>,
-}
-
-/// Every grab field the truth may expect of a service; the scorer reads these columns.
-pub const EXPECT_FIELDS: &[&str] = &[
-    "banner",
-    "ssh_banner",
-    "smtp_banner",
-    "imap_banner",
-    "pop3_banner",
-    "ftp_banner",
-    "ssh_host_key_sha256",
-    "tls_cert_sha256",
-    "tls_version",
-    "tls_cipher",
-];
-
-impl ServiceStatus {
-    /// The grab fields (name, expected value) this service shows to a client of `addr`:
-    /// - `banner`: the greeting exactly, line end included (the `banner` module);
-    /// - `ssh_banner`, `smtp_banner`, `imap_banner`, `pop3_banner`, `ftp_banner`: the same line (a protocol
-    ///   module's; compared without its line end, see [`field_matches`]);
-    /// - `ssh_host_key_sha256`, `tls_cert_sha256`, `tls_version`, `tls_cipher`.
-    pub fn fields(&self, addr: std::net::IpAddr) -> Vec<(&'static str, String)> {
-        let mut fields = Vec::new();
-        if let Some(banner) = &self.banner {
-            let line = banner.replace(ADDR_PLACEHOLDER, &addr.to_string());
-            if let Some(name) = self.service.banner_field() {
-                fields.push((name, trim_line_end(&line).to_string()));
-            }
-            fields.push(("banner", line));
-        }
-        let optional = [
-            ("ssh_host_key_sha256", &self.host_key_sha256),
-            ("tls_cert_sha256", &self.cert_sha256),
-            ("tls_version", &self.tls_version),
-            ("tls_cipher", &self.tls_cipher),
-        ];
-        for (name, value) in optional {
-            if let Some(v) = value {
-                fields.push((name, v.clone()));
-            }
-        }
-        fields
-    }
-}
-
-/// Whether a grab's value `got` of field `name` is the expected `want`: hashes compare without
-/// regard to case, a protocol module's `*_banner` without a trailing line end, the rest exactly.
-pub fn field_matches(name: &str, want: &str, got: &str) -> bool {
-    if name.ends_with("_sha256") {
-        want.eq_ignore_ascii_case(got)
-    } else if name.ends_with("_banner") {
-        trim_line_end(want) == trim_line_end(got)
-    } else {
-        want == got
-    }
-}
-
-fn trim_line_end(line: &str) -> &str {
-    line.trim_end_matches(['\r', '\n'])
-}
 
 /// Servers started by [`start`]: each server's pid and what it is, and the services' status.
 #[derive(Default)]
@@ -322,27 +134,6 @@ impl Place<'_> {
     }
 }
 
-impl ServiceStatus {
-    /// A service about to start: its port, nothing yet known of what it shows.
-    pub(crate) fn planned(service: LabService) -> ServiceStatus {
-        status(service, 0)
-    }
-}
-
-fn status(service: LabService, pid: u32) -> ServiceStatus {
-    ServiceStatus {
-        service,
-        port: service.port(),
-        pid,
-        banner: None,
-        cert_sha256: None,
-        cert: None,
-        host_key_sha256: None,
-        tls_version: None,
-        tls_cipher: None,
-    }
-}
-
 // ---- ssh ------------------------------------------------------------------------------------
 
 fn start_sshd(p: &Place, running: &mut Running) -> Result<()> {
@@ -383,7 +174,7 @@ fn start_sshd(p: &Place, running: &mut Running) -> Result<()> {
     running.servers.push((pid, "sshd"));
     running.services.push(ServiceStatus {
         host_key_sha256: Some(host_key_sha256),
-        ..status(LabService::Ssh, pid)
+        ..ServiceStatus::started(LabService::Ssh, pid)
     });
     Ok(())
 }
@@ -475,7 +266,7 @@ fn start_exim(p: &Place, running: &mut Running) -> Result<()> {
         banner: Some(SMTP_BANNER.to_string()),
         cert_sha256: Some(cert_sha256),
         cert: Some(p.file("smtp-cert.pem")?),
-        ..status(LabService::Smtp, pid)
+        ..ServiceStatus::started(LabService::Smtp, pid)
     });
     Ok(())
 }
@@ -540,7 +331,7 @@ fn start_dovecot(p: &Place, mail: &[LabService], name: &str, running: &mut Runni
         running.services.push(ServiceStatus {
             cert_sha256: Some(cert_sha256),
             cert: Some(p.file(&format!("{}-cert.pem", service.name()))?),
-            ..status(service, pid)
+            ..ServiceStatus::started(service, pid)
         });
     }
     Ok(())
@@ -624,7 +415,7 @@ fn start_vsftpd(p: &Place, running: &mut Running) -> Result<()> {
         banner: Some(FTP_BANNER.to_string()),
         cert_sha256: Some(cert_sha256),
         cert: Some(p.file("ftp-cert.pem")?),
-        ..status(LabService::Ftp, pid)
+        ..ServiceStatus::started(LabService::Ftp, pid)
     });
     Ok(())
 }
@@ -732,7 +523,7 @@ fn start_tls_nginx(p: &Place, tls: &[LabService], running: &mut Running) -> Resu
             cert: Some(p.file(&format!("{}-cert.pem", service.name()))?),
             tls_version: Some(version.into()),
             tls_cipher: Some(cipher.into()),
-            ..status(service, pid)
+            ..ServiceStatus::started(service, pid)
         });
     }
     Ok(())
@@ -901,6 +692,7 @@ fn last_line(log: &Path, what: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{field_matches, parse_services, EXPECT_FIELDS};
 
     #[test]
     fn services_parse_and_refuse_unknown_names() {
@@ -944,7 +736,7 @@ mod tests {
         let smtp = ServiceStatus {
             banner: Some(SMTP_BANNER.into()),
             cert_sha256: Some("ab".repeat(32)),
-            ..status(LabService::Smtp, 1)
+            ..ServiceStatus::started(LabService::Smtp, 1)
         };
         assert_eq!(
             smtp.fields(addr),
@@ -958,21 +750,21 @@ mod tests {
             cert_sha256: Some("cd".repeat(32)),
             tls_version: Some("TLSv1.0".into()),
             tls_cipher: Some(TLS10_CIPHER.into()),
-            ..status(LabService::Tls10, 1)
+            ..ServiceStatus::started(LabService::Tls10, 1)
         };
         let names: Vec<&str> = tls10.fields(addr).iter().map(|f| f.0).collect();
         assert_eq!(names, ["tls_cert_sha256", "tls_version", "tls_cipher"]);
         let ssh = ServiceStatus {
             banner: Some("SSH-2.0-OpenSSH_9.2p1\r\n".into()),
             host_key_sha256: Some("ef".repeat(32)),
-            ..status(LabService::Ssh, 1)
+            ..ServiceStatus::started(LabService::Ssh, 1)
         };
         let names: Vec<&str> = ssh.fields(addr).iter().map(|f| f.0).collect();
         assert_eq!(names, ["ssh_banner", "banner", "ssh_host_key_sha256"]);
         let ftp = ServiceStatus {
             banner: Some(FTP_BANNER.into()),
             cert_sha256: Some("01".repeat(32)),
-            ..status(LabService::Ftp, 1)
+            ..ServiceStatus::started(LabService::Ftp, 1)
         };
         assert_eq!(
             ftp.fields(addr),

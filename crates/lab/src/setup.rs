@@ -103,22 +103,6 @@ pub fn down(name: &str) -> Result<()> {
     result.map_err(|e| anyhow!("cannot remove lab {name:?}: {e}"))
 }
 
-/// The status of lab `name` as `up` recorded it, after checking it is whole.
-pub fn status(name: &str) -> Result<LabStatus> {
-    let st = state::load_opt(name)?;
-    let whole = ns_exists(&scan_ns(name)) && ns_exists(&net_ns(name));
-    if st.is_none() && bridge::exists(name) {
-        bail!("lab {name:?} is a bridge lab (A — mid — B), not a scanner lab; see: sonde lab status --name {name}");
-    }
-    match st {
-        Some(st) if whole => Ok(st),
-        None if !ns_exists(&scan_ns(name)) && !ns_exists(&net_ns(name)) => {
-            bail!("lab {name:?} is not up (start it with: sonde lab up --name {name})")
-        }
-        _ => bail!("lab {name:?} is half-made; remove it with: sonde lab down --name {name}"),
-    }
-}
-
 /// Best-effort removal of everything a lab may have; keeps going past
 /// failures and reports the first.
 fn teardown(name: &str) -> Result<()> {
@@ -217,7 +201,7 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
     };
     let cpus = cfg.target_cpus.as_deref();
     if let Some(cpus) = cpus {
-        cpus::steer(&net, cpus, cfg.queues)?;
+        cpus::steer(&net, NET_IF, cpus, cfg.queues)?;
     }
     let mut started = Vec::new();
     let served = cfg.served_ports();

@@ -10,7 +10,7 @@ use anyhow::{anyhow, Result};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 use crate::config::{LabConfig, LabStatus, DNS_PORT, HTTPS_PORT, HTTP_PORT, LINK_NET};
-use crate::services::{LabService, ServiceStatus};
+use crate::config::{LabService, ServiceStatus};
 
 /// 2^64 / golden ratio: SplitMix64's increment.
 const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -289,7 +289,7 @@ impl Truth {
     /// The truth of lab `name` (which must be up, and a scanner lab: a bridge lab has no
     /// population).
     pub fn of_lab(name: &str) -> Result<Truth> {
-        Truth::from_status(&crate::setup::status(name)?)
+        Truth::from_status(&crate::netns::status(name)?)
     }
 
     pub fn from_status(st: &LabStatus) -> Result<Truth> {

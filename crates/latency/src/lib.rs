@@ -3,6 +3,10 @@
 //! at the application layer. Both come in two forms — on the kernel's UDP socket path and on
 //! sonde's frame I/O — so the difference between the paths is measured, not assumed.
 //!
+//! Takes a target, a path and a list of packet rates; gives per-rate RTT histograms, samples and
+//! loss/reorder/duplicate counts. Uses sonde-wire and sonde-craft (the frames), and sonde-io (rings
+//! and AF_XDP; only with the default `io` feature), with hdrhistogram.
+//!
 //! Data flow: [`message`] (what a probe carries) → [`frame`] (its frame on sonde's path, and the
 //! echo's) → [`link`] (how it travels: kernel socket, or frames through `frames_io`) →
 //! [`client`] (the schedule, one run per rate) → [`tracker`] (loss, reordering, duplicates) and

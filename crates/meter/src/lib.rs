@@ -1,6 +1,10 @@
 //! Measurement: what every tool reports about itself — wall time, CPU time (getrusage, since
 //! hardware counters are often unavailable in VMs), packet rates, line-rate share, and a
 //! summary that prints as text or one JSON object.
+//!
+//! Takes counts, times and CPU usage from every tool; gives summaries (text or JSON), stage
+//! profiles and output files opened safely. Uses no other sonde crate: every crate that measures
+//! uses this one.
 
 pub mod fit;
 pub mod metrics;

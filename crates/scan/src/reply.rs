@@ -154,6 +154,82 @@ pub const FIELDS: &[Field] = &[
     ),
 ];
 
+// The modules' default output sets. Every one starts with `saddr` and holds `classification`
+// and `success`: `sonde lab score` reads them.
+
+/// Fields written for `tcp_syn` when none are chosen: what ZMap users expect from a TCP scan.
+pub const DEFAULT_FIELDS: &[&str] = &[
+    "saddr",
+    "sport",
+    "daddr",
+    "dport",
+    "classification",
+    "success",
+    "repeat",
+    "ttl",
+    "ipid",
+    "window",
+    "tcp_mss",
+    "tcp_wscale",
+    "tcp_sack_ok",
+    "tcp_ts",
+    "rtt_us",
+    "timestamp",
+];
+
+/// Fields written for `icmp_echo` when none are chosen: no ports, no TCP.
+pub const ICMP_FIELDS: &[&str] = &[
+    "saddr",
+    "daddr",
+    "classification",
+    "success",
+    "repeat",
+    "ttl",
+    "ipid",
+    "icmp_type",
+    "icmp_code",
+    "rtt_us",
+    "timestamp",
+];
+
+/// Fields written for `udp` when none are chosen: the answer's length, the ICMP error that
+/// came instead, and whether it was fragmented.
+pub const UDP_FIELDS: &[&str] = &[
+    "saddr",
+    "sport",
+    "daddr",
+    "dport",
+    "classification",
+    "success",
+    "repeat",
+    "ttl",
+    "udp_len",
+    "icmp_type",
+    "icmp_code",
+    "fragmented",
+    "timestamp",
+];
+
+/// Fields written for `dns` when none are chosen: as for `udp`, plus the response code and the
+/// number of answers.
+pub const DNS_FIELDS: &[&str] = &[
+    "saddr",
+    "sport",
+    "daddr",
+    "dport",
+    "classification",
+    "success",
+    "repeat",
+    "ttl",
+    "udp_len",
+    "dns_rcode",
+    "dns_answers",
+    "icmp_type",
+    "icmp_code",
+    "fragmented",
+    "timestamp",
+];
+
 impl Reply {
     /// The value of field `name` (one of [`FIELDS`]); `Null` for an unknown name.
     pub fn get(&self, name: &str) -> Value {

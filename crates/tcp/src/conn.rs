@@ -11,6 +11,8 @@ use std::net::{IpAddr, Ipv6Addr};
 
 /// "No index": end of a list, no buffer.
 pub(crate) const NIL: u32 = u32::MAX;
+/// `timer_prev` of an entry that is not armed on the timer wheel (timer.rs).
+pub(crate) const UNLINKED: u32 = u32::MAX - 1;
 
 /// What the connection is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,7 +163,7 @@ impl Conn {
             rtt_us: NIL,
             buf: NIL,
             timer_next: NIL,
-            timer_prev: crate::timer::UNLINKED,
+            timer_prev: UNLINKED,
             bits: Bits::default(),
             port: 0,
             timer_at: 0,

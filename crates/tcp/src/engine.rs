@@ -32,12 +32,12 @@ use std::net::IpAddr;
 
 use sonde_wire::TcpFlags;
 
-use crate::conn::{Bits, Conn, State, NIL};
-use crate::icmp::{IcmpError, IcmpKind};
+use crate::conn::{Bits, Conn, State, NIL, UNLINKED};
 use crate::rxbuf::{Placed, Pool};
+use crate::segment::icmp::{IcmpError, IcmpKind};
 use crate::segment::{self, Header, Link, Parsed, Seg};
 use crate::table::{Table, Vacancy, MAX_CAPACITY};
-use crate::timer::{Wheel, UNLINKED};
+use crate::timer::Wheel;
 use crate::{App, CloseMode, Config, Outcome, Rx, Session, Stats, Status, MAX_SESSION_SEND};
 
 /// The longest request, and the largest payload of any segment the engine sends: with IPv6

@@ -1,6 +1,10 @@
 //! The client half of TCP in user space, for `sonde grab`: open connections to many targets at
 //! once from batches of frames, send one request, receive the reply, close.
 //!
+//! Takes targets to connect to and the frames that arrive for them; gives the frames to send (SYNs,
+//! ACKs, requests, RSTs, FINs) and, per target, its outcome and reply bytes. Uses sonde-wire
+//! (parsing) and sonde-craft (cookies and port lanes).
+//!
 //! - **No state until a SYN-ACK validates.** A SYN's initial sequence number and source port
 //!   come from a keyed cookie of (our address, target, port), as in `scan`; a SYN-ACK whose ACK
 //!   does not match the cookie is invalid and creates nothing.
@@ -51,7 +55,6 @@
 pub mod app;
 mod conn;
 mod engine;
-mod icmp;
 mod retry;
 mod rxbuf;
 mod segment;

@@ -1,6 +1,6 @@
 //! Frames in and out: [`parse`] reads a received Ethernet frame with `sonde-wire`'s checked
 //! views into a [`Seg`] (or, for an ICMP error quoting one of our segments, an [`IcmpError`]:
-//! see icmp.rs), never panicking on hostile input; and [`render`] writes one segment
+//! see segment/icmp.rs), never panicking on hostile input; and [`render`] writes one segment
 //! as a whole Ethernet + IPv4/IPv6 + TCP frame straight into a transmit buffer, with correct
 //! IPv4 header and TCP checksums.
 
@@ -12,8 +12,10 @@ use sonde_wire::{
     TcpOption,
 };
 
+pub(crate) mod icmp;
+
 use crate::conn::{addr_to_key, is_mapped};
-use crate::icmp::{self, IcmpError};
+use icmp::IcmpError;
 
 /// Our side of every frame.
 #[derive(Clone, Copy, Debug)]

@@ -9,13 +9,11 @@
 //! Arming a connection earlier unlinks it in O(1); a deadline that moves later (new data
 //! pushing the idle timeout) is left alone and re-evaluated when the old one fires.
 
-use crate::conn::{Conn, NIL};
+use crate::conn::{Conn, NIL, UNLINKED};
 
 pub(crate) const SLOTS: u64 = 1 << 14;
 /// `timer_prev` of the first entry of a slot list.
 const HEAD: u32 = u32::MAX;
-/// `timer_prev` of an entry that is not armed.
-pub(crate) const UNLINKED: u32 = u32::MAX - 1;
 
 pub(crate) struct Wheel {
     heads: Vec<u32>,

@@ -1,6 +1,9 @@
 //! Packet formats for sonde: checked zero-copy views plus small parse/emit
 //! representations.
 //!
+//! Takes byte buffers; gives checked views and `Repr`s of Ethernet, ARP, IPv4, IPv6, TCP, UDP,
+//! ICMPv4/v6 and DNS, and checksums. Uses no other crate: everything above builds on it.
+//!
 //! A *view* (`Packet<T>`, `Frame<T>` for Ethernet) wraps any `T: AsRef<[u8]>`
 //! without copying. `new_checked` validates every length the header claims
 //! against the buffer once, so no getter or `payload()` can panic afterwards;

@@ -1,85 +1,10 @@
-//! Choosing the output fields: `-f saddr,sport,success`, `*`, or the module's default set.
-//!
-//! Every default set starts with `saddr` and holds `classification` and `success`: `sonde lab
-//! score` reads them.
+//! Choosing the output fields: `-f saddr,sport,success`, `*`, or the module's default set (the
+//! sets are in reply.rs, beside the fields, which the probe modules use too).
 
 use anyhow::{anyhow, bail, Result};
 
 use crate::probe::ModuleKind;
 use crate::reply::{Field, FIELDS};
-
-/// Fields written for `tcp_syn` when none are chosen: what ZMap users expect from a TCP scan.
-pub const DEFAULT_FIELDS: &[&str] = &[
-    "saddr",
-    "sport",
-    "daddr",
-    "dport",
-    "classification",
-    "success",
-    "repeat",
-    "ttl",
-    "ipid",
-    "window",
-    "tcp_mss",
-    "tcp_wscale",
-    "tcp_sack_ok",
-    "tcp_ts",
-    "rtt_us",
-    "timestamp",
-];
-
-/// Fields written for `icmp_echo` when none are chosen: no ports, no TCP.
-pub const ICMP_FIELDS: &[&str] = &[
-    "saddr",
-    "daddr",
-    "classification",
-    "success",
-    "repeat",
-    "ttl",
-    "ipid",
-    "icmp_type",
-    "icmp_code",
-    "rtt_us",
-    "timestamp",
-];
-
-/// Fields written for `udp` when none are chosen: the answer's length, the ICMP error that
-/// came instead, and whether it was fragmented.
-pub const UDP_FIELDS: &[&str] = &[
-    "saddr",
-    "sport",
-    "daddr",
-    "dport",
-    "classification",
-    "success",
-    "repeat",
-    "ttl",
-    "udp_len",
-    "icmp_type",
-    "icmp_code",
-    "fragmented",
-    "timestamp",
-];
-
-/// Fields written for `dns` when none are chosen: as for `udp`, plus the response code and the
-/// number of answers.
-pub const DNS_FIELDS: &[&str] = &[
-    "saddr",
-    "sport",
-    "daddr",
-    "dport",
-    "classification",
-    "success",
-    "repeat",
-    "ttl",
-    "udp_len",
-    "dns_rcode",
-    "dns_answers",
-    "icmp_type",
-    "icmp_code",
-    "fragmented",
-    "timestamp",
-];
 
 /// The fields named by `spec` (comma separated, spaces ignored; `*` means every field, in
 /// [`FIELDS`] order), or the `module`'s [`ModuleKind::default_fields`] when `spec` is `None`.

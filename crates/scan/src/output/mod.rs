@@ -29,8 +29,9 @@ use anyhow::{anyhow, bail, Result};
 
 use crate::reply::{Field, Reply, Value};
 
+pub use crate::reply::{DEFAULT_FIELDS, DNS_FIELDS, ICMP_FIELDS, UDP_FIELDS};
 pub use columnar::ADDR_BYTES_SUFFIX;
-pub use fields::{select_fields, DEFAULT_FIELDS, DNS_FIELDS, ICMP_FIELDS, UDP_FIELDS};
+pub use fields::select_fields;
 pub use filter::OutputFilter;
 pub use metadata::{rfc3339_micros, RunMetadata};
 

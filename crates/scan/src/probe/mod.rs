@@ -121,7 +121,7 @@ impl ModuleKind {
 
     /// The output fields written when none are chosen: what the module's replies carry.
     pub fn default_fields(self) -> &'static [&'static str] {
-        use crate::output::{DEFAULT_FIELDS, DNS_FIELDS, ICMP_FIELDS, UDP_FIELDS};
+        use crate::reply::{DEFAULT_FIELDS, DNS_FIELDS, ICMP_FIELDS, UDP_FIELDS};
         match self {
             ModuleKind::TcpSyn => DEFAULT_FIELDS,
             ModuleKind::IcmpEcho => ICMP_FIELDS,
