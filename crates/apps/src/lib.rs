@@ -9,11 +9,12 @@
 //!   rustls cannot go on): version, cipher, group, ALPN, chain and its validity, JA3S.
 //! - `https`: `http` inside a `tls` session.
 //!
-//! `tls` and `https` open a session per connection (see [`sonde_tcp::Session`]): they talk in
-//! turns. The others hold no per-connection state (see [`sonde_tcp::App`]): the engine keeps the reply's
-//! bytes, asks [`App::is_complete_after`] after each segment (with one [`ReplyCursor`] word per
-//! reply, in which the app notes how far it has read, so that the checks over a whole reply
-//! read each byte a bounded number of times), and at the end the run loop turns the bytes into
+//! `tls`, `https`, `ssh`, `smtp`, `imap` and `pop3` open a session per connection (see
+//! [`sonde_tcp::Session`]): they talk in turns. The others hold no per-connection state (see
+//! [`sonde_tcp::App`]): the engine keeps the reply's bytes, asks [`App::is_complete_after`]
+//! after each segment (with one [`ReplyCursor`] word per reply, in which the app notes how far
+//! it has read, so that the checks over a whole reply read each byte a bounded number of
+//! times), and at the end the run loop turns the bytes into
 //! a row with [`AnyApp::describe`], one value per field of [`AnyApp::fields`]. Every parser
 //! here reads hostile bytes: none panics, and each does work bounded by the length of the
 //! reply.
@@ -364,6 +365,7 @@ impl AnyApp {
             AnyApp::Tls(app) | AnyApp::Https(app) => app.open_named(addr, port, name, first),
             AnyApp::Smtp(app) => app.open_session(addr, port, first),
             AnyApp::Imap(app) | AnyApp::Pop3(app) => app.open_session(addr, port, first),
+            AnyApp::Ssh(app) => app.open_session(addr, port, first),
             _ => None,
         }
     }
@@ -423,6 +425,7 @@ impl App for AnyApp {
             AnyApp::Tls(app) | AnyApp::Https(app) => app.max_sent_len(),
             AnyApp::Smtp(app) => app.max_sent_len(),
             AnyApp::Imap(app) | AnyApp::Pop3(app) => app.max_sent_len(),
+            AnyApp::Ssh(app) => app.max_sent_len(),
             other => other.max_request_len(),
         }
     }
