@@ -175,6 +175,8 @@ enum Framed<'a> {
     },
 }
 
+/// The packet at the start of `bytes`: its header is checked before any slice is taken, so
+/// no length the peer sends can make an index go out of bounds.
 fn frame(bytes: &[u8]) -> Framed<'_> {
     let Some(header) = bytes.get(..5) else {
         return Framed::Incomplete;
@@ -413,7 +415,9 @@ const MAX_KEX_INIT_LEN: usize = {
     kexinit + init + 2 * (4 + 1 + 11)
 };
 
-/// One connection's exchange: the reply's bytes so far, and whether our KEX init is out.
+/// One connection's exchange: the reply's bytes so far, and whether our KEX init is out. Each
+/// segment reads the reply again from its start: the identification is looked for in at most
+/// [`MAX_PREAMBLE`] bytes and each packet costs one header read, so that stays cheap.
 #[derive(Debug, Default)]
 struct SshSession {
     received: Vec<u8>,
