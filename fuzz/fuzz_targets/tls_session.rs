@@ -2,7 +2,8 @@
 
 //! Arbitrary server bytes to a connection's session (`tls` and `https`, with rustls and the
 //! first-flight fallback behind it; `smtp`, `imap`, `pop3` and `ftp` with
-//! `--starttls`, their replies and the TLS after them):
+//! `--starttls`, their replies and the TLS after them; `ssh`, its KEXINIT and KEX reply
+//! packets):
 //! fed in segments whose lengths the bytes pick,
 //! `on_received` must not panic, and `describe_session` must give one value per field (the
 //! ServerHello's JA3S, the chain and the HTTP response are read from the same bytes).
@@ -12,8 +13,8 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use sonde_apps::{AnyApp, App, AppKind, AppOptions};
 
-fn apps() -> &'static [AnyApp; 6] {
-    static APPS: OnceLock<[AnyApp; 6]> = OnceLock::new();
+fn apps() -> &'static [AnyApp; 7] {
+    static APPS: OnceLock<[AnyApp; 7]> = OnceLock::new();
     APPS.get_or_init(|| {
         let options = AppOptions {
             tls_sni: Some("sonde.test".to_string()),
@@ -27,6 +28,7 @@ fn apps() -> &'static [AnyApp; 6] {
             AppKind::Imap,
             AppKind::Pop3,
             AppKind::Ftp,
+            AppKind::Ssh,
         ]
         .map(|kind| AnyApp::build(kind, &options).unwrap())
     })

@@ -13,15 +13,17 @@
 //! - `tls`: a full TLS 1.2/1.3 handshake with rustls (the server's first flight in clear when
 //!   rustls cannot go on): version, cipher, group, ALPN, chain and its validity, JA3S.
 //! - `https`: `http` inside a `tls` session.
-//! - `ssh`: the identification string and the KEXINIT's algorithm lists.
+//! - `ssh`: the identification string, the KEXINIT's algorithm lists and the host key (from a
+//!   curve25519 key exchange's reply, its signature not checked).
 //! - `smtp`, `imap`, `pop3`, `ftp`: the greeting, the capabilities, and with `--starttls` the
 //!   upgrade and a `tls` session inside the same connection: one session, a table per protocol.
 //!
-//! `tls` and `https` open a session per connection (see [`sonde_tcp::Session`]): they talk in
-//! turns. The others hold no per-connection state (see [`sonde_tcp::App`]): the engine keeps the reply's
-//! bytes, asks [`App::is_complete_after`] after each segment (with one [`ReplyCursor`] word per
-//! reply, in which the app notes how far it has read, so that the checks over a whole reply
-//! read each byte a bounded number of times), and at the end the run loop turns the bytes into
+//! `tls`, `https`, `ssh`, `smtp`, `imap`, `pop3` and `ftp` open a session per connection (see
+//! [`sonde_tcp::Session`]): they talk in turns. The others hold no per-connection state (see
+//! [`sonde_tcp::App`]): the engine keeps the reply's bytes, asks [`App::is_complete_after`]
+//! after each segment (with one [`ReplyCursor`] word per reply, in which the app notes how far
+//! it has read, so that the checks over a whole reply read each byte a bounded number of
+//! times), and at the end the run loop turns the bytes into
 //! a row with [`AnyApp::describe`], one value per field of [`AnyApp::fields`]. Every parser
 //! here reads hostile bytes: none panics, and each does work bounded by the length of the
 //! reply.
@@ -393,6 +395,7 @@ impl AnyApp {
             AnyApp::Smtp(app) | AnyApp::Imap(app) | AnyApp::Pop3(app) | AnyApp::Ftp(app) => {
                 app.open_session(addr, port, first)
             }
+            AnyApp::Ssh(app) => app.open_session(addr, port, first),
             _ => None,
         }
     }
@@ -457,6 +460,7 @@ impl App for AnyApp {
             AnyApp::Smtp(app) | AnyApp::Imap(app) | AnyApp::Pop3(app) | AnyApp::Ftp(app) => {
                 app.max_sent_len()
             }
+            AnyApp::Ssh(app) => app.max_sent_len(),
             other => other.max_request_len(),
         }
     }

@@ -198,6 +198,23 @@ fn services_answer_as_the_truth_says() {
     }
     assert_eq!(after(&score, "wrong fields "), 0, "{score}");
 
+    // SSH: the identification and the host key the curve25519 key exchange shows, on every
+    // live host.
+    let ssh = lab.file("ssh.ndjson");
+    let out = grab(
+        &lab,
+        &["198.18.44.0/27", "-M", "ssh", "-p", "22", "-o", &ssh],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let score = lab.score(&[&ssh]);
+    let (done, live, _, _, fp) = grab_score(&score);
+    assert!(live > 4 && done == live && fp == 0, "{score}");
+    for field in ["ssh_banner", "ssh_host_key_sha256"] {
+        assert!(score.contains(&format!("{field} {live}/{live}")), "{score}");
+    }
+    assert_eq!(after(&score, "wrong fields "), 0, "{score}");
+    assert_eq!(after(&score, "missing fields "), 0, "{score}");
+
     // Port 80 still answers byte for byte beside them.
     let http = lab.file("http.ndjson");
     let out = grab(&lab, &["198.18.44.0/27", "-p", "80", "-o", &http]);

@@ -1,6 +1,7 @@
 //! `sonde grab -M ssh` against a real OpenSSH: the test starts `sshd` inside the lab's network
 //! namespace only (port 2222, a host key made for the test), and checks every host's
-//! identification and KEXINIT lists. Needs root and /usr/sbin/sshd; the lab and the sshd are
+//! identification, KEXINIT lists and host key (against the key file's blob, hashed by
+//! `sha256sum`). Needs root and /usr/sbin/sshd; the lab and the sshd are
 //! removed by their guards, also on failure.
 
 use std::process::{Child, Command, Stdio};
@@ -55,6 +56,15 @@ fn ssh_reads_the_identification_and_kexinit_of_openssh() {
             .unwrap(),
     );
     std::thread::sleep(std::time::Duration::from_millis(1000));
+    // The key blob is the public key line's second word, base64.
+    let digest = Command::new("sh")
+        .args([
+            "-c",
+            &format!("cut -d' ' -f2 {key}.pub | openssl base64 -d -A | sha256sum"),
+        ])
+        .output()
+        .unwrap();
+    let host_key_sha256 = String::from_utf8(digest.stdout).unwrap()[..64].to_string();
     let out_file = lab.file("ssh.ndjson");
     let args = [
         "grab",
@@ -89,5 +99,7 @@ fn ssh_reads_the_identification_and_kexinit_of_openssh() {
         assert!(r["ssh_ciphers_s2c"]
             .as_str()
             .is_some_and(|c| c.contains("aes128-ctr")));
+        assert_eq!(r["ssh_host_key_type"], "ssh-ed25519", "{r}");
+        assert_eq!(r["ssh_host_key_sha256"], host_key_sha256.as_str(), "{r}");
     }
 }
