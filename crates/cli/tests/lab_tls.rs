@@ -217,28 +217,18 @@ impl Drop for OldServer {
     }
 }
 
-/// A server of TLS 1.0 and RSA key exchange only (`openssl s_server -tls1`) refuses the full
-/// handshake's hello (protocol_version); `-M tls` then makes a second connection with the
-/// first-flight hello and reads its certificate.
-#[test]
-fn a_tls_1_0_only_server_yields_its_certificate_by_a_second_connection() {
-    if !can_run_labs() {
-        return;
-    }
-    let lab = Lab::up(&["--population", "198.18.0.0/30", "--responsive", "1"]);
-    let (key, cert) = (lab.file("old.key"), lab.file("old.pem"));
+/// A self-signed certificate made with `openssl req` in the lab's folder: its key file, its PEM
+/// file and the SHA-256 of its DER (what `tls_cert_sha256` must say).
+fn self_signed(lab: &Lab, name: &str, newkey: &[&str]) -> (String, String, String) {
+    let (key, cert) = (
+        lab.file(&format!("{name}.key")),
+        lab.file(&format!("{name}.pem")),
+    );
     let made = std::process::Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
-        ])
-        .args([
-            "-keyout",
-            &key,
-            "-out",
-            &cert,
-            "-subj",
-            "/CN=old.sonde.test",
-        ])
+        .args(["req", "-x509", "-nodes", "-days", "30", "-newkey"])
+        .args(newkey)
+        .args(["-keyout", &key, "-out", &cert])
+        .args(["-subj", &format!("/CN={name}.sonde.test")])
         .stderr(std::process::Stdio::null())
         .status()
         .unwrap();
@@ -248,7 +238,83 @@ fn a_tls_1_0_only_server_yields_its_certificate_by_a_second_connection() {
         .output()
         .unwrap()
         .stdout;
-    let want = sonde_lab::sha256_hex(&der);
+    let sha = sonde_lab::sha256_hex(&der);
+    (key, cert, sha)
+}
+
+/// GnuTLS's own server (`gnutls-serv`, another TLS stack than nginx's and OpenSSL's), limited to
+/// TLS 1.3 and then to TLS 1.2, inside the lab's namespace: `-M https` makes the full handshake
+/// with it (rustls, not the first-flight path), reads its certificate and its HTTP answer.
+#[test]
+fn a_gnutls_server_is_grabbed_in_full_over_tls_1_3_and_1_2() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&["--population", "198.18.0.0/30", "--responsive", "1"]);
+    let (key, cert, want) = self_signed(
+        &lab,
+        "gnutls",
+        &["ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"],
+    );
+    let namespace = format!("sonde-{}-net", lab.name);
+    for (version, priority) in [
+        ("TLSv1.3", "NORMAL:-VERS-ALL:+VERS-TLS1.3"),
+        ("TLSv1.2", "NORMAL:-VERS-ALL:+VERS-TLS1.2"),
+    ] {
+        let _server = OldServer(
+            std::process::Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &namespace,
+                    "gnutls-serv",
+                    "--http",
+                    "--quiet",
+                ])
+                .args(["--port", "5556", "--priority", priority])
+                .args(["--x509certfile", &cert, "--x509keyfile", &key])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+        let out_file = lab.file(&format!("gnutls-{version}.ndjson"));
+        let out = grab(
+            &lab,
+            &[
+                "198.18.0.0/30",
+                "-p",
+                "5556",
+                "-M",
+                "https",
+                "-o",
+                &out_file,
+            ],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        let rows = rows(&out_file);
+        assert_eq!(rows.len(), 4, "one row per target: {rows:?}");
+        for r in rows {
+            assert_eq!(r["status"], "success", "{r}");
+            assert_eq!(r["tls_path"], "rustls", "{r}");
+            assert_eq!(r["tls_version"], version, "{r}");
+            assert_eq!(r["tls_cert_sha256"], want.as_str(), "{r}");
+            assert_eq!(r["http_status"], 200, "{r}");
+        }
+    }
+}
+
+/// A server of TLS 1.0 and RSA key exchange only (`openssl s_server -tls1`) refuses the full
+/// handshake's hello (protocol_version); `-M tls` then makes a second connection with the
+/// first-flight hello and reads its certificate.
+#[test]
+fn a_tls_1_0_only_server_yields_its_certificate_by_a_second_connection() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&["--population", "198.18.0.0/30", "--responsive", "1"]);
+    let (key, cert, want) = self_signed(&lab, "old", &["rsa:2048"]);
     let namespace = format!("sonde-{}-net", lab.name);
     let _server = OldServer(
         std::process::Command::new("ip")
