@@ -6,7 +6,6 @@ mod grab;
 mod intercept;
 mod latency;
 mod metrics;
-mod plot;
 mod profile;
 mod progress;
 mod runargs;

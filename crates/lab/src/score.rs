@@ -1,9 +1,9 @@
-//! `sonde lab score`: a scan's or a grab's results (csv, ndjson or parquet) against the lab's
-//! ground truth, in one line a script can parse.
+//! Scoring a scan's or a grab's results (csv, ndjson or parquet) against the lab's ground
+//! truth, in one line a script can parse (`sonde lab score` parses the arguments and prints).
 //!
 //! - Scans: `found N of M (P %), false positives F [what was scored]`. What counts comes from
 //!   the file (its `classification` column names the module, its `sport` column the ports) or
-//!   from `--module`, `--answer` and `--port`.
+//!   from the request's module, answer and ports.
 //! - Grabs (a `status` column): completed % of the live hosts, correct bodies, silent hosts
 //!   seen as `data-timeout`, false positives, certificates; and every field the truth expects
 //!   of a server (`Truth::expect`, by grab field name: banners, certificate and host key
@@ -16,46 +16,31 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
-use clap::{Args, ValueEnum};
 use ipnet::IpNet;
-use sonde_lab::{Answer, LabStatus, Service, Truth};
 
-#[derive(Args)]
-pub struct ScoreArgs {
-    /// Lab name.
-    #[arg(long, default_value = "lab")]
-    name: String,
-    /// The module that made the results (default: from the file: its classification column —
-    /// synack/rst: tcp_syn, echoreply: icmp_echo, udp/unreach: udp, dns: dns — or a status
-    /// column: grab; tcp_syn when it has neither).
-    #[arg(long, value_enum)]
-    module: Option<Module>,
-    /// Ports to score (default: the ports the results name: sport for scans, dport for grab;
-    /// 0, ICMP, for icmp_echo).
-    #[arg(long, value_delimiter = ',')]
-    port: Vec<u16>,
-    /// The answer that counts as found (default: the module's: synack for tcp_syn, echo for
-    /// icmp_echo, unreach or dns for udp, dns for dns). `echo` scores port 0, the host: any
-    /// answer from an address counts for it.
-    #[arg(long, value_enum)]
-    answer: Option<AnswerArg>,
-    /// Count only the truth inside these prefixes, the range that was scanned (default: the
-    /// lab's populations that hold a result: an IPv4 scan is not scored on the IPv6
-    /// population). Results outside them are left out.
-    #[arg(long, value_delimiter = ',')]
-    within: Vec<IpNet>,
-    /// The results' format (default: from the extension, else from the content).
-    #[arg(long, value_enum)]
-    format: Option<Format>,
+use crate::{Answer, LabStatus, Service, Truth};
+
+/// What to score. Each field left `None` or empty is read from the results, as
+/// `sonde lab score --help` says.
+pub struct ScoreRequest {
+    /// The module that made the results.
+    pub module: Option<Module>,
+    /// Ports to score.
+    pub port: Vec<u16>,
+    /// The answer that counts as found (`Echo` scores port 0, the host).
+    pub answer: Option<Answer>,
+    /// Count only the truth inside these prefixes (results outside them are left out).
+    pub within: Vec<IpNet>,
+    /// The results' format.
+    pub format: Option<Format>,
     /// The results file.
-    results: PathBuf,
+    pub results: PathBuf,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Module {
-    #[value(name = "tcp_syn")]
+/// The scan module (or grab) whose results are scored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Module {
     TcpSyn,
-    #[value(name = "icmp_echo")]
     IcmpEcho,
     Udp,
     Dns,
@@ -63,7 +48,7 @@ enum Module {
 }
 
 impl Module {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Module::TcpSyn => "tcp_syn",
             Module::IcmpEcho => "icmp_echo",
@@ -84,6 +69,16 @@ impl Module {
         })
     }
 
+    /// The module whose scans report `answer`.
+    fn of_answer(answer: Answer) -> Module {
+        match answer {
+            Answer::Synack | Answer::Rst | Answer::None => Module::TcpSyn,
+            Answer::Echo => Module::IcmpEcho,
+            Answer::Unreach => Module::Udp,
+            Answer::Dns => Module::Dns,
+        }
+    }
+
     /// The answers of the truth that a scan of this module finds.
     fn answers(self) -> Vec<Answer> {
         match self {
@@ -95,73 +90,50 @@ impl Module {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum AnswerArg {
-    Synack,
-    Rst,
-    Echo,
-    Unreach,
-    Dns,
-}
-
-impl AnswerArg {
-    fn answer(self) -> Answer {
-        match self {
-            AnswerArg::Synack => Answer::Synack,
-            AnswerArg::Rst => Answer::Rst,
-            AnswerArg::Echo => Answer::Echo,
-            AnswerArg::Unreach => Answer::Unreach,
-            AnswerArg::Dns => Answer::Dns,
-        }
-    }
-
-    fn module(self) -> Module {
-        match self {
-            AnswerArg::Synack | AnswerArg::Rst => Module::TcpSyn,
-            AnswerArg::Echo => Module::IcmpEcho,
-            AnswerArg::Unreach => Module::Udp,
-            AnswerArg::Dns => Module::Dns,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Format {
+/// The format of a results file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
     Csv,
     Ndjson,
     Parquet,
 }
 
-pub fn run(args: ScoreArgs) -> Result<()> {
-    let status = sonde_lab::status(&args.name)?;
-    let truth = Truth::from_status(&status)?;
+/// The score line, and the notes (for stderr) on what was left out of it.
+pub struct Scored {
+    pub line: String,
+    pub notes: Vec<String>,
+}
+
+/// Scores the results `request` names against the truth of the lab `status` describes.
+pub fn score(status: &LabStatus, args: &ScoreRequest) -> Result<Scored> {
+    let truth = Truth::from_status(status)?;
     let results = read_results(&args.results, args.format)?;
     let module = match args.module {
         Some(m) => m,
         None => results.module(&args.results, args.answer)?,
     };
     let scope = Scope::new(&args.within, &truth, &results);
+    let mut notes = Vec::new();
     if !scope.left_out.is_empty() {
-        eprintln!(
+        notes.push(format!(
             "note: scoring {} only: the results hold no address in {} (give --within to score it too)",
             scope.describe(),
             nets_text(&scope.left_out)
-        );
+        ));
     }
     let line = if module == Module::Grab {
-        score_grab(&args, &scope, &status, &truth, &results)?.to_string()
+        score_grab(args, &scope, status, &truth, &results)?.to_string()
     } else {
-        let scan = score_scan(&args, &scope, module, &truth, &results)?;
+        let scan = score_scan(args, &scope, module, &truth, &results)?;
         if args.within.is_empty() && !results.rows.is_empty() && scan.found * 2 < scan.expected {
             let span = covering_prefixes(results.rows.iter().filter_map(|r| r.addr));
-            eprintln!(
+            notes.push(format!(
                 "note: scored against the lab's whole population; if the scan covered less, give --within PREFIX (the results lie within {span})"
-            );
+            ));
         }
         scan.to_string()
     };
-    crate::say(line);
-    Ok(())
+    Ok(Scored { line, notes })
 }
 
 /// The narrowest prefix of each family holding every address of `addrs`, comma separated.
@@ -209,7 +181,7 @@ struct Row {
     /// SHA-256 of the body: the `http_body_sha256` column, else computed from `http_body`.
     body_sha256: Option<String>,
     tls_cert_sha256: Option<String>,
-    /// The row's values of the fields the truth may expect (`sonde_lab::EXPECT_FIELDS`) that
+    /// The row's values of the fields the truth may expect (`crate::EXPECT_FIELDS`) that
     /// it has.
     fields: Vec<(&'static str, String)>,
 }
@@ -236,7 +208,7 @@ impl Results {
 
     /// The module the file comes from: grab if it has a status column, else the one its
     /// classifications name (a dns scan may report unreach too), else `answer`'s, else tcp_syn.
-    fn module(&self, path: &Path, answer: Option<AnswerArg>) -> Result<Module> {
+    fn module(&self, path: &Path, answer: Option<Answer>) -> Result<Module> {
         if self.has("status") {
             return Ok(Module::Grab);
         }
@@ -252,7 +224,7 @@ impl Results {
             found.retain(|m| *m != Module::Udp);
         }
         match found.as_slice() {
-            [] => Ok(answer.map_or(Module::TcpSyn, AnswerArg::module)),
+            [] => Ok(answer.map_or(Module::TcpSyn, Module::of_answer)),
             [one] => Ok(*one),
             many => {
                 let names: Vec<&str> = many.iter().map(|m| m.name()).collect();
@@ -340,7 +312,7 @@ fn make_row(get: impl Fn(&str) -> Option<String>, line: usize) -> Result<Row> {
     };
     let body_sha256 = nonempty("http_body_sha256")
         .map(|s| s.to_ascii_lowercase())
-        .or_else(|| get("http_body").map(|b| sonde_lab::sha256_hex(b.as_bytes())));
+        .or_else(|| get("http_body").map(|b| crate::sha256_hex(b.as_bytes())));
     Ok(Row {
         addr,
         sport: port("sport")?,
@@ -351,7 +323,7 @@ fn make_row(get: impl Fn(&str) -> Option<String>, line: usize) -> Result<Row> {
         path: nonempty("http_path").or_else(|| nonempty("path")),
         body_sha256,
         tls_cert_sha256: nonempty("tls_cert_sha256").map(|s| s.to_ascii_lowercase()),
-        fields: sonde_lab::EXPECT_FIELDS
+        fields: crate::EXPECT_FIELDS
             .iter()
             .filter_map(|&name| Some((name, nonempty(name)?)))
             .collect(),
@@ -570,10 +542,8 @@ fn row_answer(row: &Row) -> Option<Option<Answer>> {
 
 impl Target {
     /// What `args` (or, without them, `module` and the results) say to score.
-    fn new(args: &ScoreArgs, module: Module, results: &Results) -> Result<Target> {
-        let answers = args
-            .answer
-            .map_or_else(|| module.answers(), |a| vec![a.answer()]);
+    fn new(args: &ScoreRequest, module: Module, results: &Results) -> Result<Target> {
+        let answers = args.answer.map_or_else(|| module.answers(), |a| vec![a]);
         let host = answers == [Answer::Echo];
         let mut target = Target {
             answers,
@@ -634,7 +604,7 @@ impl Target {
 }
 
 fn score_scan(
-    args: &ScoreArgs,
+    args: &ScoreRequest,
     scope: &Scope,
     module: Module,
     truth: &Truth,
@@ -816,7 +786,7 @@ fn grab_targets(truth: &Truth, scope: &Scope, ports: &[u16]) -> (Targets, Target
 }
 
 /// The ports of a grab: --port, else the results' dport (or port) column.
-fn grab_ports(args: &ScoreArgs, results: &Results) -> Result<Vec<u16>> {
+fn grab_ports(args: &ScoreRequest, results: &Results) -> Result<Vec<u16>> {
     if !args.port.is_empty() {
         return Ok(args.port.clone());
     }
@@ -882,7 +852,7 @@ impl GrabTally {
         }
         if let Some(body) = &row.body_sha256 {
             let want = match row.path.as_deref().unwrap_or("/") {
-                "/" => Some(sonde_lab::sha256_hex(sonde_lab::http_body(addr).as_bytes())),
+                "/" => Some(crate::sha256_hex(crate::http_body(addr).as_bytes())),
                 p if Some(p) == lab.status.big_path.as_deref() => lab.status.big_sha256.clone(),
                 _ => None,
             };
@@ -908,7 +878,7 @@ impl GrabTally {
             match row.field(name) {
                 Some(got) => {
                     checked.insert(key);
-                    if sonde_lab::field_matches(name, want, got) {
+                    if crate::field_matches(name, want, got) {
                         right.insert(key);
                     }
                 }
@@ -934,7 +904,7 @@ struct GrabLab<'a> {
 }
 
 fn score_grab(
-    args: &ScoreArgs,
+    args: &ScoreRequest,
     scope: &Scope,
     status: &LabStatus,
     truth: &Truth,
@@ -1113,7 +1083,7 @@ mod tests {
         assert_eq!((r.sport, r.success), (Some(80), Some(true)));
         assert_eq!(
             r.body_sha256,
-            Some(sonde_lab::sha256_hex(b"sonde lab 198.18.0.7\n"))
+            Some(crate::sha256_hex(b"sonde lab 198.18.0.7\n"))
         );
         let bad = make_row(|c| (c == "saddr").then(|| "nonsense".to_string()), 5);
         let e = bad.unwrap_err().to_string();

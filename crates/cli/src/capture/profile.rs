@@ -13,7 +13,7 @@ use std::path::Path;
 use sonde_meter::stages::{self, Calibration, Role, Stage};
 use sonde_meter::CpuTimes;
 
-use crate::profile::stages::plot::{labelled_bars, Bar};
+use sonde_plot::stages::{labelled_bars, Bar};
 
 /// The share of the measured CPU per packet the stages must explain.
 const EXPLAINED_AT_LEAST: f64 = 0.9;

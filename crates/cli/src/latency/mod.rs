@@ -2,7 +2,6 @@
 //! the lab's network namespace), `run` sends timestamped messages at each rate and reports
 //! percentiles, loss, reordering and duplicates, with a heat map per rate.
 
-mod plot;
 mod reflect;
 mod run;
 

@@ -9,8 +9,6 @@
 //! instrumented threads spent beyond all that is the kernel's rest. Out come a table on stdout,
 //! `profile-<path>.csv`, `profile-<path>.json` (with the check) and a stacked-bar PNG.
 
-pub(crate) mod plot;
-
 use std::fmt::Write as _;
 use std::path::{Path as FsPath, PathBuf};
 
@@ -21,6 +19,7 @@ use sonde_engine::scan::ScanSummary;
 use sonde_io::BackendKind;
 use sonde_meter::output_file::{self, IfExists};
 use sonde_meter::stages::{self, Breakdown, Calibration, Role, Stage, Tally};
+use sonde_plot::stages as plot;
 use sonde_scan::probe::ModuleKind;
 
 use crate::runargs;
