@@ -320,6 +320,8 @@ fn draw_legend<DB: DrawingBackend>(
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
     /// Rows of a real run (the 60 B half, one round, 2025-11) plus made-up 1514 B rows, a row
