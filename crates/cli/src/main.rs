@@ -10,7 +10,6 @@ mod profile;
 mod progress;
 mod runargs;
 mod scan;
-mod tx;
 
 use clap::{Parser, Subcommand};
 

@@ -24,3 +24,4 @@ pub mod scan;
 pub mod status;
 pub mod stop;
 pub mod targets;
+pub mod tx;

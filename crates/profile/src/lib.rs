@@ -1,10 +1,14 @@
-//! sonde-profile: measurement harnesses that time a protocol stack from outside, in a lab.
-//! `stack` takes a lab, payload sizes, protocols (UDP, TCP) and send paths (the kernel's
-//! sockets, sonde's ring backend), sends each payload from the lab's scanner namespace to its
-//! gateway, and gives the start and stop latency of every send (kernel timestamps of a tap),
-//! their medians and least-squares lines against size, and what the instrumentation costs. It
-//! uses `wire` (the frames it builds), `io` (the ring backend), `lab` (the namespaces),
-//! `meter` (medians, line fits, output files) and `engine` (CPU pinning). `sonde profile
-//! stack` parses its arguments and prints; `sonde_plot::stack` draws its chart.
+//! sonde-profile: where the time of a packet goes, measured in a lab. `stack` takes a lab,
+//! payload sizes, protocols (UDP, TCP) and send paths (the kernel's sockets, sonde's ring
+//! backend), sends each payload from the lab's scanner namespace to its gateway, and gives the
+//! start and stop latency of every send (kernel timestamps of a tap), their medians and
+//! least-squares lines against size, and what the instrumentation costs. `stages` takes the
+//! summaries of plain and instrumented scans and the stage clock's tallies and gives the
+//! per-stage bars of `sonde profile tx|rx|scan`, with their check, table, CSV and JSON. It uses
+//! `wire` (the frames it builds), `io` (the ring backend), `lab` (the namespaces), `meter`
+//! (medians, line fits, stage clock, output files) and `engine` (scan summaries, CPU pinning).
+//! The `sonde profile` commands parse the arguments, run the scans and print;
+//! `sonde_plot::{stack, stages}` draw the charts.
 
 pub mod stack;
+pub mod stages;

@@ -13,7 +13,7 @@ use sonde_meter::{human_rate, parse_link, Counter, Stopwatch, TxSummary};
 use sonde_plot::sweep::SweepRow;
 
 use super::blast::{check_summary, enter_lab, plan, write_json, LabTarget};
-use crate::tx::{self, Limit};
+use sonde_engine::tx::{self, Limit};
 
 #[derive(Args)]
 pub struct BenchArgs {

@@ -17,7 +17,7 @@ use sonde_wire::MacAddr;
 
 use crate::metrics::{LivePage, Metrics, MetricsArgs, RunLabels};
 use crate::progress::Status;
-use crate::tx::{self, Limit, TxPlan};
+use sonde_engine::tx::{self, Limit, TxPlan};
 
 /// Where and how to transmit: shared by `blast` and `bench`.
 #[derive(Args, Clone)]
