@@ -17,6 +17,7 @@ pub mod checkpoint;
 pub mod feed;
 pub mod grab;
 pub mod host;
+pub mod metrics;
 pub mod pace;
 pub mod plan;
 pub mod queues;

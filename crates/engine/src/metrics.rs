@@ -1,43 +1,17 @@
-//! `--metrics ADDR:PORT` and `--metrics-linger S`, as scan, grab, capture, intercept and blast
-//! take them: the exporter is bound where the command runs (in a lab's scanner namespace with
-//! `--lab`), fed by the run's status line, given the summary at the end, and kept up for the
-//! linger.
+//! A run's Prometheus exporter (`--metrics ADDR:PORT`, `--metrics-linger S` of scan, grab,
+//! capture, intercept and blast): bound where the command runs (in a lab's scanner namespace
+//! with `--lab`), fed by the run's status line, given the summary at the end, and kept up for
+//! the linger.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clap::Args;
 use serde::Serialize;
-use sonde_engine::status::to_stderr;
-use sonde_engine::stop::Stop;
 use sonde_meter::metrics::{Exporter, Labels, Page, Progress, Publisher};
 
-#[derive(Args, Clone, Debug, Default)]
-pub struct MetricsArgs {
-    /// Serve live metrics in the Prometheus text format at http://ADDR:PORT/metrics while the
-    /// command runs, and the summary's fields once it ends (off unless given; it listens there
-    /// only, e.g. 127.0.0.1:9464).
-    #[arg(long, value_name = "ADDR:PORT", value_parser = socket_address)]
-    pub metrics: Option<SocketAddr>,
-    /// With --metrics: keep serving for S seconds after the end, so a scraper catches the
-    /// last values (the summary).
-    #[arg(long, value_name = "S", default_value_t = 0.0, requires = "metrics", value_parser = linger_seconds)]
-    pub metrics_linger: f64,
-}
-
-fn socket_address(text: &str) -> Result<SocketAddr, String> {
-    text.trim()
-        .parse()
-        .map_err(|_| "give an address and a port, like 127.0.0.1:9464 or [::1]:9464".into())
-}
-
-fn linger_seconds(text: &str) -> Result<f64, String> {
-    match text.trim().parse::<f64>() {
-        Ok(s) if (0.0..=86_400.0).contains(&s) => Ok(s),
-        _ => Err("give seconds from 0 to 86400".into()),
-    }
-}
+use crate::status::to_stderr;
+use crate::stop::Stop;
 
 /// What the series of a run are labelled with, and its target rate.
 pub struct RunLabels<'a> {
@@ -57,8 +31,14 @@ pub struct Metrics {
 impl Metrics {
     /// Binds the exporter (before anything is sent, so a taken port fails the command at once)
     /// and says where it listens, unless `quiet`.
-    pub fn start(args: &MetricsArgs, run: RunLabels, quiet: bool) -> anyhow::Result<Metrics> {
-        let exporter = match args.metrics {
+    /// `addr`: where to serve (None: no exporter); `linger_s`: seconds to stay up after the end.
+    pub fn start(
+        addr: Option<SocketAddr>,
+        linger_s: f64,
+        run: RunLabels,
+        quiet: bool,
+    ) -> anyhow::Result<Metrics> {
+        let exporter = match addr {
             None => None,
             Some(addr) => {
                 let labels = Labels::new(run.command, run.module, run.backend, run.shard);
@@ -77,7 +57,7 @@ impl Metrics {
         };
         Ok(Metrics {
             exporter,
-            linger: Duration::from_secs_f64(args.metrics_linger),
+            linger: Duration::from_secs_f64(linger_s),
         })
     }
 
@@ -168,20 +148,6 @@ impl LivePage {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_address_and_linger_are_refused_in_words() {
-        assert_eq!(
-            socket_address("127.0.0.1:9464").unwrap().to_string(),
-            "127.0.0.1:9464"
-        );
-        assert!(socket_address("[::1]:9464").is_ok());
-        let no_port = socket_address("127.0.0.1").unwrap_err();
-        assert!(no_port.contains("127.0.0.1:9464"), "{no_port}");
-        assert!(linger_seconds("2.5").is_ok());
-        assert!(linger_seconds("-1").is_err());
-        assert!(linger_seconds("NaN").is_err());
-    }
 
     /// The value of the series `name` on `page`.
     fn value(page: &str, name: &str) -> f64 {

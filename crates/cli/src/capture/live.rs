@@ -15,7 +15,7 @@ use sonde_io::IoConfig;
 
 use super::summary::{per_packet, Summary};
 use super::{compile, Backend, CaptureArgs};
-use crate::metrics::{LivePage, Metrics, RunLabels};
+use crate::metrics::{LivePage, RunLabels};
 
 /// Chunks (1 MiB each) in flight per capture thread between it and the writer.
 const CHUNKS_PER_THREAD: usize = 32;
@@ -55,7 +55,7 @@ pub fn run(args: &CaptureArgs, iface: &str, expr: &str, out: &str) -> anyhow::Re
         shard: 0,
         target_rate: 0.0,
     };
-    let metrics = Metrics::start(&args.metrics, labels, args.quiet)?;
+    let metrics = args.metrics.start(labels, args.quiet)?;
     let plan = Plan::new(sources, args.count, CHUNKS_PER_THREAD);
     let cpu_start = sonde_meter::CpuTimes::now();
     let started = Instant::now();

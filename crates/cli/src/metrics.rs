@@ -1,0 +1,60 @@
+//! `--metrics ADDR:PORT` and `--metrics-linger S`, as scan, grab, capture, intercept and blast
+//! take them. The exporter itself (bound where the command runs, fed by the status line, given
+//! the summary, kept up for the linger) is `sonde_engine::metrics`.
+
+use std::net::SocketAddr;
+
+use clap::Args;
+pub use sonde_engine::metrics::{LivePage, Metrics, RunLabels};
+
+#[derive(Args, Clone, Debug, Default)]
+pub struct MetricsArgs {
+    /// Serve live metrics in the Prometheus text format at http://ADDR:PORT/metrics while the
+    /// command runs, and the summary's fields once it ends (off unless given; it listens there
+    /// only, e.g. 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR:PORT", value_parser = socket_address)]
+    pub metrics: Option<SocketAddr>,
+    /// With --metrics: keep serving for S seconds after the end, so a scraper catches the
+    /// last values (the summary).
+    #[arg(long, value_name = "S", default_value_t = 0.0, requires = "metrics", value_parser = linger_seconds)]
+    pub metrics_linger: f64,
+}
+
+fn socket_address(text: &str) -> Result<SocketAddr, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| "give an address and a port, like 127.0.0.1:9464 or [::1]:9464".into())
+}
+
+fn linger_seconds(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(s) if (0.0..=86_400.0).contains(&s) => Ok(s),
+        _ => Err("give seconds from 0 to 86400".into()),
+    }
+}
+
+impl MetricsArgs {
+    /// Binds the exporter these arguments ask for (see [`Metrics::start`]).
+    pub fn start(&self, run: RunLabels, quiet: bool) -> anyhow::Result<Metrics> {
+        Metrics::start(self.metrics, self.metrics_linger, run, quiet)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_address_and_linger_are_refused_in_words() {
+        assert_eq!(
+            socket_address("127.0.0.1:9464").unwrap().to_string(),
+            "127.0.0.1:9464"
+        );
+        assert!(socket_address("[::1]:9464").is_ok());
+        let no_port = socket_address("127.0.0.1").unwrap_err();
+        assert!(no_port.contains("127.0.0.1:9464"), "{no_port}");
+        assert!(linger_seconds("2.5").is_ok());
+        assert!(linger_seconds("-1").is_err());
+        assert!(linger_seconds("NaN").is_err());
+    }
+}
