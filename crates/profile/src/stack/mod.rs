@@ -289,8 +289,8 @@ pub fn run(config: &StackConfig, mut say: impl FnMut(String)) -> anyhow::Result<
     if !lab_range.contains(&addrs.gateway_ip) {
         bail!("lab {lab_name:?} reports a gateway outside 198.18.0.0/15; refusing to send");
     }
-    let (_peer, lab_tap) = peer::start(&lab_name, &lab.net_if, addrs)?;
-    sonde_lab::enter_scan_ns(&lab_name)?;
+    let (_peer, lab_tap) = peer::start(lab_name, &lab.net_if, addrs)?;
+    sonde_lab::enter_scan_ns(lab_name)?;
     let scan_tap = Tap::open(&lab.scan_if, addrs, Direction::Outgoing)?;
     let cpu_note = pin(&lab);
     let offloads = match config.keep_offloads {
