@@ -19,3 +19,5 @@ pub mod output;
 pub mod read;
 #[cfg(feature = "live")]
 pub mod source;
+#[cfg(feature = "live")]
+pub mod verdicts;

@@ -1,6 +1,6 @@
 //! The XDP translation of a filter (sonde_io::cbpf_xdp), as capture uses it: a verdict-only
 //! program for `-r --backend xdp` and `--profile` (the live receivers behind it open in
-//! `sonde_capture::open`).
+//! [`crate::open`]).
 
 use sonde_io::cbpf_xdp::{VerdictProgram, MIN_TEST_FRAME};
 

@@ -1,4 +1,4 @@
-//! `sonde capture --profile`: where a captured packet's CPU goes, by stage, measured with the
+//! The arithmetic of `sonde capture --profile`: where a captured packet's CPU goes, by stage, measured with the
 //! stage clock on the capture and writer threads (sonde_meter::stages: a cycle-counter lap per
 //! stage, thread CPU time around each system call, the instrumentation's own cost measured at
 //! start and taken out), plus the filter's cost in the kernel, timed by the kernel's test runs
@@ -8,12 +8,9 @@
 //! packet (getrusage, instrumentation taken out). What no stage saw is listed as "unstaged":
 //! thread start and end, laps cut as preempted, the main thread's status line.
 
-use std::path::Path;
-
+use sonde_capture::verdicts::Verdicts;
 use sonde_meter::stages::{self, Calibration, Role, Stage};
 use sonde_meter::CpuTimes;
-
-use sonde_plot::stages::{labelled_bars, Bar};
 
 /// The share of the measured CPU per packet the stages must explain.
 const EXPLAINED_AT_LEAST: f64 = 0.9;
@@ -116,33 +113,12 @@ impl Profile {
         }
         out
     }
-
-    pub fn plot(&self, backend: &str, png: &Path) -> anyhow::Result<()> {
-        let mut segments = self.stages.clone();
-        segments.push(("unstaged".into(), self.unstaged_ns));
-        if let Some(ns) = self.filter_ns {
-            segments.insert(0, ("filter (kernel)".into(), ns));
-        }
-        let title = format!("sonde capture --backend {backend}: CPU per captured packet by stage");
-        let tick = "CPU per packet measured (getrusage)";
-        let bar = Bar {
-            batch: 0,
-            stages: &segments,
-            measured_ns: self.measured_ns + self.filter_ns.unwrap_or(0.0),
-        };
-        labelled_bars(&title, tick, vec![bar], vec![bar_label(backend)], png)
-    }
-}
-
-/// What the capture chart's one bar is labelled: the backend (capture has no batch size).
-fn bar_label(backend: &str) -> String {
-    format!("--backend {backend}")
 }
 
 fn filter_ns(program: &[libc::sock_filter], file: &str) -> anyhow::Result<Option<f64>> {
     let (Ok(expr), Ok(empty)) = (
-        super::xdp::Verdicts::load(program),
-        super::xdp::Verdicts::load(&sonde_io::filter::accept_all()),
+        Verdicts::load(program),
+        Verdicts::load(&sonde_io::filter::accept_all()),
     ) else {
         return Ok(None);
     };
@@ -188,11 +164,5 @@ mod tests {
         assert!(good.contains("check (at least 90 %): passed"), "{good}");
         let bad = profile(50.0, 100.0).table("ring");
         assert!(bad.contains("check (at least 90 %): FAILED"), "{bad}");
-    }
-
-    #[test]
-    fn the_chart_names_the_backend_not_a_batch() {
-        assert_eq!(bar_label("xdp"), "--backend xdp");
-        assert!(!bar_label("ring").contains("batch"));
     }
 }

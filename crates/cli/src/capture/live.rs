@@ -113,7 +113,7 @@ pub fn run(args: &CaptureArgs, iface: &str, expr: &str, out: &str) -> anyhow::Re
             profile.time_filter(&program, &summary.files[0]);
         }
         eprint!("{}", profile.table(backend.name()));
-        profile.plot(backend.name(), std::path::Path::new(png))?;
+        super::profile::plot(&profile, backend.name(), std::path::Path::new(png))?;
     }
     summary.finish(args)?;
     metrics.end(&summary)

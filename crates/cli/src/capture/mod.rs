@@ -6,7 +6,6 @@ mod live;
 mod offline;
 mod profile;
 mod summary;
-mod xdp;
 
 use std::path::Path;
 
