@@ -18,7 +18,11 @@ pub mod chunk;
 #[cfg(feature = "live")]
 pub mod live;
 pub mod merge;
+#[cfg(feature = "live")]
+pub mod open;
 pub mod output;
 pub mod read;
 #[cfg(feature = "live")]
 pub mod source;
+#[cfg(feature = "live")]
+pub mod verdicts;

@@ -181,11 +181,10 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
     if !args.run.quiet {
         announce(&args, &plan, &notes);
     }
-    let metrics = crate::metrics::Metrics::start(
-        &args.run.metrics,
-        metric_labels(&args, &plan),
-        args.run.quiet,
-    )?;
+    let metrics = args
+        .run
+        .metrics
+        .start(metric_labels(&args, &plan), args.run.quiet)?;
     let stop = Stop::on_signals()?;
     let legacy_retry =
         args.app == AppKind::Tls && args.tls_max >= TlsVersion::Tls12 && args.run.resume.is_none();

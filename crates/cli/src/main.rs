@@ -12,12 +12,10 @@ mod grab;
 mod intercept;
 mod latency;
 mod metrics;
-mod plot;
 mod profile;
 mod progress;
 mod runargs;
 mod scan;
-mod tx;
 
 use clap::{Parser, Subcommand};
 

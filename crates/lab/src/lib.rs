@@ -27,6 +27,7 @@ mod http;
 mod netns;
 mod nft;
 mod responder;
+pub mod score;
 mod server;
 mod services;
 mod setup;

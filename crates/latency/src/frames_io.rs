@@ -10,7 +10,8 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use sonde_io::{rx_many, AnyRx, AnyTx, FrameTx};
+use anyhow::Context;
+use sonde_io::{rx_many, AnyRx, AnyTx, BackendKind, FilterSpec, FrameTx, IoConfig, TcpTake};
 
 use crate::frame::{echo_into, echo_of, is_echo_request, EchoMatch, FrameEnds, MessageFrame};
 use crate::link::{Clock, EchoLink, POLL_BATCH};
@@ -161,5 +162,54 @@ fn send_echo(tx: &mut AnyTx, frame: &[u8]) -> io::Result<bool> {
             return Ok(false);
         }
         std::hint::spin_loop();
+    }
+}
+
+/// A frame path's transmit queue and one receiver per queue frames can arrive on, taking only
+/// UDP datagrams to `local` (for `xdp` its XDP filter, for `ring` a BPF filter).
+/// `backend` is `Ring` or `Xdp`; the kernel's path opens a socket instead.
+pub fn open_frames(
+    backend: BackendKind,
+    iface: &str,
+    local: SocketAddrV4,
+) -> anyhow::Result<(AnyTx, Vec<AnyRx>)> {
+    // The default ring sizes (4096 frames each way): a few milliseconds of a stalled reader at
+    // 40 K/s must fit (256 frames lost echoes in every multi-millisecond stall).
+    let mut cfg = IoConfig::new(iface);
+    match backend {
+        BackendKind::Ring => {
+            let tx = AnyTx::open(BackendKind::Ring, &cfg)?;
+            let mut rx = AnyRx::open_per_frame(&cfg)?;
+            let mut expr = format!("udp dst port {}", local.port());
+            if !local.ip().is_unspecified() {
+                expr += &format!(" and dst host {}", local.ip());
+            }
+            rx.set_filter(&expr)?;
+            Ok((tx, vec![rx]))
+        }
+        BackendKind::Xdp => {
+            let spec = FilterSpec {
+                ipv4: Some(*local.ip()),
+                ipv6: None,
+                tcp: TcpTake::None,
+                udp: true,
+                icmp: false,
+                icmp6: false,
+                ports: (local.port(), local.port()),
+                echo_id: None,
+                // The port is held by a kernel socket of ours (hold_port), which would win.
+                spare_host_sockets: false,
+                stamp_arrivals: false,
+            };
+            let (tx, rx0) = sonde_io::open_xdp_pair(&cfg, &spec)?;
+            let mut rxs = vec![rx0];
+            let queues = sonde_io::queue_count(iface).context("counting queues")?;
+            for q in 1..queues {
+                cfg.queue = q;
+                rxs.push(AnyRx::open_filtered(BackendKind::Xdp, &cfg, &spec, "")?);
+            }
+            Ok((tx, rxs))
+        }
+        other => anyhow::bail!("latency frames travel on ring or xdp, not {}", other.name()),
     }
 }

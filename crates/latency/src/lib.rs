@@ -27,7 +27,7 @@ pub mod tracker;
 pub use client::{measure, reflector_answers, RunReport, RunResult, RunSpec};
 pub use frame::{EchoMatch, FrameEnds};
 #[cfg(feature = "io")]
-pub use frames_io::{hold_port, reflect_frames, FrameLink};
+pub use frames_io::{hold_port, open_frames, reflect_frames, FrameLink};
 pub use link::{Clock, EchoLink, KernelLink};
 pub use message::{Stamp, HEADER_LEN};
 pub use reflect::{reflect_kernel, ReflectCount};

@@ -8,14 +8,13 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sonde_capture::live::{Counters, Plan};
+use sonde_capture::open::{open_sources, Link, Wanted};
 use sonde_capture::output::{CaptureWriter, FileInfo, Format};
-use sonde_capture::source::{self, Source};
 use sonde_io::filter::Compiler;
-use sonde_io::IoConfig;
 
 use super::summary::{per_packet, Summary};
 use super::{compile, Backend, CaptureArgs};
-use crate::metrics::{LivePage, Metrics, RunLabels};
+use crate::metrics::{LivePage, RunLabels};
 
 /// Chunks (1 MiB each) in flight per capture thread between it and the writer.
 const CHUNKS_PER_THREAD: usize = 32;
@@ -35,7 +34,13 @@ pub fn run(args: &CaptureArgs, iface: &str, expr: &str, out: &str) -> anyhow::Re
     let program = compile(&compiler, expr, args.snaplen)?;
     drop(compiler);
     let calibration = args.profile.as_ref().map(|_| super::profile::start());
-    let (sources, backend, filter) = open_sources(args, iface, expr, &program, link)?;
+    let wanted = Wanted {
+        backend: args.backend,
+        threads: args.threads as usize,
+        ring_bytes: (args.buffer_mb as usize) << 20,
+        snaplen: args.snaplen,
+    };
+    let (sources, backend, filter) = open_sources(&wanted, iface, expr, &program, link)?;
     let threads = sources.len() as u32;
     let info = FileInfo {
         format: Format::for_path(out),
@@ -55,7 +60,7 @@ pub fn run(args: &CaptureArgs, iface: &str, expr: &str, out: &str) -> anyhow::Re
         shard: 0,
         target_rate: 0.0,
     };
-    let metrics = Metrics::start(&args.metrics, labels, args.quiet)?;
+    let metrics = args.metrics.start(labels, args.quiet)?;
     let plan = Plan::new(sources, args.count, CHUNKS_PER_THREAD);
     let cpu_start = sonde_meter::CpuTimes::now();
     let started = Instant::now();
@@ -108,7 +113,7 @@ pub fn run(args: &CaptureArgs, iface: &str, expr: &str, out: &str) -> anyhow::Re
             profile.time_filter(&program, &summary.files[0]);
         }
         eprint!("{}", profile.table(backend.name()));
-        profile.plot(backend.name(), std::path::Path::new(png))?;
+        super::profile::plot(&profile, backend.name(), std::path::Path::new(png))?;
     }
     summary.finish(args)?;
     metrics.end(&summary)
@@ -168,138 +173,6 @@ fn publish(live: &mut LivePage, counters: &Counters, ends: &Ends, running: bool)
             ],
         );
     });
-}
-
-/// What the interface's frames start with, as libpcap says (its DLT).
-#[derive(Clone, Copy, Debug)]
-struct Link {
-    dlt: i32,
-}
-
-impl Link {
-    /// The link of `iface`, if `backend` can capture it: libpcap captures any; sonde's ring
-    /// reads frames as the kernel hands a raw packet socket, so Ethernet or, on a TUN device,
-    /// the IP header (libpcap's RAW); for others libpcap would take a cooked view sonde does
-    /// not reproduce.
-    fn of(iface: &str, dlt: i32, backend: Backend) -> anyhow::Result<Link> {
-        use sonde_io::filter::{DLT_ETHERNET, DLT_RAW};
-        if backend != Backend::Pcap && dlt != DLT_ETHERNET && dlt != DLT_RAW {
-            bail!(
-                "{iface} has link type {} ({}), which --backend {} does not capture: use --backend pcap",
-                dlt_name(dlt),
-                sonde_io::filter::linktype_of_dlt(dlt),
-                backend.name()
-            );
-        }
-        Ok(Link { dlt })
-    }
-
-    fn is_ethernet(self) -> bool {
-        self.dlt == sonde_io::filter::DLT_ETHERNET
-    }
-}
-
-fn dlt_name(dlt: i32) -> String {
-    sonde_io::filter::dlt_name(dlt)
-}
-
-/// One source per thread. `xdp` opens one AF_XDP socket per queue of the interface and shares
-/// them out over the threads (no more threads than queues); an expression the XDP translation
-/// cannot express, or an interface that is not Ethernet, falls back to `ring`, said in one
-/// line.
-fn open_sources(
-    args: &CaptureArgs,
-    iface: &str,
-    expr: &str,
-    program: &[libc::sock_filter],
-    link: Link,
-) -> anyhow::Result<(Vec<Source>, Backend, String)> {
-    let ring_bytes = (args.buffer_mb as usize) << 20;
-    let threads = args.threads as usize;
-    match args.backend {
-        Backend::Pcap => {
-            if threads > 1 {
-                bail!("--backend pcap captures with one thread (libpcap has no fanout here)");
-            }
-            let source = source::open_pcap(iface, expr, args.snaplen, ring_bytes)?;
-            Ok((
-                vec![source],
-                Backend::Pcap,
-                "libpcap (kernel classic BPF)".into(),
-            ))
-        }
-        Backend::Xdp if !link.is_ethernet() => {
-            eprintln!(
-                "sonde: {iface} is not Ethernet (link type {}): XDP capture reads Ethernet frames; capturing with --backend ring, filtered by the kernel's classic BPF",
-                dlt_name(link.dlt)
-            );
-            open_rings(iface, program, threads, ring_bytes)
-        }
-        Backend::Xdp => match open_xdp(iface, program, threads) {
-            Ok(sources) => Ok((
-                sources,
-                Backend::Xdp,
-                "XDP translation (before the copy)".into(),
-            )),
-            Err(XdpError::Unsupported(why)) => {
-                eprintln!("sonde: {why}; capturing with --backend ring, filtered by the kernel's classic BPF");
-                open_rings(iface, program, threads, ring_bytes)
-            }
-            Err(XdpError::Other(e)) => Err(e),
-        },
-        Backend::Ring => open_rings(iface, program, threads, ring_bytes),
-    }
-}
-
-fn open_rings(
-    iface: &str,
-    program: &[libc::sock_filter],
-    threads: usize,
-    ring_bytes: usize,
-) -> anyhow::Result<(Vec<Source>, Backend, String)> {
-    // A fanout group id unique to this process (the kernel's are per network namespace).
-    let group = (threads > 1).then(|| std::process::id() as u16);
-    let sources = (0..threads)
-        .map(|_| source::open_ring(iface, program, ring_bytes, group))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok((
-        sources,
-        Backend::Ring,
-        "kernel classic BPF on the packet socket (JIT)".into(),
-    ))
-}
-
-enum XdpError {
-    Unsupported(String),
-    Other(anyhow::Error),
-}
-
-fn open_xdp(
-    iface: &str,
-    program: &[libc::sock_filter],
-    threads: usize,
-) -> Result<Vec<Source>, XdpError> {
-    if sonde_io::cbpf_xdp::reads_vlan_tag(program) && sonde_io::cbpf_xdp::may_hide_vlan_tags(iface)
-    {
-        return Err(XdpError::Unsupported(format!(
-            "the expression reads VLAN tags, which {iface} may take off before XDP sees them (rx-vlan-offload on; ethtool -K {iface} rxvlan off lets XDP see them)"
-        )));
-    }
-    let queues = sonde_io::queue_count(iface).map_err(XdpError::Other)? as usize;
-    let threads = threads.min(queues);
-    let mut per_thread: Vec<Vec<sonde_io::AnyRx>> = (0..threads).map(|_| Vec::new()).collect();
-    for queue in 0..queues {
-        let mut cfg = IoConfig::new(iface);
-        cfg.queue = queue as u32;
-        cfg.batch = 256;
-        let rx =
-            super::xdp::open_rx(&cfg, program).map_err(|e| match super::xdp::unsupported(&e) {
-                Some(why) => XdpError::Unsupported(why),
-                None => XdpError::Other(e),
-            })?;
-        per_thread[queue % threads].push(rx);
-    }
-    Ok(per_thread.into_iter().map(Source::Xdp).collect())
 }
 
 /// Draws the status line twice a second until the capture ends; sets `stop` at the deadline.

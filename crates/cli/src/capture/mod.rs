@@ -6,12 +6,11 @@ mod live;
 mod offline;
 mod profile;
 mod summary;
-mod xdp;
 
 use std::path::Path;
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use sonde_meter::output_file::{self, IfExists};
 
 /// The bad input that makes `sonde capture` exit with status 2 (tcpdump's convention for an
@@ -117,25 +116,7 @@ pub struct CaptureArgs {
     expression: Vec<String>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Backend {
-    /// AF_PACKET TPACKET_V3 ring; the kernel runs the filter.
-    Ring,
-    /// AF_XDP behind sonde's XDP translation of the filter (takes matches off the host stack).
-    Xdp,
-    /// libpcap, as tcpdump uses it.
-    Pcap,
-}
-
-impl Backend {
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Ring => "ring",
-            Backend::Xdp => "xdp",
-            Backend::Pcap => "pcap",
-        }
-    }
-}
+pub use sonde_capture::open::Backend;
 
 /// What `-s 0` means: whole packets, as libpcap's largest snap length.
 const WHOLE_PACKETS: u32 = 262_144;

@@ -8,6 +8,7 @@ use std::time::Instant;
 use anyhow::Context;
 use sonde_capture::output::{CaptureWriter, FileInfo, Format};
 use sonde_capture::read::read_file;
+use sonde_capture::verdicts::Verdicts;
 use sonde_io::filter::{linktype_of_dlt, Compiler};
 
 use super::{compile, Backend, CaptureArgs};
@@ -26,7 +27,7 @@ enum Judge {
 /// the wire) are judged by the classic program instead, and counted. The translation does not
 /// depend on the link type: the program reads the file's packets as they are.
 struct XdpJudge {
-    program: super::xdp::Verdicts,
+    program: Verdicts,
     cbpf: Vec<libc::sock_filter>,
     judged_by_cbpf: u64,
 }
@@ -43,7 +44,7 @@ impl Judge {
         if backend != Backend::Xdp {
             return Ok(Judge::Cbpf(cbpf));
         }
-        match super::xdp::Verdicts::load(&cbpf) {
+        match Verdicts::load(&cbpf) {
             Ok(program) => Ok(Judge::Xdp(Box::new(XdpJudge {
                 program,
                 cbpf,

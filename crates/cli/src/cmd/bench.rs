@@ -1,19 +1,19 @@
 //! `sonde bench`: `tx` sweeps backends × batch sizes × threads and plots them; `floor` runs the
 //! bare AF_XDP descriptor loop that blast is measured against.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use serde::Serialize;
 use sonde_craft::ProbeKind;
 use sonde_io::{BackendKind, FrameTx};
 use sonde_meter::output_file::IfExists;
 use sonde_meter::{human_rate, parse_link, Counter, Stopwatch, TxSummary};
+use sonde_plot::sweep::SweepRow;
 
 use super::blast::{check_summary, enter_lab, plan, write_json, LabTarget};
-use crate::tx::{self, Limit};
+use sonde_engine::tx::{self, Limit};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -28,9 +28,18 @@ enum BenchCommand {
     /// The bare AF_XDP loop: post descriptors of frames built once, no per-frame work.
     Floor(FloorArgs),
     /// Draw the PNG of bench/compare-capture's medians CSV: loss and CPU per tool by sent rate.
-    PlotCapture(super::bench_plot_capture::PlotCaptureArgs),
+    PlotCapture(PlotArgs),
     /// Draw the PNG of bench/compare-intercept's medians CSV: throughput by verdict batch size.
-    PlotIntercept(super::bench_plot_intercept::PlotInterceptArgs),
+    PlotIntercept(PlotArgs),
+}
+
+/// A comparison's medians CSV, and the chart to draw of it.
+#[derive(Args)]
+struct PlotArgs {
+    /// The medians CSV the comparison wrote (OUT.csv, not OUT.raw.csv).
+    csv: PathBuf,
+    /// The PNG to write.
+    png: PathBuf,
 }
 
 #[derive(Args)]
@@ -87,23 +96,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Tx(a) => bench_tx(a),
         BenchCommand::Floor(a) => bench_floor(a),
-        BenchCommand::PlotCapture(a) => super::bench_plot_capture::run(a),
-        BenchCommand::PlotIntercept(a) => super::bench_plot_intercept::run(a),
+        BenchCommand::PlotCapture(a) => plot(a, sonde_plot::capture::plot_file),
+        BenchCommand::PlotIntercept(a) => plot(a, sonde_plot::intercept::plot_file),
     }
 }
 
-/// One row of the sweep.
-#[derive(Serialize, Clone)]
-pub struct SweepRow {
-    pub backend: String,
-    pub batch: usize,
-    pub threads: usize,
-    pub packets: u64,
-    pub wall_s: f64,
-    pub pps: f64,
-    pub cpu_ns_per_packet: f64,
-    pub cpu_user_s: f64,
-    pub cpu_sys_s: f64,
+/// Draws a comparison's chart and says where.
+fn plot(args: PlotArgs, draw: fn(&Path, &Path) -> anyhow::Result<()>) -> anyhow::Result<()> {
+    draw(&args.csv, &args.png)?;
+    crate::say(format!("wrote {}", args.png.display()));
+    Ok(())
 }
 
 fn bench_tx(args: TxArgs) -> anyhow::Result<()> {
@@ -143,14 +145,14 @@ fn bench_tx(args: TxArgs) -> anyhow::Result<()> {
     }
     w.flush()?;
     let title = format!("median of {}", args.runs);
-    crate::plot::sweep(
+    sonde_plot::sweep::sweep(
         &rows,
         &args.out.join("bench-tx-pps.png"),
         "packets per second",
         &title,
         |r| r.pps,
     )?;
-    crate::plot::sweep(
+    sonde_plot::sweep::sweep(
         &rows,
         &args.out.join("bench-tx-cpu.png"),
         "CPU ns per packet",

@@ -15,9 +15,9 @@ use sonde_meter::output_file::{self, IfExists};
 use sonde_meter::{parse_link, Counter, TxSummary};
 use sonde_wire::MacAddr;
 
-use crate::metrics::{LivePage, Metrics, MetricsArgs, RunLabels};
+use crate::metrics::{LivePage, MetricsArgs, RunLabels};
 use crate::progress::Status;
-use crate::tx::{self, Limit, TxPlan};
+use sonde_engine::tx::{self, Limit, TxPlan};
 
 /// Where and how to transmit: shared by `blast` and `bench`.
 #[derive(Args, Clone)]
@@ -117,7 +117,7 @@ pub fn run(args: BlastArgs) -> anyhow::Result<()> {
         shard: 0,
         target_rate: args.rate,
     };
-    let metrics = Metrics::start(&args.metrics, labels, args.quiet)?;
+    let metrics = args.metrics.start(labels, args.quiet)?;
     let live = metrics.publisher().map(LivePage::new);
     let summary = run_with_status(&plan, args.link, args.quiet, live)?;
     crate::say(summary.to_text());

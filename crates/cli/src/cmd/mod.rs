@@ -1,8 +1,6 @@
 //! One module per subcommand: argument parsing and wiring only; the work lives in the crates.
 
 pub mod bench;
-pub mod bench_plot_capture;
-pub mod bench_plot_intercept;
 pub mod blast;
 pub mod lab;
 pub mod score;

@@ -213,7 +213,7 @@ fn start_metrics(common: &Common, mode: &str, backend: &str) -> anyhow::Result<M
         shard: 0,
         target_rate: 0.0,
     };
-    Metrics::start(&common.metrics, labels, common.quiet)
+    common.metrics.start(labels, common.quiet)
 }
 
 /// The worker threads and what they share.

@@ -2,15 +2,13 @@
 //! the lab's network namespace), `run` sends timestamped messages at each rate and reports
 //! percentiles, loss, reordering and duplicates, with a heat map per rate.
 
-mod plot;
 mod reflect;
 mod run;
 
 use std::net::SocketAddrV4;
 
-use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use sonde_io::{AnyRx, AnyTx, BackendKind, FilterSpec, IoConfig, TcpTake};
+use sonde_io::{AnyRx, AnyTx, BackendKind};
 
 #[derive(Args)]
 pub struct LatencyArgs {
@@ -55,50 +53,16 @@ impl Path {
     }
 }
 
-/// A frame path's transmit queue and one receiver per queue frames can arrive on, taking only
-/// UDP datagrams to `local` (for `xdp` its XDP filter, for `ring` a BPF filter).
+/// A frame path's transmit queue and its receivers (`sonde_latency::open_frames`).
 fn open_frames(
     path: Path,
     iface: &str,
     local: SocketAddrV4,
 ) -> anyhow::Result<(AnyTx, Vec<AnyRx>)> {
-    // The default ring sizes (4096 frames each way): a few milliseconds of a stalled reader at
-    // 40 K/s must fit (256 frames lost echoes in every multi-millisecond stall).
-    let mut cfg = IoConfig::new(iface);
-    match path {
+    let backend = match path {
         Path::Kernel => unreachable!("the kernel path opens a socket, not frames"),
-        Path::Ring => {
-            let tx = AnyTx::open(BackendKind::Ring, &cfg)?;
-            let mut rx = AnyRx::open_per_frame(&cfg)?;
-            let mut expr = format!("udp dst port {}", local.port());
-            if !local.ip().is_unspecified() {
-                expr += &format!(" and dst host {}", local.ip());
-            }
-            rx.set_filter(&expr)?;
-            Ok((tx, vec![rx]))
-        }
-        Path::Xdp => {
-            let spec = FilterSpec {
-                ipv4: Some(*local.ip()),
-                ipv6: None,
-                tcp: TcpTake::None,
-                udp: true,
-                icmp: false,
-                icmp6: false,
-                ports: (local.port(), local.port()),
-                echo_id: None,
-                // The port is held by a kernel socket of ours (hold_port), which would win.
-                spare_host_sockets: false,
-                stamp_arrivals: false,
-            };
-            let (tx, rx0) = sonde_io::open_xdp_pair(&cfg, &spec)?;
-            let mut rxs = vec![rx0];
-            let queues = sonde_io::queue_count(iface).context("counting queues")?;
-            for q in 1..queues {
-                cfg.queue = q;
-                rxs.push(AnyRx::open_filtered(BackendKind::Xdp, &cfg, &spec, "")?);
-            }
-            Ok((tx, rxs))
-        }
-    }
+        Path::Ring => BackendKind::Ring,
+        Path::Xdp => BackendKind::Xdp,
+    };
+    sonde_latency::open_frames(backend, iface, local)
 }

@@ -19,9 +19,9 @@ use sonde_latency::{
 use sonde_meter::output_file::{self, IfExists};
 use sonde_wire::MacAddr;
 
-use super::plot::{self, thousands, HeatTitle, RateCurve};
 use super::{open_frames, Path};
 use crate::say;
+use sonde_plot::latency::{self as plot, thousands, HeatTitle, RateCurve};
 
 /// Largest payload that fits one 1500-byte IPv4 packet: 1500 - 20 (IPv4) - 8 (UDP).
 const MAX_SIZE: usize = 1472;

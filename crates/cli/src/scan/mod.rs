@@ -18,7 +18,7 @@ use sonde_scan::output::{
 };
 use sonde_scan::probe::{ModuleKind, ModuleOptions, Probe, ProbeSetup};
 
-use crate::metrics::{Metrics, RunLabels};
+use crate::metrics::RunLabels;
 use crate::runargs::{self, Place, RunArgs};
 
 #[derive(Args)]
@@ -87,7 +87,10 @@ pub fn run(args: ScanArgs) -> anyhow::Result<()> {
     if args.dryrun {
         return dryrun::run(&plan);
     }
-    let metrics = Metrics::start(&args.run.metrics, metric_labels(&plan), args.run.quiet)?;
+    let metrics = args
+        .run
+        .metrics
+        .start(metric_labels(&plan), args.run.quiet)?;
     plan.run.metrics = metrics.publisher();
     let summary = execute(&args, plan, fields, &notes)?;
     report(&args, &summary)?;

@@ -10,6 +10,7 @@
 mod dispatch;
 pub mod kernel;
 mod metrics;
+pub mod rounds;
 pub mod user;
 
 #[cfg(test)]

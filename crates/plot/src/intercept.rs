@@ -1,22 +1,13 @@
-//! `sonde bench plot-intercept CSV PNG`: the chart of bench/compare-intercept's medians —
+//! The chart of `sonde bench plot-intercept CSV PNG`: bench/compare-intercept's medians —
 //! throughput against verdict batch size, one panel per mode, with the kernel alone and the
 //! nftables rule as flat reference lines.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{anyhow, Context};
-use clap::Args;
 use plotters::prelude::*;
 
-use crate::plot::COLORS;
-
-#[derive(Args)]
-pub struct PlotInterceptArgs {
-    /// The medians CSV bench/compare-intercept wrote (OUT.csv).
-    csv: PathBuf,
-    /// The PNG to draw.
-    png: PathBuf,
-}
+use crate::COLORS;
 
 /// One row of the medians CSV (the columns this chart needs).
 #[derive(Debug, serde::Deserialize)]
@@ -32,22 +23,21 @@ struct Row {
 /// The transfers drawn: TCP A to B with 1 and with 16 streams.
 const TESTS: [&str; 2] = ["tcp1", "tcp16"];
 
-pub fn run(args: PlotInterceptArgs) -> anyhow::Result<()> {
-    let mut reader = csv::Reader::from_path(&args.csv)
-        .with_context(|| format!("reading {}", args.csv.display()))?;
+/// Reads the medians CSV at `csv` and writes its chart to `png`.
+pub fn plot_file(csv: &Path, png: &Path) -> anyhow::Result<()> {
+    let mut reader =
+        csv::Reader::from_path(csv).with_context(|| format!("reading {}", csv.display()))?;
     let rows: Vec<Row> = reader
         .deserialize()
         .collect::<Result<_, _>>()
-        .with_context(|| format!("reading {}", args.csv.display()))?;
+        .with_context(|| format!("reading {}", csv.display()))?;
     let mut panels: Vec<(&str, &str)> = Vec::new();
     for r in &rows {
         if !panels.contains(&(r.wire.as_str(), r.mode.as_str())) {
             panels.push((r.wire.as_str(), r.mode.as_str()));
         }
     }
-    draw(&rows, &panels, &args.png)?;
-    crate::say(format!("wrote {}", args.png.display()));
-    Ok(())
+    draw(&rows, &panels, png)
 }
 
 /// One panel per (wire, mode), wires in rows and modes in columns.

@@ -1,4 +1,4 @@
-//! `sonde profile tx|rx|scan`: where the CPU time of sonde's own per-packet paths goes, stage
+//! The arithmetic of `sonde profile tx|rx|scan`: where the CPU time of sonde's own per-packet paths goes, stage
 //! by stage, in ns per packet, for each batch size asked for.
 //!
 //! For each batch size real scans of the lab run, the same way `sonde scan` runs them, in
@@ -8,65 +8,18 @@
 //! give the user stages; its timed system calls the kernel's work for them; what the
 //! instrumented threads spent beyond all that is the kernel's rest. Out come a table on stdout,
 //! `profile-<path>.csv`, `profile-<path>.json` (with the check) and a stacked-bar PNG.
-
-pub(crate) mod plot;
+//!
+//! Here: pooling the runs' CPU ([`Pooled`]), each batch size's bars ([`profile`]), the
+//! [`Report`], its table, CSV and JSON. `sonde profile` parses the arguments, runs the scans
+//! and draws the chart (`sonde_plot::stages`).
 
 use std::fmt::Write as _;
-use std::path::{Path as FsPath, PathBuf};
+use std::path::Path as FsPath;
 
-use anyhow::{anyhow, bail, Context};
-use clap::{Args, Parser};
 use serde::Serialize;
 use sonde_engine::scan::ScanSummary;
-use sonde_io::BackendKind;
 use sonde_meter::output_file::{self, IfExists};
-use sonde_meter::stages::{self, Breakdown, Calibration, Role, Stage, Tally};
-use sonde_scan::probe::ModuleKind;
-
-use crate::runargs;
-use crate::scan::ScanArgs;
-
-#[derive(Args)]
-pub struct StagesArgs {
-    /// The lab whose population is scanned (sonde profile sends only inside a lab).
-    #[arg(long)]
-    lab: String,
-    /// Targets (default: the lab's population).
-    targets: Vec<String>,
-    /// Transmit backend: xdp, ring, mmsg, sendto, pcap.
-    #[arg(long, default_value = "xdp", value_parser = runargs::backend_parser())]
-    backend: BackendKind,
-    /// Receive backend: ring, xdp, mmsg, pcap.
-    #[arg(long, default_value = "ring", value_parser = runargs::rx_backend_parser())]
-    rx_backend: BackendKind,
-    /// Batch sizes, comma separated: one stacked bar each. They are the sender's (scan
-    /// --batch); the receiver always takes up to 256 frames per receiver and call.
-    #[arg(long, default_value = "1,8,64")]
-    batch: String,
-    /// Probes per run (targets are probed again, up to 16 times, when there are fewer).
-    #[arg(long, default_value_t = 200_000)]
-    count: u64,
-    /// Probe module: tcp_syn, icmp_echo, udp, dns.
-    #[arg(short = 'M', long = "probe-module", default_value = "tcp_syn")]
-    module: ModuleKind,
-    /// Ports (default 80).
-    #[arg(short = 'p', long)]
-    ports: Option<String>,
-    /// Send rate in probes per second; 0 = as fast as possible. Default: full speed for tx
-    /// and scan; 200000 for rx, a rate a lab on one CPU answers in full, so the receiver is
-    /// not starved by the sender on the same CPU.
-    #[arg(short = 'r', long, allow_negative_numbers = true, value_parser = crate::runargs::rate_value)]
-    rate: Option<f64>,
-    /// Runs without and with instrumentation per batch size (alternating; each side pooled).
-    #[arg(long, default_value_t = 3, value_parser = crate::runargs::number_from(1u32, 20))]
-    runs: u32,
-    /// Seconds to keep receiving after the last probe.
-    #[arg(long, default_value_t = 1.0)]
-    cooldown: f64,
-    /// Where the CSV, JSON and PNG go.
-    #[arg(long, default_value = ".")]
-    out: PathBuf,
-}
+use sonde_meter::stages::{Breakdown, Calibration, Stage, Tally};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
@@ -76,7 +29,7 @@ pub enum Path {
 }
 
 impl Path {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Path::Tx => "tx",
             Path::Rx => "rx",
@@ -87,203 +40,57 @@ impl Path {
 
 /// One batch size's result.
 #[derive(Serialize)]
-struct BatchProfile {
-    batch: u32,
+pub struct BatchProfile {
+    pub batch: u32,
     /// Stage and ns per packet, the kernel's rest last: the bar, bottom to top.
-    stages: Vec<(String, f64)>,
-    sum_ns: f64,
+    pub stages: Vec<(String, f64)>,
+    pub sum_ns: f64,
     /// CPU per packet of the run without instrumentation (user + system).
-    measured_ns: f64,
-    ratio: f64,
-    within_10_percent: bool,
+    pub measured_ns: f64,
+    pub ratio: f64,
+    pub within_10_percent: bool,
     /// CPU per packet of the instrumented run, and what the clock's own cost taken out was.
-    instrumented_ns: f64,
-    overhead_ns: f64,
+    pub instrumented_ns: f64,
+    pub overhead_ns: f64,
     /// Laps not charged because they took over 50 µs (preemptions), as a share of all laps.
-    dropped_lap_share: f64,
+    pub dropped_lap_share: f64,
     /// Packets of the uninstrumented and the instrumented runs, all of them (probes sent, or
     /// replies received for rx).
-    packets: u64,
-    packets_instrumented: u64,
+    pub packets: u64,
+    pub packets_instrumented: u64,
     /// Packets of one instrumented run (the runs' average).
-    packets_per_run: u64,
+    pub packets_per_run: u64,
 }
 
 #[derive(Serialize)]
-struct Report<'a> {
-    path: &'static str,
-    backend: &'static str,
-    rx_backend: &'static str,
-    module: &'static str,
-    cpus: usize,
-    calibration: CalibrationJson,
-    batches: &'a [BatchProfile],
+pub struct Report<'a> {
+    pub path: &'static str,
+    pub backend: &'static str,
+    pub rx_backend: &'static str,
+    pub module: &'static str,
+    pub cpus: usize,
+    pub calibration: CalibrationJson,
+    pub batches: &'a [BatchProfile],
 }
 
 #[derive(Serialize)]
-struct CalibrationJson {
-    ticks_per_ns: f64,
-    mark_ns: f64,
-    call_ns: f64,
-}
-
-pub fn run(path: Path, args: StagesArgs) -> anyhow::Result<()> {
-    let batches = parse_batches(&args.batch)?;
-    prepare_out(&args.out)?;
-    let lab = sonde_lab::status(&args.lab)?;
-    let targets = match args.targets.is_empty() {
-        true => vec![lab.population.clone()],
-        false => args.targets.clone(),
-    };
-    let size = population_size(&lab.population).filter(|_| args.targets.is_empty());
-    let (probes, targets_per_run) = run_size(args.count, size);
-    if probes * targets_per_run != args.count && size.is_some() {
-        eprintln!(
-            "sonde profile: {} probes per run ({targets_per_run} targets × {probes}), the nearest to --count {} the lab's population allows",
-            probes * targets_per_run,
-            args.count
-        );
-    }
-    let mut profiles = Vec::new();
-    let mut calibration = None;
-    for &batch in &batches {
-        let scan = scan_args(path, &args, &targets, size, batch)?;
-        // Plain and instrumented runs alternate, so a slow spell of a shared machine falls on
-        // both; each side is pooled over its runs.
-        let (mut plain, mut profiled) = (Pooled::default(), Pooled::default());
-        let mut cal = None;
-        for _ in 0..args.runs {
-            plain.add(&run_scan(&scan, &args.out)?);
-            let batch_cal = stages::enable(sonde_io::cycle_counter());
-            cal.get_or_insert(batch_cal);
-            let run = run_scan(&scan, &args.out);
-            stages::disable();
-            profiled.add(&run?);
-        }
-        let cal = cal.expect("at least one run");
-        calibration.get_or_insert(cal);
-        let (tx, rx) = (stages::take(Role::Tx), stages::take(Role::Rx));
-        let mut p = profile(path, batch, &plain, &profiled, &tx, &rx, &cal);
-        p.packets_per_run = p.packets_instrumented / u64::from(args.runs.max(1));
-        profiles.push(p);
-    }
-    let cal = calibration.expect("at least one batch size");
-    let report = Report {
-        path: path.name(),
-        backend: args.backend.name(),
-        rx_backend: args.rx_backend.name(),
-        module: args.module.name(),
-        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        calibration: CalibrationJson {
-            ticks_per_ns: cal.ticks_per_ns,
-            mark_ns: cal.mark_ticks / cal.ticks_per_ns,
-            call_ns: cal.call_ns,
-        },
-        batches: &profiles,
-    };
-    print!("{}", table(&report));
-    write_outputs(&report, &args.out)
-}
-
-/// `1,8,64` → [1, 8, 64].
-fn parse_batches(text: &str) -> anyhow::Result<Vec<u32>> {
-    let sizes: Vec<u32> = text
-        .split(',')
-        .map(|t| match t.trim().parse::<u32>() {
-            Ok(n) if (1..=4096).contains(&n) => Ok(n),
-            _ => Err(anyhow!(
-                "invalid --batch \"{text}\": give batch sizes from 1 to 4096, comma separated, like 1,8,64"
-            )),
-        })
-        .collect::<anyhow::Result<_>>()?;
-    if sizes.is_empty() {
-        bail!("invalid --batch \"{text}\": give at least one batch size");
-    }
-    Ok(sizes)
-}
-
-/// Makes sure `--out` is a folder that can be written, before any scan runs.
-fn prepare_out(out: &FsPath) -> anyhow::Result<()> {
-    // A new file of this process's own (never through a link someone planted in the folder).
-    let probe = out.join(format!(".sonde-profile-write-test.{}", std::process::id()));
-    let unwritable = |e: &dyn std::fmt::Display| {
-        anyhow!(
-            "cannot write to --out {}: {e}; give a folder you can write",
-            out.display()
-        )
-    };
-    std::fs::create_dir_all(out).map_err(|e| unwritable(&e))?;
-    output_file::open(&probe, IfExists::Refuse).map_err(|e| unwritable(&e))?;
-    std::fs::remove_file(&probe).map_err(|e| unwritable(&e))
+pub struct CalibrationJson {
+    pub ticks_per_ns: f64,
+    pub mark_ns: f64,
+    pub call_ns: f64,
 }
 
 /// How many addresses an IPv4 prefix holds.
-fn population_size(prefix: &str) -> Option<u64> {
+pub fn population_size(prefix: &str) -> Option<u64> {
     let net: ipnet::Ipv4Net = prefix.parse().ok()?;
     Some(1u64 << (32 - u32::from(net.prefix_len())))
-}
-
-/// The `sonde scan` command line of one run: full speed, quiet, a fixed seed so both runs of
-/// a batch size probe the same targets in the same order.
-fn scan_args(
-    path: Path,
-    args: &StagesArgs,
-    targets: &[String],
-    population: Option<u64>,
-    batch: u32,
-) -> anyhow::Result<ScanArgs> {
-    let (probes, limit) = run_size(args.count, population);
-    let mut argv: Vec<String> = ["scan", "--lab", &args.lab, "--no-default-blocklist", "-q"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    let out = &args.out;
-    let scratch = |name: &str| out.join(name).to_string_lossy().into_owned();
-    argv.extend([
-        "--rate".into(),
-        args.rate
-            .unwrap_or(if path == Path::Rx { 200_000.0 } else { 0.0 })
-            .to_string(),
-        "--seed".into(),
-        "1".into(),
-        "--batch".into(),
-        batch.to_string(),
-        "--probes".into(),
-        probes.to_string(),
-        "--backend".into(),
-        args.backend.name().into(),
-        "--rx-backend".into(),
-        args.rx_backend.name().into(),
-        "-M".into(),
-        args.module.name().into(),
-        "--cooldown".into(),
-        args.cooldown.to_string(),
-        "-o".into(),
-        scratch(".sonde-profile-rows.csv"),
-        "--force".into(),
-        "--checkpoint".into(),
-        scratch(".sonde-profile.checkpoint.json"),
-    ]);
-    argv.extend(["-n".into(), limit.to_string()]);
-    if let Some(p) = &args.ports {
-        argv.extend(["-p".into(), p.clone()]);
-    }
-    argv.extend(targets.iter().cloned());
-    #[derive(Parser)]
-    struct Scan {
-        #[command(flatten)]
-        args: ScanArgs,
-    }
-    Ok(Scan::try_parse_from(argv)
-        .map_err(|e| anyhow!("sonde profile: {}", e.to_string().trim()))?
-        .args)
 }
 
 /// Probes per target, and targets per run, for runs of `count` probes over a population of
 /// `population` addresses (None: the targets the user gave, probed once each up to `count`).
 /// A population smaller than `count` is probed again (at most 16 times) and the run stops at
 /// `count` probes; when `count` is no multiple of the probes per target, at the multiple below.
-fn run_size(count: u64, population: Option<u64>) -> (u64, u64) {
+pub fn run_size(count: u64, population: Option<u64>) -> (u64, u64) {
     match population {
         Some(size) if size < count => {
             let probes = count.div_ceil(size).min(MAX_PROBES);
@@ -296,20 +103,9 @@ fn run_size(count: u64, population: Option<u64>) -> (u64, u64) {
 /// `sonde scan --probes`' limit.
 const MAX_PROBES: u64 = 16;
 
-fn run_scan(scan: &ScanArgs, out: &FsPath) -> anyhow::Result<ScanSummary> {
-    let summary = crate::scan::run_for_summary(scan);
-    let _ = std::fs::remove_file(out.join(".sonde-profile-rows.csv"));
-    let _ = std::fs::remove_file(out.join(".sonde-profile.checkpoint.json"));
-    let summary = summary.context("the profiled scan failed")?;
-    if summary.sent == 0 {
-        bail!("the profiled scan sent nothing: check the targets and the lab");
-    }
-    Ok(summary)
-}
-
 /// Runs of one kind pooled: packets and the sender's and receiver's CPU over all of them.
 #[derive(Default)]
-struct Pooled {
+pub struct Pooled {
     sent: u64,
     received: u64,
     sender_ns: f64,
@@ -317,7 +113,7 @@ struct Pooled {
 }
 
 impl Pooled {
-    fn add(&mut self, s: &ScanSummary) {
+    pub fn add(&mut self, s: &ScanSummary) {
         self.sent += s.sent;
         self.received += s.received;
         self.sender_ns += (s.sender_user_ns_per_probe + s.sender_sys_ns_per_probe) * s.sent as f64;
@@ -382,7 +178,9 @@ fn breakdown(part: &Part, cal: &Calibration) -> (Breakdown, f64) {
     (b, overhead)
 }
 
-fn profile(
+/// One batch size's bars and check, from its plain and instrumented runs and the stage
+/// clock's tallies.
+pub fn profile(
     path: Path,
     batch: u32,
     plain: &Pooled,
@@ -455,7 +253,7 @@ fn profile(
 }
 
 /// The table printed on stdout: one column per batch size.
-fn table(report: &Report) -> String {
+pub fn table(report: &Report) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
@@ -531,11 +329,12 @@ fn check_line(batches: &[BatchProfile]) -> String {
     }
 }
 
-fn write_outputs(report: &Report, out: &FsPath) -> anyhow::Result<()> {
+/// Writes `profile-<path>.csv` and `profile-<path>.json` into `out` (replaced on a second
+/// run into the folder, never written through a link).
+pub fn write_outputs(report: &Report, out: &FsPath) -> anyhow::Result<()> {
     let base = format!("profile-{}", report.path);
     let write = |name: String, bytes: Vec<u8>| {
         let file = out.join(name);
-        // Replaced on a second run into the folder, never written through a link.
         output_file::write_whole(&file, &bytes, IfExists::Overwrite).map_err(anyhow::Error::from)
     };
     let mut csv = String::from("batch,stage,ns_per_packet\n");
@@ -545,54 +344,12 @@ fn write_outputs(report: &Report, out: &FsPath) -> anyhow::Result<()> {
         }
     }
     write(format!("{base}.csv"), csv.into_bytes())?;
-    write(format!("{base}.json"), serde_json::to_vec_pretty(report)?)?;
-    let png = out.join(format!("{base}.png"));
-    let title = format!(
-        "sonde profile {}: CPU per packet by stage ({})",
-        report.path,
-        title_note(report)
-    );
-    plot::stacked_bars(
-        &title,
-        "measured CPU, no instrumentation",
-        report.batches_view(),
-        &png,
-    )
-}
-
-fn title_note(report: &Report) -> String {
-    format!(
-        "{} via {} / {}, {} CPUs",
-        report.module, report.backend, report.rx_backend, report.cpus
-    )
-}
-
-impl Report<'_> {
-    /// What the plot needs: per batch size, the stages bottom to top and the measured CPU.
-    fn batches_view(&self) -> Vec<plot::Bar<'_>> {
-        self.batches
-            .iter()
-            .map(|b| plot::Bar {
-                batch: b.batch,
-                stages: &b.stages,
-                measured_ns: b.measured_ns,
-            })
-            .collect()
-    }
+    write(format!("{base}.json"), serde_json::to_vec_pretty(report)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn batch_lists_parse_or_name_the_input() {
-        assert_eq!(parse_batches("1,8, 64").unwrap(), vec![1, 8, 64]);
-        for bad in ["", "0", "1,x", "5000"] {
-            let e = parse_batches(bad).unwrap_err().to_string();
-            assert!(e.contains("--batch"), "{e}");
-        }
-    }
 
     #[test]
     fn runs_send_the_count_asked_for() {

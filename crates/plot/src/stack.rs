@@ -7,8 +7,9 @@ use anyhow::anyhow;
 use plotters::prelude::*;
 use sonde_meter::fit::LineFit;
 
-use super::{kb, PathKind, Point, Proto, SeriesFit};
-use crate::plot::COLORS;
+use sonde_profile::stack::{kb, PathKind, Point, Proto, SeriesFit};
+
+use crate::COLORS;
 
 /// Draws `points` and `fits` into `path`.
 pub fn draw(points: &[Point], fits: &[SeriesFit], path: &Path) -> anyhow::Result<()> {

@@ -5,30 +5,24 @@ use std::path::Path;
 use anyhow::anyhow;
 use plotters::prelude::*;
 
-use crate::cmd::bench::SweepRow;
+use serde::Serialize;
 
-/// The palette every sonde chart draws its series from, in order: enough distinct colours for
-/// the 17 segments of `sonde profile scan`'s bars.
-pub const COLORS: [RGBColor; 18] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-    RGBColor(188, 189, 34),
-    RGBColor(23, 190, 207),
-    RGBColor(174, 199, 232),
-    RGBColor(255, 187, 120),
-    RGBColor(152, 223, 138),
-    RGBColor(255, 152, 150),
-    RGBColor(197, 176, 213),
-    RGBColor(196, 156, 148),
-    RGBColor(247, 182, 210),
-    RGBColor(199, 199, 199),
-];
+use crate::COLORS;
+
+/// One row of a transmit sweep (`sonde bench tx`): a (backend, threads, batch size) and what
+/// it reached.
+#[derive(Serialize, Clone)]
+pub struct SweepRow {
+    pub backend: String,
+    pub batch: usize,
+    pub threads: usize,
+    pub packets: u64,
+    pub wall_s: f64,
+    pub pps: f64,
+    pub cpu_ns_per_packet: f64,
+    pub cpu_user_s: f64,
+    pub cpu_sys_s: f64,
+}
 
 /// Plots `metric` against batch size, one series per (backend, threads).
 pub fn sweep(

@@ -1,8 +1,8 @@
 //! The XDP translation of a filter (sonde_io::cbpf_xdp), as capture uses it: a verdict-only
-//! program for `-r --backend xdp`, and AF_XDP receivers behind the live program.
+//! program for `-r --backend xdp` and `--profile` (the live receivers behind it open in
+//! [`crate::open`]).
 
-use sonde_io::cbpf_xdp::{Unsupported, VerdictProgram, MIN_TEST_FRAME};
-use sonde_io::{AnyRx, IoConfig};
+use sonde_io::cbpf_xdp::{VerdictProgram, MIN_TEST_FRAME};
 
 /// The translation loaded for test runs: the kernel judges one frame per call.
 pub struct Verdicts(VerdictProgram);
@@ -26,14 +26,4 @@ impl Verdicts {
     pub fn run_ns(&self, frame: &[u8], repeat: u32) -> std::io::Result<f64> {
         self.0.run_ns(frame, repeat)
     }
-}
-
-/// An AF_XDP receiver on `cfg.queue` behind the live translation of `program`.
-pub fn open_rx(cfg: &IoConfig, program: &[libc::sock_filter]) -> anyhow::Result<AnyRx> {
-    AnyRx::open_xdp_cbpf(cfg, program)
-}
-
-/// The one-line reason, when `err` says the expression cannot run in XDP at all.
-pub fn unsupported(err: &anyhow::Error) -> Option<String> {
-    err.downcast_ref::<Unsupported>().map(|u| u.to_string())
 }

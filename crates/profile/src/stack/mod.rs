@@ -1,4 +1,4 @@
-//! `sonde profile stack`: the start and stop latency of a protocol stack against payload size,
+//! The harness behind `sonde profile stack`: the start and stop latency of a protocol stack against payload size,
 //! for the kernel's socket path and sonde's own (`ring`) path, UDP and TCP, in a lab.
 //!
 //! Start is the time from the send call to the first packet of the payload leaving the
@@ -11,21 +11,20 @@
 //! costs is measured and subtracted: the clock read before the call, and the tap's work per frame
 //! when it runs inside the send (see [`Instrumentation`]). Least-squares lines `start = a·x + b`
 //! and `stop = a·x + b` (x in KB of 1024 bytes, y in µs) are fitted to the medians, printed,
-//! written as CSV and JSON, and drawn.
+//! written as CSV and JSON (and drawn by `sonde_plot::stack`).
 
 pub(crate) mod frames;
 mod kernel;
 mod offloads;
 mod peer;
-mod plot;
 
+use std::fmt::Write as _;
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context};
-use clap::{Args, ValueEnum};
 use serde::Serialize;
 use sonde_io::{AnyTx, BackendKind, FrameTx, IoConfig};
 use sonde_meter::fit::{median, LineFit};
@@ -58,42 +57,24 @@ const SETTLE: Duration = Duration::from_millis(1);
 /// The source port of sonde's frames (inside sonde's default source range).
 const SONDE_PORT: u16 = 61999;
 
-#[derive(Args)]
-pub struct StackArgs {
-    /// The lab to run in (found by itself inside `sonde lab exec`). The payloads go from its
-    /// scanner namespace to 198.19.255.254, the lab's gateway address, port 9 (discard).
-    #[arg(long)]
-    lab: Option<String>,
-    /// Payload sizes in bytes, comma-separated; a k suffix is ×1024. UDP takes at most 65507.
-    #[arg(long, default_value = "64,128,256,512,1k,2k,4k,8k,16k,32k,65507")]
-    sizes: String,
-    /// Protocols, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "udp,tcp")]
-    proto: Vec<Proto>,
-    /// Send paths, comma-separated: kernel (sockets) and sonde (frames through the ring
-    /// backend).
-    #[arg(long, value_delimiter = ',', default_value = "kernel,sonde")]
-    path: Vec<PathKind>,
+/// What to measure.
+pub struct StackConfig {
+    /// The lab to run in; the payloads go from its scanner namespace to its gateway address,
+    /// port 9 (discard).
+    pub lab: String,
+    /// Payload sizes in bytes, sorted (see [`parse_sizes`]).
+    pub sizes: Vec<usize>,
+    pub protos: Vec<Proto>,
+    pub paths: Vec<PathKind>,
     /// Measured sends per size, path and protocol (after a short warm-up).
-    #[arg(long, default_value_t = 20, value_parser = crate::runargs::number_from(1u32, 10000))]
-    reps: u32,
-    /// Folder for stack.csv (medians), stack-samples.csv (every send) and stack.png.
-    #[arg(long, default_value = "sonde-stack")]
-    out: PathBuf,
-    /// Write the summary (medians, fits, instrumentation costs) as one JSON object here.
-    #[arg(long)]
-    summary_json: Option<PathBuf>,
-    /// Overwrite --summary-json if it exists.
-    #[arg(long)]
-    force: bool,
-    /// Leave TSO and GSO of the scanner's interface as they are. By default they are off for
-    /// the run (and restored after it), so TCP leaves as MTU-sized segments as on a wire,
-    /// not as one 64 KB super-packet that veth passes whole.
-    #[arg(long)]
-    keep_offloads: bool,
+    pub reps: u32,
+    /// Leave TSO and GSO of the scanner's interface as they are (by default they are off for
+    /// the run, so TCP leaves as MTU-sized segments as on a wire).
+    pub keep_offloads: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Proto {
     Udp,
@@ -116,7 +97,8 @@ impl Proto {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum PathKind {
     Kernel,
@@ -242,8 +224,23 @@ pub struct CalibrationCalls {
     pub off_us: f64,
 }
 
+/// One run's results: what `sonde profile stack` prints, writes and draws.
+pub struct StackRun {
+    pub lab: String,
+    pub iface: String,
+    pub destination: SocketAddrV4,
+    /// How TSO and GSO were during the run.
+    pub offloads: String,
+    pub reps: u32,
+    pub instrumentation: Instrumentation,
+    pub points: Vec<Point>,
+    pub fits: Vec<SeriesFit>,
+    samples: Vec<(PathKind, Proto, usize, Sample)>,
+}
+
+/// The summary JSON of a run.
 #[derive(Serialize)]
-struct Summary<'a> {
+pub struct Summary<'a> {
     lab: &'a str,
     iface: &'a str,
     destination: String,
@@ -251,23 +248,34 @@ struct Summary<'a> {
     reps: u32,
     x_unit: &'static str,
     y_unit: &'static str,
-    instrumentation: Instrumentation,
+    instrumentation: &'a Instrumentation,
     points: &'a [Point],
     fits: &'a [SeriesFit],
 }
 
-pub fn run(args: StackArgs) -> anyhow::Result<()> {
-    let sizes = parse_sizes(&args.sizes, &args.proto)?;
-    crate::cmd::blast::check_summary(args.summary_json.as_deref(), IfExists::force(args.force))?;
-    let outputs = Outputs::create(&args.out)?;
-    let lab_name = match (&args.lab, sonde_lab::current_lab()) {
-        (Some(name), _) => name.clone(),
-        (None, Some(name)) => name,
-        (None, None) => bail!(
-            "sonde profile stack runs in a lab: give --lab NAME (start one with: sonde lab up --name NAME)"
-        ),
-    };
-    let lab = sonde_lab::status(&lab_name)?;
+impl StackRun {
+    pub fn summary(&self) -> Summary<'_> {
+        Summary {
+            lab: &self.lab,
+            iface: &self.iface,
+            destination: self.destination.to_string(),
+            offloads: &self.offloads,
+            reps: self.reps,
+            x_unit: "KB (1024 bytes)",
+            y_unit: "µs",
+            instrumentation: &self.instrumentation,
+            points: &self.points,
+            fits: &self.fits,
+        }
+    }
+}
+
+/// Measures every (path, protocol, size) of `config` in its lab (this thread enters the lab's
+/// scanner namespace), saying what it measures and what the instrumentation costs on `say`
+/// before the long part.
+pub fn run(config: &StackConfig, mut say: impl FnMut(String)) -> anyhow::Result<StackRun> {
+    let (lab_name, sizes) = (&config.lab, &config.sizes);
+    let lab = sonde_lab::status(lab_name)?;
     if let Some(mode) = &lab.xdp_mode {
         bail!(
             "lab {lab_name:?} drops every frame in XDP ({mode}) before the tap sees it: bring up a lab with the kernel sink (the default) for sonde profile stack"
@@ -281,11 +289,11 @@ pub fn run(args: StackArgs) -> anyhow::Result<()> {
     if !lab_range.contains(&addrs.gateway_ip) {
         bail!("lab {lab_name:?} reports a gateway outside 198.18.0.0/15; refusing to send");
     }
-    let (_peer, lab_tap) = peer::start(&lab_name, &lab.net_if, addrs)?;
-    sonde_lab::enter_scan_ns(&lab_name)?;
+    let (_peer, lab_tap) = peer::start(lab_name, &lab.net_if, addrs)?;
+    sonde_lab::enter_scan_ns(lab_name)?;
     let scan_tap = Tap::open(&lab.scan_if, addrs, Direction::Outgoing)?;
     let cpu_note = pin(&lab);
-    let offloads = match args.keep_offloads {
+    let offloads = match config.keep_offloads {
         true => None,
         false => Some(offloads::Off::segmentation(&lab.scan_ns, &lab.scan_if)?),
     };
@@ -309,11 +317,11 @@ pub fn run(args: StackArgs) -> anyhow::Result<()> {
     };
     bench.calibrate(sink)?;
     let cost = bench.cost.clone();
-    println!(
+    say(format!(
         "sonde profile stack: lab {lab_name}, {} → {sink}, {} reps per size; {cpu_note}; TSO/GSO on {}: {offload_note}",
-        lab.scan_if, args.reps, lab.scan_if
-    );
-    println!(
+        lab.scan_if, config.reps, lab.scan_if
+    ));
+    say(format!(
         "instrumentation: clock read {:.0} ns (subtracted from start and stop); tap work per frame {:.0} ns on {} (kernel path), {:.0} ns on {} (sonde's path), subtracted from stop for each frame before the last; {} stamps a frame {:.0} ns after {} does (not subtracted)",
         cost.clock_read_ns,
         cost.kernel_tap_ns_per_frame,
@@ -323,14 +331,14 @@ pub fn run(args: StackArgs) -> anyhow::Result<()> {
         lab.net_if,
         cost.tap_gap_ns,
         lab.scan_if
-    );
+    ));
     for c in &cost.calibration_calls_us {
-        println!(
+        say(format!(
             "  calibration: a 64 KB UDP send takes {:.1} µs with the {} path's tap on, {:.1} µs with it off (medians)",
             c.on_us,
             c.tap.name(),
             c.off_us
-        );
+        ));
     }
     let ends = Endpoints {
         src_mac: parse_mac(&lab.scan_mac)?,
@@ -342,17 +350,17 @@ pub fn run(args: StackArgs) -> anyhow::Result<()> {
     };
     let mut points = Vec::new();
     let mut samples = Vec::new();
-    for &path in &args.path {
-        for &proto in &args.proto {
+    for &path in &config.paths {
+        for &proto in &config.protos {
             let mut sender = Sender::open(path, proto, sink, ends, &lab.scan_if)?;
             bench.observe_at(path)?;
             for _ in 0..WARMUP {
                 bench.measure(&mut sender, proto, sizes[0])?;
             }
-            for &size in &sizes {
+            for &size in sizes {
                 let mut got = Vec::new();
                 let mut lost = 0;
-                for _ in 0..args.reps {
+                for _ in 0..config.reps {
                     match bench.measure(&mut sender, proto, size)? {
                         Some(s) => got.push(s),
                         None => lost += 1,
@@ -361,7 +369,7 @@ pub fn run(args: StackArgs) -> anyhow::Result<()> {
                 if got.is_empty() {
                     bail!(
                         "no {} {} send of {size} bytes reached the tap in {} tries; is the lab healthy (sonde lab status --name {lab_name})?",
-                        path.name(), proto.name(), args.reps
+                        path.name(), proto.name(), config.reps
                     );
                 }
                 points.push(Point::of(path, proto, size, &got, lost));
@@ -371,31 +379,17 @@ pub fn run(args: StackArgs) -> anyhow::Result<()> {
     }
     drop(offloads);
     let fits = fit_all(&points);
-    print_tables(&points, &fits);
-    outputs.write(&points, &samples)?;
-    plot::draw(&points, &fits, &outputs.png)?;
-    println!(
-        "wrote {}, {} and {}",
-        outputs.csv.display(),
-        outputs.samples.display(),
-        outputs.png.display()
-    );
-    if let Some(file) = &args.summary_json {
-        let summary = Summary {
-            lab: &lab_name,
-            iface: &lab.scan_if,
-            destination: sink.to_string(),
-            offloads: &offload_note,
-            reps: args.reps,
-            x_unit: "KB (1024 bytes)",
-            y_unit: "µs",
-            instrumentation: cost,
-            points: &points,
-            fits: &fits,
-        };
-        crate::cmd::blast::write_json(file, &summary, IfExists::force(args.force))?;
-    }
-    Ok(())
+    Ok(StackRun {
+        lab: lab_name.clone(),
+        iface: lab.scan_if.clone(),
+        destination: sink,
+        offloads: offload_note,
+        reps: config.reps,
+        instrumentation: cost,
+        points,
+        fits,
+        samples,
+    })
 }
 
 fn parse_mac(text: &str) -> anyhow::Result<MacAddr> {
@@ -406,7 +400,11 @@ fn parse_mac(text: &str) -> anyhow::Result<MacAddr> {
 /// Pins this thread to a CPU the lab leaves to sonde, when the lab was brought up with
 /// `--target-cpus`; says where the lab's receive work (and so the tap's) runs.
 fn pin(lab: &sonde_lab::LabStatus) -> String {
-    match crate::runargs::lab_sender_cpus(lab) {
+    let sender_cpus = lab
+        .target_cpus
+        .as_ref()
+        .map(|_| sonde_lab::sender_cpus(lab));
+    match sender_cpus {
         Some(cpus) if !cpus.is_empty() => {
             sonde_engine::plan::pin_to_cpu(cpus[0]);
             format!(
@@ -748,7 +746,7 @@ impl Point {
 }
 
 /// KB (1024 bytes): the x of the fits.
-fn kb(bytes: usize) -> f64 {
+pub fn kb(bytes: usize) -> f64 {
     bytes as f64 / 1024.0
 }
 
@@ -776,27 +774,32 @@ fn fit_all(points: &[Point]) -> Vec<SeriesFit> {
     fits
 }
 
-fn print_tables(points: &[Point], fits: &[SeriesFit]) {
+/// The medians and fitted lines of each (path, protocol), as lines of text.
+pub fn tables(points: &[Point], fits: &[SeriesFit]) -> String {
+    let mut out = String::new();
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
     for fit in fits {
-        println!();
+        out.push('\n');
         let stamped = match fit.proto {
             Proto::Udp => "the first fragment",
             Proto::Tcp => "the segment with the last byte",
         };
         match fit.path {
-            PathKind::Kernel => println!(
+            PathKind::Kernel => _ = writeln!(
+                out,
                 "{} {}: start/stop as frames go to the driver (tap on the scanner's side); sched/sw: SO_TIMESTAMPING of {stamped}",
                 fit.path.name(),
                 fit.proto.name()
             ),
-            PathKind::Sonde => println!(
+            PathKind::Sonde => _ = writeln!(
+                out,
                 "{} {}: start/stop as veth hands frames to the lab (tap on the lab's side); ring backend",
                 fit.path.name(),
                 fit.proto.name()
             ),
         }
-        println!(
+        _ = writeln!(
+            out,
             "  {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5}",
             "size B", "frames", "start µs", "stop µs", "sched µs", "sw µs", "call µs", "lost"
         );
@@ -804,7 +807,8 @@ fn print_tables(points: &[Point], fits: &[SeriesFit]) {
             .iter()
             .filter(|p| p.path == fit.path && p.proto == fit.proto)
         {
-            println!(
+            _ = writeln!(
+                out,
                 "  {:>8} {:>6} {:>9.2} {:>9.2} {:>9} {:>9} {:>9.2} {:>5}",
                 p.size_bytes,
                 p.frames,
@@ -818,22 +822,23 @@ fn print_tables(points: &[Point], fits: &[SeriesFit]) {
         }
         for (what, line) in [("start", fit.start), ("stop ", fit.stop)] {
             match line {
-                Some(l) => println!("  {what} = {l} µs  (x in KB; r² {:.3})", l.r2),
-                None => println!("  {what}: no line (needs two sizes or more)"),
+                Some(l) => _ = writeln!(out, "  {what} = {l} µs  (x in KB; r² {:.3})", l.r2),
+                None => _ = writeln!(out, "  {what}: no line (needs two sizes or more)"),
             }
         }
     }
+    out
 }
 
 /// The output files, created before anything is measured so a bad --out fails at once.
-struct Outputs {
-    csv: PathBuf,
-    samples: PathBuf,
-    png: PathBuf,
+pub struct Outputs {
+    pub csv: PathBuf,
+    pub samples: PathBuf,
+    pub png: PathBuf,
 }
 
 impl Outputs {
-    fn create(dir: &Path) -> anyhow::Result<Outputs> {
+    pub fn create(dir: &Path) -> anyhow::Result<Outputs> {
         let unwritable = |e: std::io::Error| {
             anyhow!(
                 "cannot write to --out {}: {e}; give a folder you can write to",
@@ -853,11 +858,9 @@ impl Outputs {
         Ok(outputs)
     }
 
-    fn write(
-        &self,
-        points: &[Point],
-        samples: &[(PathKind, Proto, usize, Sample)],
-    ) -> anyhow::Result<()> {
+    /// Writes the medians and every send of `run` as CSV.
+    pub fn write(&self, run: &StackRun) -> anyhow::Result<()> {
+        let (points, samples) = (&run.points, &run.samples);
         let fail =
             |path: &Path, e: &dyn std::fmt::Display| anyhow!("writing {}: {e}", path.display());
         let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));

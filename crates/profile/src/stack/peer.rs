@@ -329,12 +329,12 @@ pub fn parse_frame(head: &[u8], at_ns: i128) -> Option<TapFrame> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::stack::frames::Burst;
-    use crate::profile::stack::Proto;
+    use crate::stack::frames::Burst;
+    use crate::stack::Proto;
 
     #[test]
     fn frames_parse_to_their_payload_share() {
-        let ends = crate::profile::stack::frames::tests::ends();
+        let ends = crate::stack::frames::tests::ends();
         let data = vec![7u8; 5000];
         for proto in [Proto::Udp, Proto::Tcp] {
             let burst = Burst::new(ends, proto, &data, 1);

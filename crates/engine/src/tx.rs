@@ -1,15 +1,16 @@
-//! The transmit engine behind `blast` and `bench`: one pinned sender thread per queue, each
-//! filling batches straight into its backend's buffers from a frame template.
+//! The transmit engine behind `sonde blast` and `sonde bench`: one pinned sender thread per
+//! queue, each filling batches straight into its backend's buffers from a frame template.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use sonde_craft::{Targets, Template};
-use sonde_engine::pace::Pacer;
-use sonde_engine::plan::{pin_to_cpu, thread_cpu};
 use sonde_io::{AnyTx, BackendKind, FrameTx, IoConfig};
 use sonde_meter::{Counter, CpuTimes, Stopwatch};
+
+use crate::pace::Pacer;
+use crate::plan::{pin_to_cpu, thread_cpu};
 
 /// When a run ends.
 #[derive(Clone, Copy, Debug)]

@@ -10,7 +10,7 @@ use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
 use sonde_latency::Sample;
 
-use crate::plot::COLORS;
+use crate::COLORS;
 
 const TIME_BINS: usize = 120;
 const RTT_BINS: usize = 80;

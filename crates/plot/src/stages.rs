@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::anyhow;
 use plotters::prelude::*;
 
-use crate::plot::COLORS;
+use crate::COLORS;
 
 /// One bar: a batch size's stages (name, ns per packet) and its measured CPU per packet.
 pub struct Bar<'a> {

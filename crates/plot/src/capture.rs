@@ -1,37 +1,22 @@
-//! `sonde bench plot-capture CSV PNG`: the picture of `bench/compare-capture`'s medians. One row
+//! The chart of `sonde bench plot-capture CSV PNG`: the picture of `bench/compare-capture`'s medians. One row
 //! of panels per frame size; on the left the share of expected frames a tool failed to write, on
 //! the right its CPU time per captured frame, both against the rate the sender reached (x is
 //! `sent_pps`, not the asked-for rate, because "max" is a different rate for every tool). One
 //! colour per tool; the unfiltered runs are solid lines with filled markers, filtered runs dashed
 //! with hollow markers. Only rows whose status is `ok` are drawn.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
-use clap::Args;
 use plotters::coord::Shift;
 use plotters::element::ComposedElement;
 use plotters::prelude::*;
 use serde::Deserialize;
 
-use crate::plot::COLORS;
-
-#[derive(Args)]
-pub struct PlotCaptureArgs {
-    /// The medians CSV that bench/compare-capture wrote (OUT.csv, not OUT.raw.csv).
-    csv: PathBuf,
-    /// The PNG to write.
-    png: PathBuf,
-}
-
-pub fn run(args: PlotCaptureArgs) -> anyhow::Result<()> {
-    plot_file(&args.csv, &args.png)?;
-    crate::say(format!("wrote {}", args.png.display()));
-    Ok(())
-}
+use crate::COLORS;
 
 /// Reads the medians CSV at `csv` and writes its chart to `png`.
-fn plot_file(csv: &Path, png: &Path) -> anyhow::Result<()> {
+pub fn plot_file(csv: &Path, png: &Path) -> anyhow::Result<()> {
     let rows = read_rows(csv)?;
     let title = format!(
         "capture comparison ({})",
@@ -335,6 +320,8 @@ fn draw_legend<DB: DrawingBackend>(
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
     /// Rows of a real run (the 60 B half, one round, 2025-11) plus made-up 1514 B rows, a row

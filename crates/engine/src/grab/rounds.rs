@@ -1,0 +1,122 @@
+//! One output for every round of a grab. A connection is its address and port (sonde's TCP
+//! keys its table and cookies by them), so one target's names (`sonde grab -I` lines
+//! `address[:port],name`) cannot be open at once: round k grabs the targets that have a k-th
+//! name, with that name, into the same output. The same rounds give `-M tls` its second
+//! connection to servers that refused the full handshake's hello (TLS 1.0/1.1 only): see
+//! [`SharedWriter::holding_back`].
+
+use std::sync::{Arc, Mutex};
+
+use sonde_scan::output::{Row, RowWriter};
+use sonde_scan::reply::Value;
+
+/// Targets whose rows a round held back for another try (see [`SharedWriter::holding_back`]).
+#[derive(Clone, Default)]
+pub struct Refused(Arc<Mutex<Vec<(std::net::IpAddr, u16)>>>);
+
+impl Refused {
+    pub fn take(&self) -> Vec<(std::net::IpAddr, u16)> {
+        self.0
+            .lock()
+            .map(|mut v| std::mem::take(&mut *v))
+            .unwrap_or_default()
+    }
+}
+
+/// One output for every round: each round's run writes through a [`SharedWriter::round`],
+/// and only the last one finishes the file.
+#[derive(Clone)]
+pub struct SharedWriter(Arc<Mutex<Option<Box<dyn RowWriter + Send>>>>);
+
+impl SharedWriter {
+    pub fn new(writer: Box<dyn RowWriter + Send>) -> SharedWriter {
+        SharedWriter(Arc::new(Mutex::new(Some(writer))))
+    }
+
+    /// The first round's writer for `-M tls`: a row whose server refused the full handshake's
+    /// hello (a protocol_version alert, no certificate) is not written; its target goes to
+    /// `refused`, for a second connection with the first-flight hello.
+    pub fn holding_back(&self, refused: &Refused) -> Box<dyn RowWriter + Send> {
+        Box::new(RoundWriter {
+            shared: self.clone(),
+            first: true,
+            last: false,
+            refused: Some(refused.clone()),
+        })
+    }
+
+    /// The writer of round `round`; the last one finishes the output. Rounds after the first
+    /// keep only rows of targets named in that round (a round grabs each address over every
+    /// port given, and a port without that round's name has had its row already).
+    pub fn round(&self, round: usize, last: bool) -> Box<dyn RowWriter + Send> {
+        Box::new(RoundWriter {
+            shared: self.clone(),
+            first: round == 0,
+            last,
+            refused: None,
+        })
+    }
+}
+
+struct RoundWriter {
+    shared: SharedWriter,
+    first: bool,
+    last: bool,
+    /// Where the rows held back go (the first round of a `-M tls` run).
+    refused: Option<Refused>,
+}
+
+impl RoundWriter {
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut dyn RowWriter) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let mut guard = self
+            .shared
+            .0
+            .lock()
+            .map_err(|_| anyhow::anyhow!("output writer poisoned"))?;
+        match guard.as_mut() {
+            Some(writer) => f(writer.as_mut()),
+            None => anyhow::bail!("the output was finished before the last round"),
+        }
+    }
+}
+
+impl RowWriter for RoundWriter {
+    fn write(&mut self, row: &dyn Row) -> anyhow::Result<()> {
+        if !self.first && matches!(row.get("name"), Value::Null) {
+            return Ok(());
+        }
+        if let Some(refused) = &self.refused {
+            let alert = row.get("tls_alert");
+            let no_cert = matches!(row.get("tls_cert_sha256"), Value::Null);
+            if matches!(&alert, Value::Str(a) if a == "protocol_version") && no_cert {
+                if let (Value::Str(addr), Value::Int(port)) = (row.get("saddr"), row.get("dport")) {
+                    if let (Ok(addr), Ok(port)) = (addr.parse(), u16::try_from(port)) {
+                        if let Ok(mut held) = refused.0.lock() {
+                            held.push((addr, port));
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+        }
+        self.with(|w| w.write(row))
+    }
+
+    fn flush_rows(&mut self) -> anyhow::Result<()> {
+        self.with(|w| w.flush_rows())
+    }
+
+    fn finish(self: Box<Self>) -> anyhow::Result<()> {
+        if !self.last {
+            return self.with(|w| w.flush_rows());
+        }
+        let writer = self.shared.0.lock().ok().and_then(|mut guard| guard.take());
+        match writer {
+            Some(writer) => writer.finish(),
+            None => Ok(()),
+        }
+    }
+}
