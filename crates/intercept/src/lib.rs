@@ -10,7 +10,8 @@
 //! that stops the kernel forwarding between two interfaces) → [`stack`] (NFQUEUE, batched
 //! receive and verdicts) or [`bridge`] (packet rings on two interfaces) hand each packet to a
 //! [`Filter`] — sonde's [`RuleSet`] or a program's own — → the verdict sends it on, rewritten,
-//! or drops it; [`counters`] and [`flow::OrderCheck`] say what happened.
+//! or drops it; [`counters`] and [`flow::OrderCheck`] say what happened. [`workers`] runs a thread
+//! per queue or ring pair and stops them all when one fails.
 #![deny(unsafe_code)]
 
 pub mod bridge;
@@ -24,6 +25,7 @@ pub mod path;
 pub mod rewrite;
 pub mod rules;
 pub mod stack;
+pub mod workers;
 
 pub use counters::{ThreadCounters, Totals};
 pub use filter::{Filter, Link, Packet, Then, Verdict};

@@ -1,9 +1,8 @@
 //! Running either mode: rules compiled per thread, the path changes made (and undone), the
-//! threads started and watched, the summary written.
+//! workers started (`sonde_intercept::workers`) and watched, the summary written.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail};
@@ -11,7 +10,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sonde_engine::status::human_seconds;
 use sonde_intercept::flow::OrderCheck;
 use sonde_intercept::path::{Guard, InstallRule, PathChanges, Queues};
-use sonde_intercept::{bridge, stack, Link, Rule, RuleSet, ThreadCounters, Totals};
+use sonde_intercept::workers::Workers;
+use sonde_intercept::{bridge, stack, Link, Rule, RuleSet, Totals};
 use sonde_meter::CpuTimes;
 
 use super::summary::{self, RuleLine};
@@ -107,7 +107,8 @@ pub fn stack(
         changes.add_nfqueue_rule(spec, span, common.fail_open)?;
     }
     let order = Arc::new(OrderCheck::default());
-    let run = Running::start(
+    let cpu = CpuTimes::now();
+    let run = Workers::start(
         stop,
         sets,
         opened,
@@ -117,7 +118,7 @@ pub fn stack(
     );
     let io = "NFQUEUE, one recvmmsg and one sendmsg per batch".to_string();
     finish(
-        run,
+        (run, cpu),
         changes,
         &common,
         &rules,
@@ -185,7 +186,8 @@ pub fn bridge(
     changes.take_off_wire(&[&iface_a, &iface_b])?;
     let order = Arc::new(bridge::Directions::default());
     let batch = cfg.batch;
-    let run = Running::start(
+    let cpu = CpuTimes::now();
+    let run = Workers::start(
         stop,
         sets,
         ports,
@@ -194,7 +196,7 @@ pub fn bridge(
         },
     );
     finish(
-        run,
+        (run, cpu),
         changes,
         &common,
         &rules,
@@ -216,62 +218,10 @@ fn start_metrics(common: &Common, mode: &str, backend: &str) -> anyhow::Result<M
     common.metrics.start(labels, common.quiet)
 }
 
-/// The worker threads and what they share.
-struct Running {
-    stop: Arc<AtomicBool>,
-    counters: Vec<Arc<ThreadCounters>>,
-    rule_counters: Vec<Arc<[sonde_intercept::RuleCounter]>>,
-    handles: Vec<JoinHandle<anyhow::Result<()>>>,
-    start: Instant,
-    cpu: CpuTimes,
-    stop_error: Option<anyhow::Error>,
-}
-
-impl Running {
-    fn start<S: Send + 'static>(
-        stop: Arc<AtomicBool>,
-        sets: Vec<RuleSet>,
-        sources: Vec<S>,
-        work: impl Fn(S, &mut RuleSet, &AtomicBool, &ThreadCounters, Instant) -> anyhow::Result<()>
-            + Send
-            + Sync
-            + Clone
-            + 'static,
-    ) -> Running {
-        let start = Instant::now();
-        let cpu = CpuTimes::now();
-        let mut counters = Vec::new();
-        let mut rule_counters = Vec::new();
-        let mut handles = Vec::new();
-        for (mut set, source) in sets.into_iter().zip(sources) {
-            let c = Arc::new(ThreadCounters::default());
-            counters.push(c.clone());
-            rule_counters.push(set.counters());
-            let (stop, work) = (stop.clone(), work.clone());
-            handles.push(std::thread::spawn(move || {
-                let result = work(source, &mut set, &stop, &c, start);
-                if result.is_err() {
-                    stop.store(true, Relaxed); // one thread failing ends the run
-                }
-                result
-            }));
-        }
-        Running {
-            stop,
-            counters,
-            rule_counters,
-            handles,
-            start,
-            cpu,
-            stop_error: None,
-        }
-    }
-}
-
 /// Watches until the end, stops the threads, undoes the path changes (sending the fail-open
 /// guard away) and writes the summary.
 fn finish(
-    mut run: Running,
+    (mut run, cpu): (Workers, CpuTimes),
     mut changes: PathChanges,
     common: &Common,
     rules: &[Rule],
@@ -281,18 +231,10 @@ fn finish(
 ) -> anyhow::Result<()> {
     let mut live = metrics.publisher().map(LivePage::new);
     watch(&run, common, live.as_mut());
-    run.stop.store(true, Relaxed);
-    for h in std::mem::take(&mut run.handles) {
-        let result = h
-            .join()
-            .unwrap_or_else(|_| Err(anyhow!("a worker thread panicked")));
-        if let Err(e) = result {
-            run.stop_error.get_or_insert(e);
-        }
-    }
+    let stop_error = run.stop_and_join();
     let wall = run.start.elapsed();
-    let cpu = CpuTimes::now().since(&run.cpu);
-    let mut totals = Totals::sum(run.counters.iter().map(|c| c.as_ref()));
+    let cpu = CpuTimes::now().since(&cpu);
+    let mut totals = run.totals();
     add_lost(&mut totals);
     let undone = changes.undo_all();
     let rule_lines = RuleLine::collect(rules, &run.rule_counters);
@@ -307,7 +249,7 @@ fn finish(
         publish(live, &totals, common, false);
     }
     metrics.end(&s)?;
-    match run.stop_error {
+    match stop_error {
         Some(e) => Err(e),
         None => Ok(()),
     }
@@ -408,7 +350,7 @@ fn publish(live: &mut LivePage, t: &Totals, common: &Common, running: bool) {
 }
 
 /// The status, until the duration passes, a signal, or a thread fails.
-fn watch(run: &Running, common: &Common, mut live: Option<&mut LivePage>) {
+fn watch(run: &Workers, common: &Common, mut live: Option<&mut LivePage>) {
     let out = StatusOut::new(common.quiet);
     let deadline = common
         .duration
@@ -420,14 +362,14 @@ fn watch(run: &Running, common: &Common, mut live: Option<&mut LivePage>) {
             break;
         }
         if let Some(live) = live.as_deref_mut().filter(|l| l.due()) {
-            let now = Totals::sum(run.counters.iter().map(|c| c.as_ref()));
+            let now = run.totals();
             publish(live, &now, common, true);
         }
         let dt = last.0.elapsed().as_secs_f64();
         if dt < out.every() {
             continue;
         }
-        let now = Totals::sum(run.counters.iter().map(|c| c.as_ref()));
+        let now = run.totals();
         let packets = now.packets - last.1.packets;
         let batches = (now.batches - last.1.batches).max(1);
         out.show(
