@@ -1,7 +1,8 @@
 //! `sonde capture`: tcpdump-compatible packet capture at line rate.
 //!
 //! Takes a tcpdump expression and an interface (or a capture file with `-r`); gives pcapng or pcap
-//! files and counts of what was kept and dropped. Uses sonde-io (rings, AF_XDP, filter compilation;
+//! files and counts of what was kept and dropped; [`open`] opens a live capture's sources (the
+//! backend, the link check, XDP's fallback to the ring). Uses sonde-io (rings, AF_XDP, filter compilation;
 //! only with the default `live` feature) and sonde-meter (stage clocks, output files), with
 //! pcap-file for the file formats.
 //!

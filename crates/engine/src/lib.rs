@@ -3,7 +3,9 @@
 //! Takes a run's plan (targets, rate, interface, probe module or grab application); gives rows to
 //! the output writers, a status line, a checkpoint and a summary. Uses sonde-io (send and receive),
 //! sonde-scan (targets, probes, outputs), sonde-tcp and sonde-apps (grab), sonde-craft and
-//! sonde-wire (frames), and sonde-meter (counters and stage clocks).
+//! sonde-wire (frames), and sonde-meter (counters and stage clocks). It also holds the transmit
+//! engine of `blast` and `bench` ([`tx`]) and the `--metrics` exporter every command serves from
+//! ([`metrics`]).
 //!
 //! A run walks a target space (`sonde_scan::targets`) in a seeded random order, split into
 //! shards and sender threads ([`feed`]), paced to a rate ([`pace`]), through batched I/O

@@ -5,7 +5,7 @@
 //! for tools that sit in the path.
 //!
 //! Takes a lab's name and configuration (`sonde lab up`); gives namespaces, servers and the ground
-//! truth (`truth.json`) that tests and scores compare against. Uses no other sonde crate
+//! truth (`truth.json`), and scores a scan's or grab's output against it (`score`). Uses no other sonde crate
 //! (sonde-wire only in its tests); libbpf-rs loads its XDP responder.
 //!
 //! THE SAFETY RULE (see LAB.md): every packet stays inside the namespaces made
