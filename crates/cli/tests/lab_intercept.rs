@@ -47,10 +47,21 @@ impl Intercept {
     /// As [`Intercept::start`], with the status going to stderr (a pipe).
     fn start_loud(lab: &Lab, ns: &str, args: &[&str], ready: impl Fn() -> bool) -> Intercept {
         let summary = lab.file(&format!("summary-{}.json", args.join("_").len()));
-        let mut all = vec!["netns", "exec", ns, SONDE, "intercept"];
+        // SIGHUP back to its default first: under `nohup` the test would hand sonde an ignored
+        // SIGHUP, which sonde then honours (as nohup asks), and the hang-up test could not
+        // hang it up. `env` and `ip` exec, so the pid is sonde's.
+        let mut all = vec![
+            "--default-signal=HUP",
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            SONDE,
+            "intercept",
+        ];
         all.extend_from_slice(args);
         all.extend_from_slice(&["--summary-json", &summary]);
-        let child = Command::new("ip")
+        let child = Command::new("env")
             .args(&all)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
