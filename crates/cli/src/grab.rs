@@ -477,6 +477,12 @@ fn report(args: &GrabArgs, s: &GrabSummary) -> anyhow::Result<()> {
             s.peak_outstanding
         ));
     }
+    if s.left_open > 0 {
+        to_stderr(format_args!(
+            "grab: {} connections left open on their servers: their RSTs could not be sent before the end",
+            s.left_open
+        ));
+    }
     if let Some(path) = &s.checkpoint {
         to_stderr(format_args!(
             "grab interrupted: checkpoint written to {path}; finish with the same command plus --resume {path} (and another -o, or --append)"

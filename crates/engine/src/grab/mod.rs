@@ -9,6 +9,7 @@
 
 mod dispatch;
 pub mod kernel;
+mod marks;
 mod metrics;
 pub mod rounds;
 pub mod user;
@@ -207,6 +208,14 @@ pub struct GrabSummary {
     pub peak_outstanding: u64,
     pub peak_rss_bytes: u64,
     pub engine_bytes: u64,
+    /// Bytes reserved for the record of which targets answered or were given up on (and, in a
+    /// resumed run, which this run sent a SYN to): a bit per target of the space, one bitmap
+    /// the threads share, allocated lazily (only the pages of targets reached become
+    /// resident). A space of more than 2^34 targets keeps a window of recent ones per thread.
+    pub answered_bytes: u64,
+    /// Connections a second Ctrl-C ended without their closing segment (an RST) going out:
+    /// their servers still hold them.
+    pub left_open: u64,
     pub interrupted: bool,
     pub app: String,
     pub backend: String,
@@ -247,6 +256,8 @@ impl GrabSummary {
         self.cpu_us_per_conn = cpu_us / self.success.max(1) as f64;
         self.peak_outstanding = self.peak_outstanding.max(round.peak_outstanding);
         self.peak_rss_bytes = self.peak_rss_bytes.max(round.peak_rss_bytes);
+        self.answered_bytes = self.answered_bytes.max(round.answered_bytes);
+        self.left_open += round.left_open;
         self.interrupted |= round.interrupted;
     }
 }

@@ -30,6 +30,7 @@ use sonde_tcp::{App, Engine, Outcome, ReplyCursor, Rx, Session, Stats, Status, S
 use sonde_wire::{arp, ethernet, EtherType, MacAddr};
 
 use super::dispatch::Mailbox;
+use super::marks::TargetMarks;
 use super::{
     success_rate, GrabApp, GrabCounts, GrabPlan, GrabRow, GrabStatus, GrabSummary, LoopStats,
 };
@@ -55,6 +56,9 @@ const SPIN_BELOW: Duration = Duration::from_micros(50);
 const GATHER: Duration = Duration::from_millis(2);
 /// How often the calling thread updates the status line and looks for Ctrl-C.
 const STATUS_EVERY: Duration = Duration::from_millis(100);
+/// At a second Ctrl-C, how long a thread may wait for room in its transmit ring to send the
+/// open connections' RSTs.
+const CLOSING_FOR: Duration = Duration::from_millis(200);
 
 /// One engine thread's queues: its transmit queue and the receivers it reads.
 pub struct GrabIo {
@@ -181,6 +185,9 @@ struct ThreadEnd {
     partial_checksums: u64,
     drops: u64,
     engine_bytes: u64,
+    /// Its handles on the records of targets (see [`Marks`]), for their size.
+    marks: Marks,
+    left_open: u64,
 }
 
 /// [`run`] over queues already open, one [`GrabIo`] per thread (tests give them ends of
@@ -211,9 +218,10 @@ pub fn run_on<A: GrabApp>(
         wakes: mailboxes.iter().filter_map(Mailbox::wake).collect(),
     };
     let mut loopers = Vec::with_capacity(threads);
-    let parts = ios.into_iter().zip(mailboxes).zip(renderers);
-    for (lane, ((io, mailbox), renderer)) in parts.enumerate() {
-        loopers.push(Looper::new(&plan, lane, io, mailbox, renderer)?);
+    let marks = Marks::for_threads(&plan, threads);
+    let parts = ios.into_iter().zip(mailboxes).zip(renderers).zip(marks);
+    for (lane, (((io, mailbox), renderer), marks)) in parts.enumerate() {
+        loopers.push(Looper::new(&plan, lane, io, mailbox, renderer, marks)?);
     }
     let total = loopers.iter().map(|l| l.feed.left()).sum();
     let counts: Vec<Arc<GrabCounts>> = loopers.iter().map(|l| l.counts.clone()).collect();
@@ -428,6 +436,11 @@ fn summarize<A: GrabApp>(
         peak_outstanding: stats.peak_outstanding,
         peak_rss_bytes: peak_rss_bytes(),
         engine_bytes: sum(|e| e.engine_bytes),
+        answered_bytes: TargetMarks::reserved_bytes(
+            ends.iter()
+                .flat_map(|e| std::iter::once(&e.marks.answered).chain(&e.marks.sent)),
+        ),
+        left_open: sum(|e| e.left_open),
         interrupted,
         app: plan.app.name().into(),
         backend: plan.run.backend.name().into(),
@@ -466,14 +479,33 @@ impl<A: App> App for AppRef<'_, A> {
     }
 }
 
-/// For a resumed run, the targets this run has sent a SYN to (a bitmap, when the space fits
-/// one). The run keeps its checkpoint's key, so a late SYN-ACK or RST answering the run before
-/// it (a target that run already wrote a row for) validates as well: it must find no target
-/// of this run, or that target would get a second row.
-fn sent_this_run<A: GrabApp>(plan: &GrabPlan<A>) -> Option<Dedup> {
-    let space = &plan.run.space;
-    let fits = space.len() <= Dedup::MAX_BITMAP_TARGETS;
-    (plan.run.resume.is_some() && fits).then(|| Dedup::for_space(space))
+/// One thread's records of targets, on bitmaps the threads share ([`TargetMarks`]).
+struct Marks {
+    /// Targets that answered (SYN-ACK or RST) or were given up on, by index: their SYNs are not
+    /// sent again, and a late answer gets an RST (or is ignored), never a second row.
+    answered: TargetMarks,
+    /// For a resumed run, the targets this run has sent a SYN to (when the space fits a
+    /// bitmap). The run keeps its checkpoint's key, so a late SYN-ACK or RST answering the run
+    /// before it (a target that run already wrote a row for) validates as well: it must find
+    /// no target of this run, or that target would get a second row.
+    sent: Option<TargetMarks>,
+}
+
+impl Marks {
+    /// Each of `threads` threads' handles on the run's records.
+    fn for_threads<A: GrabApp>(plan: &GrabPlan<A>, threads: usize) -> Vec<Marks> {
+        let space = &plan.run.space;
+        let fits = space.len() <= Dedup::MAX_BITMAP_TARGETS;
+        let mut sent = (plan.run.resume.is_some() && fits)
+            .then(|| TargetMarks::for_threads(space, threads).into_iter());
+        TargetMarks::for_threads(space, threads)
+            .into_iter()
+            .map(|answered| Marks {
+                answered,
+                sent: sent.as_mut().and_then(Iterator::next),
+            })
+            .collect()
+    }
 }
 
 /// One engine thread's state.
@@ -483,12 +515,11 @@ struct Looper<'p, A: GrabApp> {
     lane: usize,
     engine: Engine<AppRef<'p, A>>,
     retries: SynRetries,
-    /// Targets that answered (SYN-ACK or RST) or were given up on, by index: their SYNs are not
-    /// sent again, and a late answer gets an RST (or is ignored), never a second row.
-    answered: Dedup,
+    /// Targets that answered or were given up on (see [`Marks`]).
+    answered: TargetMarks,
     /// In a resumed run, the targets this run sent SYNs to: an answer for any other target
-    /// answers the run before (see [`sent_this_run`]).
-    sent: Option<Dedup>,
+    /// answers the run before (see [`Marks`]).
+    sent: Option<TargetMarks>,
     pacer: Pacer,
     clock: Instant,
     tx: AnyTx,
@@ -520,6 +551,8 @@ struct Looper<'p, A: GrabApp> {
     /// Frames taken unverified because the kernel marked their checksum partial.
     partial_checksums: u64,
     loop_stats: LoopStats,
+    /// Connections whose closing segment a second Ctrl-C could not send.
+    left_open: u64,
     /// When the loop last woke from a wait, and how long it lets frames gather before a frame
     /// may wake it again (none unless every receiver stamps arrivals).
     last_wake: Instant,
@@ -530,9 +563,9 @@ struct Looper<'p, A: GrabApp> {
 /// receivers and the mailbox, which hand the frames over).
 struct Taker<'l, 'p, A: GrabApp> {
     engine: &'l mut Engine<AppRef<'p, A>>,
-    answered: &'l mut Dedup,
+    answered: &'l mut TargetMarks,
     retries: &'l mut SynRetries,
-    sent: &'l Option<Dedup>,
+    sent: &'l Option<TargetMarks>,
     arps: &'l mut Vec<arp::Repr>,
     plan: &'p GrabPlan<A>,
     invalid: &'l mut u64,
@@ -586,6 +619,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
         io: GrabIo,
         mailbox: Mailbox,
         renderer: Option<Box<dyn RowRenderer>>,
+        marks: Marks,
     ) -> anyhow::Result<Looper<'p, A>> {
         let threads = plan.run.threads.max(1);
         let feed = Feed::open(
@@ -614,8 +648,8 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             lane,
             engine,
             retries,
-            answered: Dedup::for_space(&plan.run.space),
-            sent: sent_this_run(plan),
+            answered: marks.answered,
+            sent: marks.sent,
             // Each thread keeps its share of the pace.
             pacer: Pacer::with_burst_time(
                 plan.run.rate / f64::from(threads),
@@ -643,6 +677,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             invalid: 0,
             partial_checksums: 0,
             loop_stats: LoopStats::default(),
+            left_open: 0,
             last_wake: Instant::now(),
             gather: if io_stamps { GATHER } else { Duration::ZERO },
         })
@@ -1069,10 +1104,14 @@ impl<'p, A: GrabApp> Looper<'p, A> {
         c.invalid.set(self.engine.stats().invalid + self.invalid);
     }
 
-    /// Ends every connection now, putting unanswered targets back for a resume.
+    /// Ends every connection now, putting unanswered targets back for a resume: each open
+    /// connection's RST goes out before the thread ends (its server would hold it open
+    /// otherwise), and those that could not be sent are counted (`left_open`).
     fn abort(&mut self, shared: &Shared) -> anyhow::Result<()> {
         let now = self.now_us();
         self.engine.abort_all(now);
+        // No SYN leaves now: the retries due are put back below, with the rest.
+        self.resend.clear();
         let (mut due, mut last) = (Vec::new(), Vec::new());
         let answered = &self.answered;
         self.retries.poll(
@@ -1086,7 +1125,24 @@ impl<'p, A: GrabApp> Looper<'p, A> {
         );
         let fresh: Vec<u64> = self.fresh.drain(..).collect();
         self.feed.put_back(due.into_iter().chain(last).chain(fresh));
+        self.send_closing()?;
         self.write_rows(shared).map(|_| ())
+    }
+
+    /// Sends what [`Engine::abort_all`] queued (the open connections' RSTs), waiting out a full
+    /// transmit ring for at most `CLOSING_FOR`; what is still queued then is counted as
+    /// connections left open on their servers.
+    fn send_closing(&mut self) -> anyhow::Result<()> {
+        let until = Instant::now() + CLOSING_FOR;
+        while self.engine.tx_pending() > 0 && Instant::now() < until {
+            let now = self.now_us();
+            if self.transmit(0, now)? == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        self.left_open = self.engine.tx_pending() as u64;
+        self.tx.flush().context("sending the connections' RSTs")?;
+        Ok(())
     }
 
     /// The thread's figures, for the run's summary.
@@ -1108,6 +1164,11 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             partial_checksums: self.partial_checksums,
             drops: self.counts.drops.get(),
             engine_bytes: self.engine.memory_bytes() as u64,
+            marks: Marks {
+                answered: self.answered,
+                sent: self.sent,
+            },
+            left_open: self.left_open,
         }
     }
 }

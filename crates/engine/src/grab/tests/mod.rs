@@ -323,6 +323,8 @@ fn late_and_duplicate_answers(threads: u32) {
     assert_eq!(summary.bad_checksums, 0);
     // Invalid, each counted once: three late SYN-ACKs, the late RST, the second refusal.
     assert_eq!(summary.invalid, 5);
+    // One bitmap of the 8 targets (a word), whatever the threads (issue 30).
+    assert_eq!(summary.answered_bytes, 8, "{summary:?}");
     check_threads_add_up(&summary, &rows, threads);
 }
 
