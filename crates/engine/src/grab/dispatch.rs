@@ -19,13 +19,21 @@ use rtrb::{Consumer, Producer, RingBuffer};
 use sonde_craft::cookie::PortRange;
 use sonde_io::Wake;
 
-/// Bytes of each ring between two threads: thousands of frames, far more than a pass hands
-/// over.
+/// Bytes of each ring between two threads: 508 records of [`ROOM_FRAME`]-byte frames, so a
+/// thread with one receiver reads its full batch (256 frames) a pass even when every frame is
+/// another thread's, with the owner a pass behind. A thread reads no more frames a pass than
+/// the fullest of its rings to the others has room for ([`Mailbox::room`]): a ring does not
+/// overflow while its owner lags, the frames wait in the receive queue instead.
 const RING_BYTES: usize = 1 << 20;
 /// A record's header: the frame's length, whether its checksum was left partial, and the time
 /// (the loop's clock, µs) the receiving thread gave it.
 const HEADER: usize = 16;
-/// The largest frame a record carries (a jumbo frame is not a reply of ours).
+/// The frame size [`Mailbox::room`] counts with: an AF_XDP frame (2,048 bytes), more than an
+/// Ethernet frame of a 1,500-byte MTU. Larger frames (a packet ring on a jumbo MTU) take more
+/// room; one that does not fit is dropped and counted.
+pub(crate) const ROOM_FRAME: usize = 2048;
+/// The largest frame a record carries (a jumbo frame is not a reply of ours); a larger one is
+/// dropped and counted.
 const MAX_FRAME: usize = 9216;
 
 /// A frame handed from one thread to another, as the owner reads it.
@@ -52,10 +60,12 @@ pub(crate) struct Mailbox {
     to_wake: u64,
     /// A frame whose record wrapped around the ring's end, made whole.
     scratch: Vec<u8>,
-    /// Frames handed to other threads, and those dropped because the owner's ring was full
-    /// (the peer sends them again).
+    /// Frames handed to other threads, and those dropped: the owner's ring was full (the
+    /// reader keeps within [`Mailbox::room`], so only frames larger than [`ROOM_FRAME`] can
+    /// fill it), or the frame was larger than a record carries. A dropped RST or ICMP error
+    /// would turn its row into a timeout, and a dropped segment is sent again by the peer.
     pub handed: u64,
-    pub ring_full: u64,
+    pub dropped: u64,
 }
 
 impl Mailbox {
@@ -92,7 +102,7 @@ impl Mailbox {
                 to_wake: 0,
                 scratch: vec![0; MAX_FRAME],
                 handed: 0,
-                ring_full: 0,
+                dropped: 0,
             })
             .collect())
     }
@@ -122,10 +132,11 @@ impl Mailbox {
             return;
         };
         if frame.len() > MAX_FRAME {
+            self.dropped += 1;
             return;
         }
         let Ok(mut chunk) = ring.write_chunk(HEADER + frame.len()) else {
-            self.ring_full += 1;
+            self.dropped += 1;
             return;
         };
         let mut header = [0u8; HEADER];
@@ -159,41 +170,49 @@ impl Mailbox {
         }
     }
 
-    /// Hands every frame other threads left for this one to `take`; returns how many.
-    pub fn take_handed(&mut self, mut take: impl FnMut(Handed)) -> usize {
+    /// How many frames of [`ROOM_FRAME`] bytes the fullest ring to another thread has room
+    /// for now (unbounded with one thread): the most a pass may read without a frame for
+    /// another thread being dropped.
+    pub fn room(&self) -> usize {
+        self.outboxes
+            .iter()
+            .flatten()
+            .map(|ring| ring.slots() / (HEADER + ROOM_FRAME))
+            .min()
+            .unwrap_or(usize::MAX)
+    }
+
+    /// Hands every frame other threads left for this one to `take`, oldest first (see
+    /// [`Mailbox::take_handed_until`]); returns how many.
+    pub fn take_handed(&mut self, take: impl FnMut(Handed)) -> usize {
+        self.take_handed_until(u64::MAX, take)
+    }
+
+    /// Hands `take` the frames other threads left for this one that they received at or
+    /// before `until_us` (the loop's clock), oldest first across the rings: called before
+    /// each frame of this thread's own queues, with that frame's time, it keeps the order in
+    /// which the frames of one connection reached the host when they came in on several
+    /// queues. Returns how many.
+    pub fn take_handed_until(&mut self, until_us: u64, mut take: impl FnMut(Handed)) -> usize {
         let mut taken = 0;
-        for inbox in &mut self.inboxes {
-            while let Ok(chunk) = inbox.read_chunk(HEADER) {
-                let (a, b) = chunk.as_slices();
-                let mut header = [0u8; HEADER];
-                for (slot, byte) in header.iter_mut().zip(a.iter().chain(b)) {
-                    *slot = *byte;
+        loop {
+            let mut oldest: Option<(usize, u64)> = None;
+            for (i, inbox) in self.inboxes.iter_mut().enumerate() {
+                let Some(at) = next_time(inbox) else {
+                    continue;
+                };
+                if at <= until_us && oldest.is_none_or(|(_, first)| at < first) {
+                    oldest = Some((i, at));
                 }
-                chunk.commit_all();
-                let len = usize::from(u16::from_le_bytes([header[0], header[1]]));
-                let now_us = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
-                // The producer commits header and frame together: the frame is there.
-                let Ok(chunk) = inbox.read_chunk(len) else {
-                    break;
-                };
-                let (a, b) = chunk.as_slices();
-                let frame = if b.is_empty() {
-                    a
-                } else {
-                    self.scratch[..a.len()].copy_from_slice(a);
-                    self.scratch[a.len()..len].copy_from_slice(b);
-                    &self.scratch[..len]
-                };
-                take(Handed {
-                    frame,
-                    now_us,
-                    partial_checksum: header[2] != 0,
-                });
-                chunk.commit_all();
-                taken += 1;
             }
+            let Some((i, _)) = oldest else {
+                return taken;
+            };
+            if !take_one(&mut self.inboxes[i], &mut self.scratch, &mut take) {
+                return taken;
+            }
+            taken += 1;
         }
-        taken
     }
 
     /// This thread's wake-up, to wait on beside its receivers (none with one thread).
@@ -232,6 +251,56 @@ impl Mailbox {
         self.sleepers.sleeping[self.lane].store(false, Ordering::SeqCst);
         self.sleepers.wakes[self.lane].clear();
     }
+}
+
+/// The time of the next record in `inbox`, left there.
+fn next_time(inbox: &mut Consumer<u8>) -> Option<u64> {
+    let chunk = inbox.read_chunk(HEADER).ok()?;
+    let header = record_header(&chunk);
+    // Not committed: the record stays.
+    Some(u64::from_le_bytes(
+        header[8..16].try_into().expect("8 bytes"),
+    ))
+}
+
+fn record_header(chunk: &rtrb::chunks::ReadChunk<'_, u8>) -> [u8; HEADER] {
+    let (a, b) = chunk.as_slices();
+    let mut header = [0u8; HEADER];
+    for (slot, byte) in header.iter_mut().zip(a.iter().chain(b)) {
+        *slot = *byte;
+    }
+    header
+}
+
+/// Hands the next record of `inbox` to `take` (a record that wraps around the ring's end made
+/// whole in `scratch`); false if there is none.
+fn take_one(inbox: &mut Consumer<u8>, scratch: &mut [u8], take: &mut impl FnMut(Handed)) -> bool {
+    let Ok(chunk) = inbox.read_chunk(HEADER) else {
+        return false;
+    };
+    let header = record_header(&chunk);
+    chunk.commit_all();
+    let len = usize::from(u16::from_le_bytes([header[0], header[1]]));
+    let now_us = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
+    // The producer commits header and frame together: the frame is there.
+    let Ok(chunk) = inbox.read_chunk(len) else {
+        return false;
+    };
+    let (a, b) = chunk.as_slices();
+    let frame = if b.is_empty() {
+        a
+    } else {
+        scratch[..a.len()].copy_from_slice(a);
+        scratch[a.len()..len].copy_from_slice(b);
+        &scratch[..len]
+    };
+    take(Handed {
+        frame,
+        now_us,
+        partial_checksum: header[2] != 0,
+    });
+    chunk.commit_all();
+    true
 }
 
 /// Fills `dst` with the record (`header` then `frame`) from its byte `start` on: a record
@@ -294,7 +363,7 @@ mod tests {
                 sent.clear();
             }
         }
-        assert_eq!(boxes[0].ring_full, 0);
+        assert_eq!(boxes[0].dropped, 0);
         assert!(boxes[0].handed > 10_000);
         // Not a frame of ours: the receiving thread's engine judges it.
         assert_eq!(boxes[0].other_owner(&[0u8; 20]), None);
@@ -445,6 +514,64 @@ mod tests {
         );
     }
 
+    /// Issue 30: a reader that takes no more frames a pass than [`Mailbox::room`] allows loses
+    /// none, however far its owner lags: here every frame is the other thread's, full-sized,
+    /// a receiver's full batch each pass, and the owner takes its frames every fifth pass.
+    /// Reading the whole batch regardless (as before) filled the ring and dropped frames.
+    #[test]
+    fn a_reader_that_keeps_within_the_room_never_drops_a_frame() {
+        let ports = PortRange::new(61000, 61999).unwrap();
+        let mut boxes = Mailbox::for_threads(2, ports).unwrap();
+        let frame = |i: u32| frame_to_port(61001, i as u8, ROOM_FRAME);
+        let (mut queued, mut read, mut taken, mut held_back) = (20_000u32, 0u32, 0u32, 0);
+        for pass in 0.. {
+            if queued == 0 {
+                break;
+            }
+            let batch = boxes[0].room().min(256);
+            held_back += u32::from(batch < 256);
+            for _ in 0..batch.min(queued as usize) {
+                boxes[0].hand_over(1, &frame(read), u64::from(read), false);
+                (read, queued) = (read + 1, queued - 1);
+            }
+            if pass % 5 == 4 {
+                boxes[1].take_handed(|h| {
+                    assert_eq!(h.now_us, u64::from(taken), "in order");
+                    assert_eq!(h.frame, &frame(taken)[..]);
+                    taken += 1;
+                });
+            }
+        }
+        boxes[1].take_handed(|_| taken += 1);
+        assert_eq!(boxes[0].dropped, 0, "{held_back} passes held back");
+        assert_eq!((boxes[0].handed, taken), (20_000, 20_000));
+        assert!(held_back > 0, "the ring never filled");
+    }
+
+    /// Issue 30: frames of one connection that came in on two queues are taken in the order
+    /// they reached the host: before each frame of its own queue, the owner takes what the
+    /// others received before it, oldest first across the rings.
+    #[test]
+    fn handed_frames_are_taken_before_later_frames_of_the_owners_queue() {
+        let ports = PortRange::new(61000, 61999).unwrap();
+        let mut boxes = Mailbox::for_threads(3, ports).unwrap();
+        let port = (61000..).find(|&p| ports.lane_of(p, 3) == 2).unwrap();
+        let frame = |t: u8| frame_to_port(port, t, 60);
+        // Threads 0 and 1 received frames at 10, 40 and 20, 30, 60; thread 2's own queue
+        // holds frames of 25 and 50.
+        for (from, t) in [(0, 10), (1, 20), (1, 30), (0, 40), (1, 60)] {
+            boxes[from].hand_over(2, &frame(t), u64::from(t), false);
+        }
+        let mut order = Vec::new();
+        let owner = &mut boxes[2];
+        for own in [25u8, 50] {
+            owner.take_handed_until(u64::from(own), |h| order.push(h.frame[0]));
+            order.push(frame(own)[0]);
+        }
+        owner.take_handed(|h| order.push(h.frame[0]));
+        assert_eq!(order, [10, 20, 25, 30, 40, 50, 60]);
+    }
+
     #[test]
     fn a_full_ring_drops_and_counts_and_a_sleeper_is_woken() {
         let ports = PortRange::new(61000, 61999).unwrap();
@@ -455,7 +582,7 @@ mod tests {
             boxes[0].hand_over(1, &frame, 0, false);
         }
         assert_eq!(boxes[0].handed as usize, fits);
-        assert_eq!(boxes[0].ring_full, 10);
+        assert_eq!(boxes[0].dropped, 10);
         assert!(!boxes[1].fall_asleep(), "frames wait: no sleep");
         assert_eq!(boxes[1].take_handed(|_| {}), fits);
         assert!(boxes[1].fall_asleep());

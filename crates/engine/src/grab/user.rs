@@ -44,6 +44,8 @@ use crate::stop::{Stop, StopReason};
 
 /// How often the receivers' drop counters are read.
 const DROPS_EVERY: Duration = Duration::from_millis(100);
+/// The most frames a pass reads from each receiver.
+const RX_BATCH: usize = 256;
 /// The longest a pass waits for a frame when nothing else is due.
 const MAX_WAIT: Duration = Duration::from_millis(100);
 /// Waits shorter than this are spun through: falling asleep and waking up costs about as much.
@@ -184,6 +186,7 @@ struct ThreadEnd {
     invalid: u64,
     partial_checksums: u64,
     drops: u64,
+    handover_dropped: u64,
     engine_bytes: u64,
     /// Its handles on the records of targets (see [`Marks`]), for their size.
     marks: Marks,
@@ -428,6 +431,7 @@ fn summarize<A: GrabApp>(
         bad_checksums: stats.bad_checksums,
         partial_checksums: sum(|e| e.partial_checksums),
         drops: sum(|e| e.drops),
+        handover_dropped: sum(|e| e.handover_dropped),
         conn_per_s,
         wall_s: wall,
         cpu_user_s: cpu.user.as_secs_f64(),
@@ -918,7 +922,17 @@ impl<'p, A: GrabApp> Looper<'p, A> {
     /// Takes what the receivers and the other threads have for this thread: frames of its
     /// own connections go to its engine, the others' are handed to their owners.
     fn receive(&mut self, open_new: bool) -> anyhow::Result<usize> {
-        let mut wait = self.idle_wait(open_new);
+        // No more frames than the rings to the other threads have room for: a frame for
+        // another thread is never dropped for want of room (back-pressure: the rest wait in
+        // the receive queue; this pass still takes what the others handed over).
+        let batch = (self.mailbox.room() / self.rxs.len().max(1)).min(RX_BATCH);
+        let held_back = !self.rxs.is_empty() && batch < RX_BATCH;
+        self.loop_stats.handover_held_back += u64::from(held_back);
+        let mut wait = if held_back {
+            Duration::ZERO
+        } else {
+            self.idle_wait(open_new)
+        };
         if !wait.is_zero() && !self.mailbox.fall_asleep() {
             wait = Duration::ZERO;
         }
@@ -954,9 +968,10 @@ impl<'p, A: GrabApp> Looper<'p, A> {
         // frame the kernel stamped on arrival (packet rings; AF_XDP behind the reply filter)
         // is dated by its stamp: the loop reads frames in batches, after they arrived.
         let mut stamp: Option<(usize, u64, u64)> = None;
+        let mut handed = 0;
         let n = sonde_io::rx_many_meta_or_wake(
             rxs,
-            256,
+            batch,
             wait,
             wake.as_deref(),
             |queue, frame, meta| {
@@ -972,12 +987,19 @@ impl<'p, A: GrabApp> Looper<'p, A> {
                 let partial = meta.checksum == RxChecksum::Partial;
                 match mailbox.other_owner(frame) {
                     Some(owner) => mailbox.hand_over(owner, frame, now, partial),
-                    None => taker.take(frame, now, partial),
+                    None => {
+                        // What reached the host before this frame on other threads' queues
+                        // goes first: a connection's frames on two queues stay in order.
+                        handed += mailbox.take_handed_until(now, |h| {
+                            taker.take(h.frame, h.now_us, h.partial_checksum)
+                        });
+                        taker.take(frame, now, partial)
+                    }
                 }
             },
         )?;
         mailbox.wake_owners();
-        let handed = mailbox.take_handed(|h| taker.take(h.frame, h.now_us, h.partial_checksum));
+        handed += mailbox.take_handed(|h| taker.take(h.frame, h.now_us, h.partial_checksum));
         self.loop_stats.frames_received += n as u64;
         if let Some(start) = waited {
             self.mailbox.wake_up();
@@ -1149,7 +1171,6 @@ impl<'p, A: GrabApp> Looper<'p, A> {
     fn end(self) -> ThreadEnd {
         let mut loop_stats = self.loop_stats;
         loop_stats.handed_over = self.mailbox.handed;
-        loop_stats.handover_ring_full = self.mailbox.ring_full;
         ThreadEnd {
             io: GrabIo {
                 tx: self.tx,
@@ -1163,6 +1184,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             invalid: self.invalid,
             partial_checksums: self.partial_checksums,
             drops: self.counts.drops.get(),
+            handover_dropped: self.mailbox.dropped,
             engine_bytes: self.engine.memory_bytes() as u64,
             marks: Marks {
                 answered: self.answered,
@@ -1208,4 +1230,79 @@ fn write_arp_reply(buf: &mut [u8], our_mac: MacAddr, request: &arp::Repr) -> usi
         &mut buf[ethernet::HEADER_LEN..len],
     ));
     frame_len
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grab::tests::{peer, plan, tempdir};
+    use sonde_io::{mem, FrameRx};
+    use sonde_wire::TcpFlags;
+
+    const SERVER_ISS: u32 = 0x5000_0000;
+
+    /// Issue 30: a connection's frames that came in on two queues are taken in the order they
+    /// reached the host. The owner's connection gets its reply in two segments: the first
+    /// came in on another thread's queue (handed over), the second, later, on the owner's own
+    /// queue; the owner reads both in one pass. Taking its own queue's frame first (as before)
+    /// made the first segment look late: an out-of-order segment the network never caused.
+    #[test]
+    fn a_connections_frames_from_two_queues_are_taken_in_arrival_order() {
+        let dir = tempdir::Dir::new("order");
+        let mut plan = plan("198.18.0.0/30", 0.0, &dir);
+        plan.run.threads = 2;
+        let (ours, theirs) = mem::pair(64);
+        let (mut server_rx, mut server_tx) = (theirs.another_handle(), theirs);
+        let mut boxes = Mailbox::for_threads(2, plan.tcp.ports).unwrap();
+        let mut marks = Marks::for_threads(&plan, 2);
+        let (owner_box, mut other) = (boxes.pop().unwrap(), boxes.pop().unwrap());
+        let io = GrabIo {
+            tx: AnyTx::Mem(ours.another_handle()),
+            rxs: vec![AnyRx::Mem(ours)],
+        };
+        let mut owner = Looper::new(&plan, 1, io, owner_box, None, marks.pop().unwrap()).unwrap();
+        // The owner's SYN, the server's SYN-ACK, the owner's ACK.
+        assert_eq!(owner.transmit(1, owner.now_us()).unwrap(), 1);
+        let mut syn = Vec::new();
+        server_rx
+            .rx_batch(1, Duration::from_secs(1), |f| syn = f.to_vec())
+            .unwrap();
+        let (addr, syn, _) = peer::read(&syn);
+        let target = peer::Target {
+            client_port: syn.src_port,
+            client_iss: syn.seq_number,
+            ..Default::default()
+        };
+        let segment = |flags, seq, payload: &[u8]| {
+            let seg = peer::segment(&target, flags, seq, payload.len());
+            peer::frame(addr, &seg, payload, None)
+        };
+        let synack = segment(TcpFlags::SYN | TcpFlags::ACK, SERVER_ISS, b"");
+        send(&mut server_tx, &synack);
+        owner.receive(true).unwrap();
+        assert_eq!(owner.engine.stats().established, 1);
+        // The reply: its first half reached the other thread first, then the second half
+        // reached the owner's queue.
+        let (head, tail) = (&b"SONDE "[..], &b"ordered\r\n"[..]);
+        let data = TcpFlags::ACK | TcpFlags::PSH;
+        let first = segment(data, SERVER_ISS + 1, head);
+        let second = segment(data, SERVER_ISS + 1 + head.len() as u32, tail);
+        assert_eq!(other.other_owner(&first), Some(1));
+        other.hand_over(1, &first, owner.now_us(), false);
+        send(&mut server_tx, &second);
+        owner.receive(true).unwrap();
+        let stats = owner.engine.stats();
+        assert_eq!(stats.ooo_segments, 0, "{stats:?}");
+        assert_eq!(stats.success, 1, "{stats:?}");
+    }
+
+    fn send(port: &mut mem::MemPort, frame: &[u8]) {
+        let sent = port
+            .tx_batch(1, |_, buf| {
+                buf[..frame.len()].copy_from_slice(frame);
+                frame.len()
+            })
+            .unwrap();
+        assert_eq!(sent, 1);
+    }
 }
