@@ -182,6 +182,15 @@ impl Mailbox {
             .unwrap_or(usize::MAX)
     }
 
+    /// [`Mailbox::room`] with every ring empty.
+    pub fn room_when_empty(&self) -> usize {
+        if self.threads() == 1 {
+            usize::MAX
+        } else {
+            RING_BYTES / (HEADER + ROOM_FRAME)
+        }
+    }
+
     /// Hands every frame other threads left for this one to `take`, oldest first (see
     /// [`Mailbox::take_handed_until`]); returns how many.
     pub fn take_handed(&mut self, take: impl FnMut(Handed)) -> usize {
@@ -524,6 +533,8 @@ mod tests {
         let mut boxes = Mailbox::for_threads(2, ports).unwrap();
         let frame = |i: u32| frame_to_port(61001, i as u8, ROOM_FRAME);
         let (mut queued, mut read, mut taken, mut held_back) = (20_000u32, 0u32, 0u32, 0);
+        assert_eq!(boxes[0].room(), boxes[0].room_when_empty());
+        assert!(boxes[0].room() >= 256, "a full batch fits an empty ring");
         for pass in 0.. {
             if queued == 0 {
                 break;

@@ -925,10 +925,13 @@ impl<'p, A: GrabApp> Looper<'p, A> {
         // No more frames than the rings to the other threads have room for: a frame for
         // another thread is never dropped for want of room (back-pressure: the rest wait in
         // the receive queue; this pass still takes what the others handed over).
-        let batch = (self.mailbox.room() / self.rxs.len().max(1)).min(RX_BATCH);
-        let held_back = !self.rxs.is_empty() && batch < RX_BATCH;
+        let receivers = self.rxs.len().max(1);
+        let batch = (self.mailbox.room() / receivers).min(RX_BATCH);
+        let full_batch = (self.mailbox.room_when_empty() / receivers).min(RX_BATCH);
+        let held_back = !self.rxs.is_empty() && batch < full_batch;
         self.loop_stats.handover_held_back += u64::from(held_back);
-        let mut wait = if held_back {
+        // Nothing may be read: no wait (it would end at once), the next pass looks again.
+        let mut wait = if held_back && batch == 0 {
             Duration::ZERO
         } else {
             self.idle_wait(open_new)
