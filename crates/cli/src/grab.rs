@@ -460,8 +460,13 @@ fn report(args: &GrabArgs, s: &GrabSummary) -> anyhow::Result<()> {
             (_, true) => format!("; {} bad checksums", s.bad_checksums),
             (_, false) => "; checksums not verified".into(),
         };
+        // Frames for another thread's connection lost on the way to it (issue 30).
+        let lost = match s.handover_dropped {
+            0 => String::new(),
+            n => format!("; {n} frames lost between threads"),
+        };
         to_stderr(format_args!(
-            "grab: {} connections in {}: {} success ({}), {} refused, {} no answer, {} data timeouts, {} resets, {} closed; cpu {:.2} s user, {:.2} s system = {:.1} µs per success; peak {} open{checksums}",
+            "grab: {} connections in {}: {} success ({}), {} refused, {} no answer, {} data timeouts, {} resets, {} closed; cpu {:.2} s user, {:.2} s system = {:.1} µs per success; peak {} open{checksums}{lost}",
             s.completed + s.syn_timeouts,
             human_seconds(s.wall_s),
             s.success,
@@ -475,6 +480,12 @@ fn report(args: &GrabArgs, s: &GrabSummary) -> anyhow::Result<()> {
             s.cpu_sys_s,
             s.cpu_us_per_conn,
             s.peak_outstanding
+        ));
+    }
+    if s.left_open > 0 {
+        to_stderr(format_args!(
+            "grab: {} connections left open on their servers: their RSTs could not be sent before the end",
+            s.left_open
         ));
     }
     if let Some(path) = &s.checkpoint {

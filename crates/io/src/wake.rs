@@ -32,13 +32,30 @@ impl Wake {
         let _ = (&self.fd).write(&1u64.to_ne_bytes());
     }
 
-    /// Makes the descriptor unreadable again.
-    pub fn clear(&self) {
+    /// Makes the descriptor unreadable again; true if it was readable (a notify came since the
+    /// last clear).
+    pub fn clear(&self) -> bool {
         let mut count = [0u8; 8];
-        let _ = (&self.fd).read(&mut count);
+        // Non-blocking: an unread counter reads as WouldBlock.
+        matches!((&self.fd).read(&mut count), Ok(8))
     }
 
     pub fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wake_clear_says_whether_a_notify_came() {
+        let wake = Wake::new().unwrap();
+        assert!(!wake.clear(), "nothing notified yet");
+        wake.notify();
+        wake.notify();
+        assert!(wake.clear(), "two notifies read as one");
+        assert!(!wake.clear(), "cleared");
     }
 }

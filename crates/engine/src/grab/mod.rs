@@ -9,6 +9,7 @@
 
 mod dispatch;
 pub mod kernel;
+mod marks;
 mod metrics;
 pub mod rounds;
 pub mod user;
@@ -199,6 +200,11 @@ pub struct GrabSummary {
     /// (AF_PACKET's `TP_STATUS_CSUMNOTREADY`: made on this host or by a veth peer).
     pub partial_checksums: u64,
     pub drops: u64,
+    /// With several threads: frames for another thread's connection that could not be handed
+    /// over (larger than the room the reader keeps, or than a record carries) and were lost.
+    /// A lost RST or ICMP error turns its row's `reset` or `unreachable` into a timeout, and a
+    /// lost segment is sent again by the peer (a retransmission sonde caused, not the network).
+    pub handover_dropped: u64,
     pub conn_per_s: f64,
     pub wall_s: f64,
     pub cpu_user_s: f64,
@@ -207,6 +213,14 @@ pub struct GrabSummary {
     pub peak_outstanding: u64,
     pub peak_rss_bytes: u64,
     pub engine_bytes: u64,
+    /// Bytes reserved for the record of which targets answered or were given up on (and, in a
+    /// resumed run, which this run sent a SYN to): a bit per target of the space, one bitmap
+    /// the threads share, allocated lazily (only the pages of targets reached become
+    /// resident). A space of more than 2^34 targets keeps a window of recent ones per thread.
+    pub answered_bytes: u64,
+    /// Connections a second Ctrl-C ended without their closing segment (an RST) going out:
+    /// their servers still hold them.
+    pub left_open: u64,
     pub interrupted: bool,
     pub app: String,
     pub backend: String,
@@ -239,6 +253,7 @@ impl GrabSummary {
         self.retransmits_sent += round.retransmits_sent;
         self.invalid += round.invalid;
         self.drops += round.drops;
+        self.handover_dropped += round.handover_dropped;
         self.wall_s += round.wall_s;
         self.cpu_user_s += round.cpu_user_s;
         self.cpu_sys_s += round.cpu_sys_s;
@@ -247,6 +262,8 @@ impl GrabSummary {
         self.cpu_us_per_conn = cpu_us / self.success.max(1) as f64;
         self.peak_outstanding = self.peak_outstanding.max(round.peak_outstanding);
         self.peak_rss_bytes = self.peak_rss_bytes.max(round.peak_rss_bytes);
+        self.answered_bytes = self.answered_bytes.max(round.answered_bytes);
+        self.left_open += round.left_open;
         self.interrupted |= round.interrupted;
     }
 }
@@ -276,9 +293,10 @@ pub struct LoopStats {
     /// several threads, the sum of each thread's most).
     pub peak_syns_in_flight: u64,
     /// With several threads: frames a thread received for a connection of another and handed
-    /// over, and those dropped because the owner's ring was full (the peer resends them).
+    /// over, and passes that read fewer frames than their batch because the ring to another
+    /// thread was nearly full (the frames waited in the receive queue: back-pressure).
     pub handed_over: u64,
-    pub handover_ring_full: u64,
+    pub handover_held_back: u64,
     /// Wall time in each part of the passes: receiving (and the engine's work on what came
     /// in), timers and SYN retries, transmitting, writing rows. With several threads, the
     /// sums of the threads' times. (The status line has a thread of its own.)
@@ -305,7 +323,7 @@ impl std::ops::AddAssign<&LoopStats> for LoopStats {
             transmit_ring_full,
             peak_syns_in_flight,
             handed_over,
-            handover_ring_full,
+            handover_held_back,
             receive_s,
             timers_s,
             transmit_s,
@@ -323,7 +341,7 @@ impl std::ops::AddAssign<&LoopStats> for LoopStats {
         self.transmit_ring_full += transmit_ring_full;
         self.peak_syns_in_flight += peak_syns_in_flight;
         self.handed_over += handed_over;
-        self.handover_ring_full += handover_ring_full;
+        self.handover_held_back += handover_held_back;
         self.receive_s += receive_s;
         self.timers_s += timers_s;
         self.transmit_s += transmit_s;

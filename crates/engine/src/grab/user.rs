@@ -30,6 +30,7 @@ use sonde_tcp::{App, Engine, Outcome, ReplyCursor, Rx, Session, Stats, Status, S
 use sonde_wire::{arp, ethernet, EtherType, MacAddr};
 
 use super::dispatch::Mailbox;
+use super::marks::TargetMarks;
 use super::{
     success_rate, GrabApp, GrabCounts, GrabPlan, GrabRow, GrabStatus, GrabSummary, LoopStats,
 };
@@ -43,6 +44,8 @@ use crate::stop::{Stop, StopReason};
 
 /// How often the receivers' drop counters are read.
 const DROPS_EVERY: Duration = Duration::from_millis(100);
+/// The most frames a pass reads from each receiver.
+const RX_BATCH: usize = 256;
 /// The longest a pass waits for a frame when nothing else is due.
 const MAX_WAIT: Duration = Duration::from_millis(100);
 /// Waits shorter than this are spun through: falling asleep and waking up costs about as much.
@@ -55,6 +58,9 @@ const SPIN_BELOW: Duration = Duration::from_micros(50);
 const GATHER: Duration = Duration::from_millis(2);
 /// How often the calling thread updates the status line and looks for Ctrl-C.
 const STATUS_EVERY: Duration = Duration::from_millis(100);
+/// At a second Ctrl-C, how long a thread may wait for room in its transmit ring to send the
+/// open connections' RSTs.
+const CLOSING_FOR: Duration = Duration::from_millis(200);
 
 /// One engine thread's queues: its transmit queue and the receivers it reads.
 pub struct GrabIo {
@@ -180,7 +186,11 @@ struct ThreadEnd {
     invalid: u64,
     partial_checksums: u64,
     drops: u64,
+    handover_dropped: u64,
     engine_bytes: u64,
+    /// Its handles on the records of targets (see [`Marks`]), for their size.
+    marks: Marks,
+    left_open: u64,
 }
 
 /// [`run`] over queues already open, one [`GrabIo`] per thread (tests give them ends of
@@ -211,9 +221,10 @@ pub fn run_on<A: GrabApp>(
         wakes: mailboxes.iter().filter_map(Mailbox::wake).collect(),
     };
     let mut loopers = Vec::with_capacity(threads);
-    let parts = ios.into_iter().zip(mailboxes).zip(renderers);
-    for (lane, ((io, mailbox), renderer)) in parts.enumerate() {
-        loopers.push(Looper::new(&plan, lane, io, mailbox, renderer)?);
+    let marks = Marks::for_threads(&plan, threads);
+    let parts = ios.into_iter().zip(mailboxes).zip(renderers).zip(marks);
+    for (lane, (((io, mailbox), renderer), marks)) in parts.enumerate() {
+        loopers.push(Looper::new(&plan, lane, io, mailbox, renderer, marks)?);
     }
     let total = loopers.iter().map(|l| l.feed.left()).sum();
     let counts: Vec<Arc<GrabCounts>> = loopers.iter().map(|l| l.counts.clone()).collect();
@@ -420,6 +431,7 @@ fn summarize<A: GrabApp>(
         bad_checksums: stats.bad_checksums,
         partial_checksums: sum(|e| e.partial_checksums),
         drops: sum(|e| e.drops),
+        handover_dropped: sum(|e| e.handover_dropped),
         conn_per_s,
         wall_s: wall,
         cpu_user_s: cpu.user.as_secs_f64(),
@@ -428,6 +440,11 @@ fn summarize<A: GrabApp>(
         peak_outstanding: stats.peak_outstanding,
         peak_rss_bytes: peak_rss_bytes(),
         engine_bytes: sum(|e| e.engine_bytes),
+        answered_bytes: TargetMarks::reserved_bytes(
+            ends.iter()
+                .flat_map(|e| std::iter::once(&e.marks.answered).chain(&e.marks.sent)),
+        ),
+        left_open: sum(|e| e.left_open),
         interrupted,
         app: plan.app.name().into(),
         backend: plan.run.backend.name().into(),
@@ -466,14 +483,33 @@ impl<A: App> App for AppRef<'_, A> {
     }
 }
 
-/// For a resumed run, the targets this run has sent a SYN to (a bitmap, when the space fits
-/// one). The run keeps its checkpoint's key, so a late SYN-ACK or RST answering the run before
-/// it (a target that run already wrote a row for) validates as well: it must find no target
-/// of this run, or that target would get a second row.
-fn sent_this_run<A: GrabApp>(plan: &GrabPlan<A>) -> Option<Dedup> {
-    let space = &plan.run.space;
-    let fits = space.len() <= Dedup::MAX_BITMAP_TARGETS;
-    (plan.run.resume.is_some() && fits).then(|| Dedup::for_space(space))
+/// One thread's records of targets, on bitmaps the threads share ([`TargetMarks`]).
+struct Marks {
+    /// Targets that answered (SYN-ACK or RST) or were given up on, by index: their SYNs are not
+    /// sent again, and a late answer gets an RST (or is ignored), never a second row.
+    answered: TargetMarks,
+    /// For a resumed run, the targets this run has sent a SYN to (when the space fits a
+    /// bitmap). The run keeps its checkpoint's key, so a late SYN-ACK or RST answering the run
+    /// before it (a target that run already wrote a row for) validates as well: it must find
+    /// no target of this run, or that target would get a second row.
+    sent: Option<TargetMarks>,
+}
+
+impl Marks {
+    /// Each of `threads` threads' handles on the run's records.
+    fn for_threads<A: GrabApp>(plan: &GrabPlan<A>, threads: usize) -> Vec<Marks> {
+        let space = &plan.run.space;
+        let fits = space.len() <= Dedup::MAX_BITMAP_TARGETS;
+        let mut sent = (plan.run.resume.is_some() && fits)
+            .then(|| TargetMarks::for_threads(space, threads).into_iter());
+        TargetMarks::for_threads(space, threads)
+            .into_iter()
+            .map(|answered| Marks {
+                answered,
+                sent: sent.as_mut().and_then(Iterator::next),
+            })
+            .collect()
+    }
 }
 
 /// One engine thread's state.
@@ -483,12 +519,11 @@ struct Looper<'p, A: GrabApp> {
     lane: usize,
     engine: Engine<AppRef<'p, A>>,
     retries: SynRetries,
-    /// Targets that answered (SYN-ACK or RST) or were given up on, by index: their SYNs are not
-    /// sent again, and a late answer gets an RST (or is ignored), never a second row.
-    answered: Dedup,
+    /// Targets that answered or were given up on (see [`Marks`]).
+    answered: TargetMarks,
     /// In a resumed run, the targets this run sent SYNs to: an answer for any other target
-    /// answers the run before (see [`sent_this_run`]).
-    sent: Option<Dedup>,
+    /// answers the run before (see [`Marks`]).
+    sent: Option<TargetMarks>,
     pacer: Pacer,
     clock: Instant,
     tx: AnyTx,
@@ -520,6 +555,8 @@ struct Looper<'p, A: GrabApp> {
     /// Frames taken unverified because the kernel marked their checksum partial.
     partial_checksums: u64,
     loop_stats: LoopStats,
+    /// Connections whose closing segment a second Ctrl-C could not send.
+    left_open: u64,
     /// When the loop last woke from a wait, and how long it lets frames gather before a frame
     /// may wake it again (none unless every receiver stamps arrivals).
     last_wake: Instant,
@@ -530,9 +567,9 @@ struct Looper<'p, A: GrabApp> {
 /// receivers and the mailbox, which hand the frames over).
 struct Taker<'l, 'p, A: GrabApp> {
     engine: &'l mut Engine<AppRef<'p, A>>,
-    answered: &'l mut Dedup,
+    answered: &'l mut TargetMarks,
     retries: &'l mut SynRetries,
-    sent: &'l Option<Dedup>,
+    sent: &'l Option<TargetMarks>,
     arps: &'l mut Vec<arp::Repr>,
     plan: &'p GrabPlan<A>,
     invalid: &'l mut u64,
@@ -586,6 +623,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
         io: GrabIo,
         mailbox: Mailbox,
         renderer: Option<Box<dyn RowRenderer>>,
+        marks: Marks,
     ) -> anyhow::Result<Looper<'p, A>> {
         let threads = plan.run.threads.max(1);
         let feed = Feed::open(
@@ -614,8 +652,8 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             lane,
             engine,
             retries,
-            answered: Dedup::for_space(&plan.run.space),
-            sent: sent_this_run(plan),
+            answered: marks.answered,
+            sent: marks.sent,
             // Each thread keeps its share of the pace.
             pacer: Pacer::with_burst_time(
                 plan.run.rate / f64::from(threads),
@@ -643,6 +681,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             invalid: 0,
             partial_checksums: 0,
             loop_stats: LoopStats::default(),
+            left_open: 0,
             last_wake: Instant::now(),
             gather: if io_stamps { GATHER } else { Duration::ZERO },
         })
@@ -883,7 +922,20 @@ impl<'p, A: GrabApp> Looper<'p, A> {
     /// Takes what the receivers and the other threads have for this thread: frames of its
     /// own connections go to its engine, the others' are handed to their owners.
     fn receive(&mut self, open_new: bool) -> anyhow::Result<usize> {
-        let mut wait = self.idle_wait(open_new);
+        // No more frames than the rings to the other threads have room for: a frame for
+        // another thread is never dropped for want of room (back-pressure: the rest wait in
+        // the receive queue; this pass still takes what the others handed over).
+        let receivers = self.rxs.len().max(1);
+        let batch = (self.mailbox.room() / receivers).min(RX_BATCH);
+        let full_batch = (self.mailbox.room_when_empty() / receivers).min(RX_BATCH);
+        let held_back = !self.rxs.is_empty() && batch < full_batch;
+        self.loop_stats.handover_held_back += u64::from(held_back);
+        // Nothing may be read: no wait (it would end at once), the next pass looks again.
+        let mut wait = if held_back && batch == 0 {
+            Duration::ZERO
+        } else {
+            self.idle_wait(open_new)
+        };
         if !wait.is_zero() && !self.mailbox.fall_asleep() {
             wait = Duration::ZERO;
         }
@@ -919,9 +971,10 @@ impl<'p, A: GrabApp> Looper<'p, A> {
         // frame the kernel stamped on arrival (packet rings; AF_XDP behind the reply filter)
         // is dated by its stamp: the loop reads frames in batches, after they arrived.
         let mut stamp: Option<(usize, u64, u64)> = None;
+        let mut handed = 0;
         let n = sonde_io::rx_many_meta_or_wake(
             rxs,
-            256,
+            batch,
             wait,
             wake.as_deref(),
             |queue, frame, meta| {
@@ -937,12 +990,19 @@ impl<'p, A: GrabApp> Looper<'p, A> {
                 let partial = meta.checksum == RxChecksum::Partial;
                 match mailbox.other_owner(frame) {
                     Some(owner) => mailbox.hand_over(owner, frame, now, partial),
-                    None => taker.take(frame, now, partial),
+                    None => {
+                        // What reached the host before this frame on other threads' queues
+                        // goes first: a connection's frames on two queues stay in order.
+                        handed += mailbox.take_handed_until(now, |h| {
+                            taker.take(h.frame, h.now_us, h.partial_checksum)
+                        });
+                        taker.take(frame, now, partial)
+                    }
                 }
             },
         )?;
         mailbox.wake_owners();
-        let handed = mailbox.take_handed(|h| taker.take(h.frame, h.now_us, h.partial_checksum));
+        handed += mailbox.take_handed(|h| taker.take(h.frame, h.now_us, h.partial_checksum));
         self.loop_stats.frames_received += n as u64;
         if let Some(start) = waited {
             self.mailbox.wake_up();
@@ -1069,10 +1129,14 @@ impl<'p, A: GrabApp> Looper<'p, A> {
         c.invalid.set(self.engine.stats().invalid + self.invalid);
     }
 
-    /// Ends every connection now, putting unanswered targets back for a resume.
+    /// Ends every connection now, putting unanswered targets back for a resume: each open
+    /// connection's RST goes out before the thread ends (its server would hold it open
+    /// otherwise), and those that could not be sent are counted (`left_open`).
     fn abort(&mut self, shared: &Shared) -> anyhow::Result<()> {
         let now = self.now_us();
         self.engine.abort_all(now);
+        // No SYN leaves now: the retries due are put back below, with the rest.
+        self.resend.clear();
         let (mut due, mut last) = (Vec::new(), Vec::new());
         let answered = &self.answered;
         self.retries.poll(
@@ -1086,14 +1150,30 @@ impl<'p, A: GrabApp> Looper<'p, A> {
         );
         let fresh: Vec<u64> = self.fresh.drain(..).collect();
         self.feed.put_back(due.into_iter().chain(last).chain(fresh));
+        self.send_closing()?;
         self.write_rows(shared).map(|_| ())
+    }
+
+    /// Sends what [`Engine::abort_all`] queued (the open connections' RSTs), waiting out a full
+    /// transmit ring for at most `CLOSING_FOR`; what is still queued then is counted as
+    /// connections left open on their servers.
+    fn send_closing(&mut self) -> anyhow::Result<()> {
+        let until = Instant::now() + CLOSING_FOR;
+        while self.engine.tx_pending() > 0 && Instant::now() < until {
+            let now = self.now_us();
+            if self.transmit(0, now)? == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        self.left_open = self.engine.tx_pending() as u64;
+        self.tx.flush().context("sending the connections' RSTs")?;
+        Ok(())
     }
 
     /// The thread's figures, for the run's summary.
     fn end(self) -> ThreadEnd {
         let mut loop_stats = self.loop_stats;
         loop_stats.handed_over = self.mailbox.handed;
-        loop_stats.handover_ring_full = self.mailbox.ring_full;
         ThreadEnd {
             io: GrabIo {
                 tx: self.tx,
@@ -1107,7 +1187,13 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             invalid: self.invalid,
             partial_checksums: self.partial_checksums,
             drops: self.counts.drops.get(),
+            handover_dropped: self.mailbox.dropped,
             engine_bytes: self.engine.memory_bytes() as u64,
+            marks: Marks {
+                answered: self.answered,
+                sent: self.sent,
+            },
+            left_open: self.left_open,
         }
     }
 }
@@ -1147,4 +1233,79 @@ fn write_arp_reply(buf: &mut [u8], our_mac: MacAddr, request: &arp::Repr) -> usi
         &mut buf[ethernet::HEADER_LEN..len],
     ));
     frame_len
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grab::tests::{peer, plan, tempdir};
+    use sonde_io::{mem, FrameRx};
+    use sonde_wire::TcpFlags;
+
+    const SERVER_ISS: u32 = 0x5000_0000;
+
+    /// Issue 30: a connection's frames that came in on two queues are taken in the order they
+    /// reached the host. The owner's connection gets its reply in two segments: the first
+    /// came in on another thread's queue (handed over), the second, later, on the owner's own
+    /// queue; the owner reads both in one pass. Taking its own queue's frame first (as before)
+    /// made the first segment look late: an out-of-order segment the network never caused.
+    #[test]
+    fn a_connections_frames_from_two_queues_are_taken_in_arrival_order() {
+        let dir = tempdir::Dir::new("order");
+        let mut plan = plan("198.18.0.0/30", 0.0, &dir);
+        plan.run.threads = 2;
+        let (ours, theirs) = mem::pair(64);
+        let (mut server_rx, mut server_tx) = (theirs.another_handle(), theirs);
+        let mut boxes = Mailbox::for_threads(2, plan.tcp.ports).unwrap();
+        let mut marks = Marks::for_threads(&plan, 2);
+        let (owner_box, mut other) = (boxes.pop().unwrap(), boxes.pop().unwrap());
+        let io = GrabIo {
+            tx: AnyTx::Mem(ours.another_handle()),
+            rxs: vec![AnyRx::Mem(ours)],
+        };
+        let mut owner = Looper::new(&plan, 1, io, owner_box, None, marks.pop().unwrap()).unwrap();
+        // The owner's SYN, the server's SYN-ACK, the owner's ACK.
+        assert_eq!(owner.transmit(1, owner.now_us()).unwrap(), 1);
+        let mut syn = Vec::new();
+        server_rx
+            .rx_batch(1, Duration::from_secs(1), |f| syn = f.to_vec())
+            .unwrap();
+        let (addr, syn, _) = peer::read(&syn);
+        let target = peer::Target {
+            client_port: syn.src_port,
+            client_iss: syn.seq_number,
+            ..Default::default()
+        };
+        let segment = |flags, seq, payload: &[u8]| {
+            let seg = peer::segment(&target, flags, seq, payload.len());
+            peer::frame(addr, &seg, payload, None)
+        };
+        let synack = segment(TcpFlags::SYN | TcpFlags::ACK, SERVER_ISS, b"");
+        send(&mut server_tx, &synack);
+        owner.receive(true).unwrap();
+        assert_eq!(owner.engine.stats().established, 1);
+        // The reply: its first half reached the other thread first, then the second half
+        // reached the owner's queue.
+        let (head, tail) = (&b"SONDE "[..], &b"ordered\r\n"[..]);
+        let data = TcpFlags::ACK | TcpFlags::PSH;
+        let first = segment(data, SERVER_ISS + 1, head);
+        let second = segment(data, SERVER_ISS + 1 + head.len() as u32, tail);
+        assert_eq!(other.other_owner(&first), Some(1));
+        other.hand_over(1, &first, owner.now_us(), false);
+        send(&mut server_tx, &second);
+        owner.receive(true).unwrap();
+        let stats = owner.engine.stats();
+        assert_eq!(stats.ooo_segments, 0, "{stats:?}");
+        assert_eq!(stats.success, 1, "{stats:?}");
+    }
+
+    fn send(port: &mut mem::MemPort, frame: &[u8]) {
+        let sent = port
+            .tx_batch(1, |_, buf| {
+                buf[..frame.len()].copy_from_slice(frame);
+                frame.len()
+            })
+            .unwrap();
+        assert_eq!(sent, 1);
+    }
 }

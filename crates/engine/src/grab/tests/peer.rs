@@ -326,7 +326,12 @@ impl Peer {
 }
 
 /// The server's segment to the target's client port, acknowledging its SYN.
-fn segment(t: &Target, flags: TcpFlags, seq: u32, payload_len: usize) -> tcp::Repr {
+pub(in crate::grab) fn segment(
+    t: &Target,
+    flags: TcpFlags,
+    seq: u32,
+    payload_len: usize,
+) -> tcp::Repr {
     let syn = flags.contains(TcpFlags::SYN);
     tcp::Repr {
         src_port: 80,
@@ -346,7 +351,12 @@ fn segment(t: &Target, flags: TcpFlags, seq: u32, payload_len: usize) -> tcp::Re
 
 /// A whole frame from `addr` to us; `corrupt_to` replaces the payload after the checksums
 /// were computed (a segment damaged on the way).
-fn frame(addr: IpAddr, seg: &tcp::Repr, payload: &[u8], corrupt_to: Option<&[u8]>) -> Vec<u8> {
+pub(in crate::grab) fn frame(
+    addr: IpAddr,
+    seg: &tcp::Repr,
+    payload: &[u8],
+    corrupt_to: Option<&[u8]>,
+) -> Vec<u8> {
     let IpAddr::V4(src) = addr else {
         panic!("IPv4 targets only")
     };
@@ -383,7 +393,7 @@ fn frame(addr: IpAddr, seg: &tcp::Repr, payload: &[u8], corrupt_to: Option<&[u8]
 
 /// Reads a frame the loop sent: its destination, TCP header and payload, asserting that
 /// its addresses and checksums are right.
-fn read(frame: &[u8]) -> (IpAddr, tcp::Repr, Vec<u8>) {
+pub(in crate::grab) fn read(frame: &[u8]) -> (IpAddr, tcp::Repr, Vec<u8>) {
     let eth = ethernet::Frame::new_checked(frame).unwrap();
     assert_eq!((eth.src_addr(), eth.dst_addr()), (OUR_MAC, GW_MAC));
     assert_eq!(eth.ethertype(), EtherType::Ipv4);
