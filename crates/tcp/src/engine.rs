@@ -26,7 +26,12 @@
 //!
 //! Segments to send are queued as small descriptors and rendered by [`Engine::write_tx`]
 //! straight into the caller's buffer, from the connection's state at that moment (so an ACK
-//! carries the latest `rcv_nxt`). One descriptor is exactly one frame.
+//! carries the latest `rcv_nxt`). One descriptor is exactly one frame. A connection may end
+//! after segments were queued for it in the same pass (an RST or FIN later in the batch, a
+//! timeout in `on_tick`): they still go out as queued, before the RST or FIN that closes it,
+//! so that its sequence numbers hold. Until the queue is written, its freed entry stays
+//! intact and its session's buffer (which data segments cut their bytes from) is not reused,
+//! even if its outcome was drained.
 
 use std::net::IpAddr;
 
@@ -89,27 +94,23 @@ struct Cookie {
     port: u16,
 }
 
-/// A segment to send: a connection's (rendered from its state) or a bare RST.
+/// A segment of a connection, rendered from the connection's state when it is written.
 #[derive(Clone, Copy, Debug)]
-enum Tx {
+enum ConnSeg {
     /// A pure ACK; `before_request` for the handshake's, which goes out ahead of the request
     /// and so carries the sequence number of its first byte.
-    Ack {
-        idx: u32,
-        ck: Cookie,
-        before_request: bool,
-    },
-    /// Request bytes `[off, off + len)`.
-    Data {
-        idx: u32,
-        ck: Cookie,
-        off: u16,
-        len: u16,
-    },
-    Fin {
-        idx: u32,
-        ck: Cookie,
-    },
+    Ack { before_request: bool },
+    /// Bytes `[off, off + len)` of what the connection sends: cut from the buffer `sent`
+    /// names for a session (its bytes stay there until the queue is written, even if the
+    /// connection ends first), from the app's request when `sent` is [`NIL`].
+    Data { off: u16, len: u16, sent: u32 },
+    Fin,
+}
+
+/// A segment to send: a connection's or a bare RST.
+#[derive(Clone, Copy, Debug)]
+enum Tx {
+    Conn { idx: u32, ck: Cookie, seg: ConnSeg },
     Rst {
         target: IpAddr,
         port: u16,
@@ -158,6 +159,9 @@ pub struct Engine<A: App> {
     tx: TxQueue,
     /// Ended connections not yet drained, with their buffers.
     done: Vec<(Outcome, u32)>,
+    /// Drained sessions' buffers that queued segments still cut bytes from: released once the
+    /// queue is written.
+    held_buffers: Vec<u32>,
     /// Connections that advertised a zero window for lack of buffer memory.
     starved: Vec<u32>,
     /// Scratch for rendering requests.
@@ -192,6 +196,7 @@ impl<A: App> Engine<A> {
             pool: Pool::new(cfg.rx_memory_limit),
             tx: TxQueue::default(),
             done: Vec::new(),
+            held_buffers: Vec::new(),
             starved: Vec::new(),
             request: vec![0; MAX_REQUEST_LEN],
             session_first: Vec::new(),
@@ -346,8 +351,7 @@ impl<A: App> Engine<A> {
     /// returns its length (0: nothing queued).
     pub fn write_tx(&mut self, buf: &mut [u8], now_us: u64) -> usize {
         let Some(tx) = self.tx.pop() else {
-            // Nothing queued refers to a freed entry any more: they may be reused.
-            self.table.release();
+            self.release_referenced();
             return 0;
         };
         let len = match tx {
@@ -358,19 +362,36 @@ impl<A: App> Engine<A> {
                 seq,
                 ack,
             } => self.render_rst(buf, target, port, our_port, seq, ack),
-            Tx::Ack { idx, .. } => {
-                self.stats.acks_sent += 1;
-                self.table.slab[idx as usize]
-                    .bits
-                    .set(Bits::ACK_QUEUED, false);
-                self.render_conn(buf, idx, tx, now_us)
+            Tx::Conn { idx, ck, seg } => {
+                if let ConnSeg::Ack { .. } = seg {
+                    self.conn_mut(idx).bits.set(Bits::ACK_QUEUED, false);
+                }
+                self.render_conn(buf, idx, ck, seg, now_us)
             }
-            Tx::Data { idx, .. } | Tx::Fin { idx, .. } => self.render_conn(buf, idx, tx, now_us),
         };
         if self.tx.len() == 0 {
-            self.table.release();
+            self.release_referenced();
         }
         len
+    }
+
+    /// Nothing queued refers to a freed entry or a drained session's buffer any more: they may
+    /// be reused.
+    fn release_referenced(&mut self) {
+        self.table.release();
+        for buf in self.held_buffers.drain(..) {
+            self.pool.release(buf);
+        }
+    }
+
+    /// Returns a buffer to the pool; a session's only once the transmit queue is written, as
+    /// segments queued for its connection are cut from its bytes.
+    fn release_buffer(&mut self, buf: u32) {
+        if self.tx.len() > 0 && self.pool.get(buf).session.is_some() {
+            self.held_buffers.push(buf);
+        } else {
+            self.pool.release(buf);
+        }
     }
 
     /// Whether connections have ended whose outcomes [`Engine::drain_outcomes`] would hand
@@ -399,7 +420,7 @@ impl<A: App> Engine<A> {
                     &rx.data[..outcome.bytes as usize],
                     rx.session.as_deref(),
                 );
-                self.pool.release(buf);
+                self.release_buffer(buf);
             }
         }
         self.done = done;
@@ -438,6 +459,7 @@ impl<A: App> Engine<A> {
             + self.tx.items.capacity() * std::mem::size_of::<Tx>()
             + self.done.capacity() * std::mem::size_of::<(Outcome, u32)>()
             + self.starved.capacity() * std::mem::size_of::<u32>()
+            + self.held_buffers.capacity() * std::mem::size_of::<u32>()
             + self.request.capacity()
             + self.session_first.capacity()
     }
@@ -1254,7 +1276,11 @@ impl<A: App> Engine<A> {
                 conn.bits.put(Bits::RETRIES, 0);
                 conn.bits.set(Bits::ACK_PENDING | Bits::SEG_UNACKED, false);
                 conn.since_us = now_us as u32;
-                self.tx.push(Tx::Fin { idx, ck });
+                self.tx.push(Tx::Conn {
+                    idx,
+                    ck,
+                    seg: ConnSeg::Fin,
+                });
                 self.rearm(idx, now_us);
             }
         }
@@ -1265,7 +1291,7 @@ impl<A: App> Engine<A> {
         self.wheel.unlink(&mut self.table.slab, idx);
         let buf = std::mem::replace(&mut self.conn_mut(idx).buf, NIL);
         if buf != NIL {
-            self.pool.release(buf);
+            self.release_buffer(buf);
         }
         // Segments already queued for it are rendered from it: it stays intact until then.
         let unreferenced = self.tx.len() == 0;
@@ -1303,7 +1329,11 @@ impl<A: App> Engine<A> {
                     return;
                 }
                 if rto_passed && self.retrying(idx) && !fin_acked {
-                    self.tx.push(Tx::Fin { idx, ck });
+                    self.tx.push(Tx::Conn {
+                        idx,
+                        ck,
+                        seg: ConnSeg::Fin,
+                    });
                     self.stats.retransmits_sent += 1;
                     let bits = &mut self.conn_mut(idx).bits;
                     bits.put(Bits::RETRIES, bits.get(Bits::RETRIES) + 1);
@@ -1425,12 +1455,7 @@ impl<A: App> Engine<A> {
             return;
         }
         // Zero window: probe with the next byte.
-        self.tx.push(Tx::Data {
-            idx,
-            ck,
-            off: acked as u16,
-            len: 1,
-        });
+        self.push_data(idx, ck, acked, 1);
         self.stats.retransmits_sent += 1;
         let buf = self.buffer(idx);
         let rx = self.pool.get_mut(buf);
@@ -1452,10 +1477,10 @@ impl<A: App> Engine<A> {
         let bits = &mut self.conn_mut(idx).bits;
         if !bits.has(Bits::ACK_QUEUED) {
             bits.set(Bits::ACK_QUEUED, true);
-            self.tx.push(Tx::Ack {
+            self.tx.push(Tx::Conn {
                 idx,
                 ck,
-                before_request,
+                seg: ConnSeg::Ack { before_request },
             });
         }
     }
@@ -1474,16 +1499,31 @@ impl<A: App> Engine<A> {
         let mut off = from;
         while off < to {
             let len = most.min(to - off);
-            self.tx.push(Tx::Data {
-                idx,
-                ck,
-                off: off as u16,
-                len: len as u16,
-            });
+            self.push_data(idx, ck, off, len);
             off += len;
             segments += 1;
         }
         segments
+    }
+
+    /// Queues bytes `[off, off + len)` of what the connection sends, naming its session's
+    /// buffer (if it has a session) to cut them from.
+    fn push_data(&mut self, idx: u32, ck: Cookie, off: u32, len: u32) {
+        let buf = self.conn(idx).buf;
+        let sent = if buf != NIL && self.pool.get(buf).session.is_some() {
+            buf
+        } else {
+            NIL
+        };
+        self.tx.push(Tx::Conn {
+            idx,
+            ck,
+            seg: ConnSeg::Data {
+                off: off as u16,
+                len: len as u16,
+                sent,
+            },
+        });
     }
 
     /// Our ISN and port for a connection: the cookie, recomputed.
@@ -1522,90 +1562,94 @@ impl<A: App> Engine<A> {
         segment::render(&self.link, ours, target, &rst, &[], buf)
     }
 
-    /// Renders a connection's ACK, request segment or FIN from its state now.
-    fn render_conn(&mut self, buf: &mut [u8], idx: u32, tx: Tx, now_us: u64) -> usize {
-        let ck = match tx {
-            Tx::Ack { ck, .. } | Tx::Data { ck, .. } | Tx::Fin { ck, .. } => ck,
-            Tx::Rst { .. } => unreachable!("RSTs are rendered by render_rst"),
+    /// Renders a connection's ACK, data segment or FIN from its state now. Data whose bytes
+    /// cannot be had (an app that renders a shorter request the second time) goes as a pure
+    /// ACK instead: the frame is still written, as [`Engine::tx_pending`] counted it, and no
+    /// byte goes out that the connection did not send.
+    fn render_conn(
+        &mut self,
+        buf: &mut [u8],
+        idx: u32,
+        ck: Cookie,
+        seg: ConnSeg,
+        now_us: u64,
+    ) -> usize {
+        let data = match seg {
+            ConnSeg::Data { off, len, sent } => self.data_bytes(idx, off, len, sent),
+            _ => None,
         };
-        let (iss, our_port) = (ck.iss, ck.port);
         let window = self.advertised_window(idx);
         let sack_ranges = self.sack_blocks(idx);
         let conn = self.conn(idx);
         let target = conn.target();
         let ours = self.ours(target);
-        let after_request = iss.wrapping_add(1).wrapping_add(conn.req_len());
-        let (seq, flags, payload) = match tx {
-            Tx::Ack { before_request, .. } => match conn.state() {
-                // Otherwise the request went out before: SND.NXT is past what the window let
-                // us send (never behind what the peer has, so the ACK is never "old").
-                State::Open => (
-                    iss.wrapping_add(1).wrapping_add(if before_request {
-                        conn.acked()
-                    } else {
-                        conn.send_limit()
-                    }),
-                    TcpFlags::ACK,
-                    0..0,
-                ),
-                State::Closing => (
-                    after_request.wrapping_add(u32::from(conn.has(Bits::FIN_SENT))),
-                    TcpFlags::ACK,
-                    0..0,
-                ),
-            },
-            Tx::Data { off, len, .. } => {
-                let (off, end) = (usize::from(off), usize::from(off) + usize::from(len));
-                let push = if end == conn.req_len() as usize {
+        let first = ck.iss.wrapping_add(1);
+        let (seq, flags) = match (seg, &data) {
+            (ConnSeg::Data { off, .. }, Some((_, range))) => {
+                let push = if range.end == conn.req_len() as usize {
                     TcpFlags::PSH
                 } else {
                     TcpFlags::empty()
                 };
-                (
-                    iss.wrapping_add(1).wrapping_add(off as u32),
-                    TcpFlags::ACK | push,
-                    off..end,
-                )
+                (first.wrapping_add(u32::from(off)), TcpFlags::ACK | push)
             }
-            Tx::Fin { .. } => (after_request, TcpFlags::FIN | TcpFlags::ACK, 0..0),
-            Tx::Rst { .. } => unreachable!("RSTs are rendered by render_rst"),
+            (ConnSeg::Fin, _) => (
+                first.wrapping_add(conn.req_len()),
+                TcpFlags::FIN | TcpFlags::ACK,
+            ),
+            (ConnSeg::Ack { before_request }, _) => (
+                first.wrapping_add(ack_offset(conn, before_request)),
+                TcpFlags::ACK,
+            ),
+            (ConnSeg::Data { .. }, None) => {
+                (first.wrapping_add(ack_offset(conn, false)), TcpFlags::ACK)
+            }
         };
+        let payload_len = data.as_ref().map_or(0, |(_, range)| range.len());
         let timestamps = conn
             .has(Bits::TS_OK)
             .then_some((now_us as u32, conn.ts_recent));
         let tcp = Header {
             window,
-            sacks: sacks_that_fit(conn, sack_ranges, payload.len()),
+            sacks: sacks_that_fit(conn, sack_ranges, payload_len),
             timestamps,
-            ..Header::new(our_port, conn.port, seq, Some(conn.rcv_nxt), flags)
+            ..Header::new(ck.port, conn.port, seq, Some(conn.rcv_nxt), flags)
         };
-        let port = conn.port;
         let bits = &mut self.conn_mut(idx).bits;
         bits.set(Bits::ACK_PENDING | Bits::SEG_UNACKED, false);
-        if matches!(tx, Tx::Fin { .. }) {
-            bits.set(Bits::FIN_SENT, true);
+        match (seg, payload_len) {
+            (ConnSeg::Fin, _) => bits.set(Bits::FIN_SENT, true),
+            (_, 0) => self.stats.acks_sent += 1,
+            _ => {}
         }
         self.stats.sack_blocks_sent += tcp.sacks.iter().flatten().count() as u64;
-        if payload.is_empty() {
-            return segment::render(&self.link, ours, target, &tcp, &[], buf);
-        }
-        if let Some(sent) = self.session_sent(idx) {
-            let bytes = sent.get(payload).unwrap_or_default();
-            return segment::render(&self.link, ours, target, &tcp, bytes, buf);
-        }
-        let rendered = self.app_request(target, port).len();
-        // A pure app renders the same request again; pad if it did not.
-        if rendered < payload.end {
-            self.request[rendered..payload.end].fill(0);
-        }
-        segment::render(&self.link, ours, target, &tcp, &self.request[payload], buf)
+        let payload = match data {
+            None => &[][..],
+            Some((NIL, range)) => self.request.get(range).unwrap_or_default(),
+            Some((sent, range)) => self.pool.get(sent).sent.get(range).unwrap_or_default(),
+        };
+        segment::render(&self.link, ours, target, &tcp, payload, buf)
     }
 
-    /// The bytes a connection's session sent, if it has one.
-    fn session_sent(&self, idx: u32) -> Option<&[u8]> {
-        let buf = self.conn(idx).buf;
-        let rx = (buf != NIL).then(|| self.pool.get(buf))?;
-        rx.session.as_ref().map(|_| rx.sent.as_slice())
+    /// Where bytes `[off, off + len)` of a connection are: in the session's buffer `sent`, or
+    /// ([`NIL`]) in the request, rendered into the scratch buffer now. None when they are not
+    /// all there.
+    fn data_bytes(
+        &mut self,
+        idx: u32,
+        off: u16,
+        len: u16,
+        sent: u32,
+    ) -> Option<(u32, std::ops::Range<usize>)> {
+        let range = usize::from(off)..usize::from(off) + usize::from(len);
+        let have = if sent != NIL {
+            self.pool.get(sent).sent.len()
+        } else {
+            let conn = self.conn(idx);
+            let (target, port) = (conn.target(), conn.port);
+            self.app_request(target, port).len()
+        };
+        (range.end <= have).then_some((sent, range))
     }
 
     /// SACK blocks for the connection's ACKs: its out-of-order ranges, most recent first.
@@ -1706,6 +1750,18 @@ impl<A: App> Engine<A> {
         }
         self.starved = starved;
         self.starved.clear();
+    }
+}
+
+/// How far into our stream a pure ACK's sequence number is: at SND.NXT, which while open is
+/// where the send limit is (never behind what the peer has, so the ACK is never "old") and
+/// after our FIN is past it; for the handshake's ACK, which goes ahead of the request, at the
+/// first byte not acknowledged.
+fn ack_offset(conn: &Conn, before_request: bool) -> u32 {
+    match conn.state() {
+        State::Open if before_request => conn.acked(),
+        State::Open => conn.send_limit(),
+        State::Closing => conn.req_len() + u32::from(conn.has(Bits::FIN_SENT)),
     }
 }
 
