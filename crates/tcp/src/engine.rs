@@ -12,16 +12,24 @@
 //!   receive window (whose ACK field still counts when our window is zero), an RST only at
 //!   the next expected sequence number, an ACK only of what we sent. An RST or SYN elsewhere in
 //!   the window and an ACK out of range get a challenge ACK, at most
-//!   [`CHALLENGE_ACKS_PER_SECOND`] for the whole engine.
-//! - The request is retransmitted on an RTO from the handshake's RTT (min 200 ms, doubling,
-//!   at most `max_retransmits`), or probed byte by byte while the peer's window is zero
-//!   (probes back off the same way but do not count against `max_retransmits`). The
-//!   schedule is derived from the SYN-ACK's time, `since + RTO·(2^(k+1) − 1)` after k
-//!   retransmissions and probes, so it needs no stored send time.
+//!   [`CHALLENGE_ACKS_PER_SECOND`] for the whole run (the engines made from one [`Config`]
+//!   share a [`ChallengeBudget`]).
+//! - The request (or a session's bytes) is retransmitted on an RTO from the handshake's RTT
+//!   (min 200 ms, doubling, at most `max_retransmits` in a row), or probed byte by byte while
+//!   the peer's window is zero (probes back off the same way but do not count against
+//!   `max_retransmits`). As Linux re-arms its timer, the schedule starts over at an ACK that
+//!   advances and when new bytes leave with nothing in flight (bytes sent while others are
+//!   in flight keep the running timer): `from + RTO·(2^(k+1) − 1)` after k retransmissions
+//!   and probes since `from`. `from` is the SYN-ACK's time (the entry's `since_us`) until the
+//!   schedule first starts over; from then on it is kept in the connection's buffer (taken
+//!   then if it has none), as the 56-byte entry has no room for a send time.
+//! - SND.NXT is the send limit (`acked` plus the peer's window, at most the request): a
+//!   window that shrinks does not lower it, and a zero-window probe's byte adds one. ACKs
+//!   are checked against it, and our FIN goes there.
 //! - A connection ends as `Success` (the app says the reply is complete, `max_bytes` reached
 //!   — then `truncated` —, or the server's FIN after data), `Closed` (FIN before data),
 //!   `Reset` (RST) or `DataTimeout`; its outcome is queued at once and closed by one RST, or by
-//!   FIN with a bounded wait for the peer's ACK and FIN (new data meanwhile gets an RST, as
+//!   FIN (after the last byte sent) with a bounded wait for the peer's ACK and FIN (new data meanwhile gets an RST, as
 //!   RFC 1122 4.2.2.13 asks).
 //!
 //! Segments to send are queued as small descriptors and rendered by [`Engine::write_tx`]
@@ -34,6 +42,8 @@
 //! even if its outcome was drained.
 
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use sonde_wire::TcpFlags;
 
@@ -74,10 +84,47 @@ const MIN_PMTU_V6: u32 = 1280;
 /// IP and TCP headers without options, which the path MTU less the MSS leaves room for.
 const HEADERS_V4: u32 = 20 + 20;
 const HEADERS_V6: u32 = 40 + 20;
-/// RFC 5961's challenge ACKs the engine sends per second at most, all connections together
-/// (Linux's `net.ipv4.tcp_challenge_ack_limit` defaults to 1000): forged segments must not
-/// turn into a flood of ACKs.
+/// RFC 5961's challenge ACKs a run sends per second at most, all connections of all the
+/// engines sharing a [`ChallengeBudget`] together (Linux's `net.ipv4.tcp_challenge_ack_limit`
+/// defaults to 1000 for the host): forged segments must not turn into a flood of ACKs.
 pub const CHALLENGE_ACKS_PER_SECOND: u32 = 1000;
+
+/// The challenge ACKs left in the current second, shared by every engine made from clones of
+/// one [`Config`] (grab's threads): [`CHALLENGE_ACKS_PER_SECOND`] is then the run's limit, not
+/// one per thread. One atomic word (the second, and the ACKs spent in it), touched only when
+/// a challenge ACK is due, so engines share it without a lock. Engines sharing a budget must
+/// share their clock (`now_us`).
+#[derive(Clone, Debug, Default)]
+pub struct ChallengeBudget(Arc<AtomicU64>);
+
+impl ChallengeBudget {
+    /// Takes one challenge ACK from the budget of the second of `now_us`; false when it is
+    /// spent. A clock a little behind another engine's (the second has just turned there)
+    /// spends from the newer second.
+    pub fn take(&self, now_us: u64) -> bool {
+        let second = (now_us / 1_000_000).min(u64::from(u32::MAX));
+        let mut word = self.0.load(Ordering::Relaxed);
+        loop {
+            let (current, spent) = (word >> 32, word & u64::from(u32::MAX));
+            let (second, spent) = if second > current {
+                (second, 0)
+            } else {
+                (current, spent)
+            };
+            if spent >= u64::from(CHALLENGE_ACKS_PER_SECOND) {
+                return false;
+            }
+            let next = (second << 32) | (spent + 1);
+            match self
+                .0
+                .compare_exchange_weak(word, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(now) => word = now,
+            }
+        }
+    }
+}
 /// The first in-order data segments of a reply are ACKed at once, not delayed (Linux's quick
 /// ACKs at the start, up to 16): a server that waits for an ACK before sending more (Nagle, a
 /// small first window) is not held up by our delayed-ACK timer.
@@ -99,18 +146,28 @@ struct Cookie {
 enum ConnSeg {
     /// A pure ACK; `before_request` for the handshake's, which goes out ahead of the request
     /// and so carries the sequence number of its first byte.
-    Ack { before_request: bool },
+    Ack {
+        before_request: bool,
+    },
     /// Bytes `[off, off + len)` of what the connection sends: cut from the buffer `sent`
     /// names for a session (its bytes stay there until the queue is written, even if the
     /// connection ends first), from the app's request when `sent` is [`NIL`].
-    Data { off: u16, len: u16, sent: u32 },
+    Data {
+        off: u16,
+        len: u16,
+        sent: u32,
+    },
     Fin,
 }
 
 /// A segment to send: a connection's or a bare RST.
 #[derive(Clone, Copy, Debug)]
 enum Tx {
-    Conn { idx: u32, ck: Cookie, seg: ConnSeg },
+    Conn {
+        idx: u32,
+        ck: Cookie,
+        seg: ConnSeg,
+    },
     Rst {
         target: IpAddr,
         port: u16,
@@ -171,9 +228,6 @@ pub struct Engine<A: App> {
     stats: Stats,
     /// The index position of the connection whose segment is being handled.
     hint: Option<usize>,
-    /// Challenge ACKs left in the current second, and that second (µs / 10^6).
-    challenges_left: u32,
-    challenge_second: u64,
 }
 
 impl<A: App> Engine<A> {
@@ -202,8 +256,6 @@ impl<A: App> Engine<A> {
             session_first: Vec::new(),
             stats: Stats::default(),
             hint: None,
-            challenges_left: CHALLENGE_ACKS_PER_SECOND,
-            challenge_second: 0,
             link,
             cfg,
             app,
@@ -597,14 +649,7 @@ impl<A: App> Engine<A> {
     fn on_connection_icmp(&mut self, idx: u32, ck: Cookie, error: &IcmpError) -> Rx {
         let conn = self.conn(idx);
         let una = ck.iss.wrapping_add(1).wrapping_add(conn.acked());
-        let nxt = match conn.state() {
-            State::Open => ck.iss.wrapping_add(1).wrapping_add(conn.send_limit()),
-            State::Closing => ck
-                .iss
-                .wrapping_add(1)
-                .wrapping_add(conn.req_len())
-                .wrapping_add(u32::from(conn.has(Bits::FIN_SENT))),
-        };
+        let nxt = ck.iss.wrapping_add(1).wrapping_add(self.sent_len(idx));
         if error.seq.wrapping_sub(una) > nxt.wrapping_sub(una) {
             return self.invalid();
         }
@@ -772,12 +817,13 @@ impl<A: App> Engine<A> {
             rx.sent.truncate(req_len as usize);
             return None;
         }
-        // A new flight: its retransmissions run from now, with a fresh count.
-        rx.flight_us = Some(now_us as u32);
         let len = rx.sent.len() as u32;
-        let bits = &mut self.conn_mut(idx).bits;
-        bits.put(Bits::REQ_LEN, len);
-        bits.put(Bits::RETRIES, 0);
+        self.conn_mut(idx).bits.put(Bits::REQ_LEN, len);
+        // With nothing unacknowledged, the new bytes' retransmissions run from now, with a
+        // fresh count; otherwise the running schedule goes on (and resends them all).
+        if acked == req_len {
+            self.restart_rto(idx, now_us);
+        }
         let limit = self.conn(idx).send_limit();
         let from = old_limit.max(acked);
         let sent = limit > from && self.queue_request(idx, ck, from, limit) > 0;
@@ -813,7 +859,7 @@ impl<A: App> Engine<A> {
             // Our window is zero: no data fits, but the ACK field of a segment at RCV.NXT
             // still counts (RFC 9293 3.10.7.4), so an acknowledged request is not sent again.
             if let (0, 0, Some(ack)) = (d, allowance, seg.tcp.ack_number) {
-                self.on_ack(idx, ck, ack, seg);
+                self.on_ack(idx, ck, ack, seg, now_us);
             }
             self.count_duplicate(idx, d, seg);
             self.queue_ack(idx, ck);
@@ -823,7 +869,7 @@ impl<A: App> Engine<A> {
         let Some(ack) = seg.tcp.ack_number else {
             return;
         };
-        if !self.on_ack(idx, ck, ack, seg) {
+        if !self.on_ack(idx, ck, ack, seg, now_us) {
             self.challenge_ack(idx, ck, now_us);
             return;
         }
@@ -852,18 +898,12 @@ impl<A: App> Engine<A> {
         }
     }
 
-    /// Queues a challenge ACK (RFC 5961), within the engine's budget per second.
+    /// Queues a challenge ACK (RFC 5961), within the run's budget per second.
     fn challenge_ack(&mut self, idx: u32, ck: Cookie, now_us: u64) {
-        let second = now_us / 1_000_000;
-        if second != self.challenge_second {
-            self.challenge_second = second;
-            self.challenges_left = CHALLENGE_ACKS_PER_SECOND;
-        }
-        if self.challenges_left == 0 {
+        if !self.cfg.challenge_budget.take(now_us) {
             self.stats.challenge_acks_limited += 1;
             return;
         }
-        self.challenges_left -= 1;
         self.stats.challenge_acks += 1;
         self.queue_ack(idx, ck);
     }
@@ -944,14 +984,15 @@ impl<A: App> Engine<A> {
 
     /// The ACK field of an open connection's segment; false when it lies outside
     /// `SND.UNA − bytes acked … SND.NXT` (RFC 5961 5.2 with Linux's bound: nothing before our
-    /// first byte, nothing we never had to send), and the segment is then dropped with a
-    /// challenge ACK. An old ACK inside is ignored; the segment counts.
-    fn on_ack(&mut self, idx: u32, ck: Cookie, ack: u32, seg: &Seg) -> bool {
+    /// first byte, nothing we have not sent), and the segment is then dropped with a challenge
+    /// ACK. An old ACK inside is ignored; the segment counts. An ACK that advances takes the
+    /// peer's window, sends what it lets go, and starts the retransmission schedule over.
+    fn on_ack(&mut self, idx: u32, ck: Cookie, ack: u32, seg: &Seg, now_us: u64) -> bool {
         let conn = self.conn(idx);
         let (acked, req_len, old_limit) = (conn.acked(), conn.req_len(), conn.send_limit());
         let una = ck.iss.wrapping_add(1).wrapping_add(acked);
         let advance = ack.wrapping_sub(una);
-        if advance > req_len - acked {
+        if advance > self.sent_len(idx) - acked {
             return una.wrapping_sub(ack) <= acked; // an old ACK: ignore the field
         }
         let scale = if conn.has(Bits::WS_OK) {
@@ -962,15 +1003,60 @@ impl<A: App> Engine<A> {
         let window = u32::from(seg.tcp.window_len)
             .checked_shl(scale)
             .unwrap_or(u32::MAX);
-        let bits = &mut self.conn_mut(idx).bits;
-        bits.put(Bits::ACKED, acked + advance);
-        bits.put(Bits::WND, window);
         let acked = acked + advance;
+        // A window that shrinks does not take back what was sent: the send limit (SND.NXT)
+        // never goes back, it only stops growing until the window passes it again.
+        let edge = acked.saturating_add(window).max(old_limit);
+        let bits = &mut self.conn_mut(idx).bits;
+        bits.put(Bits::ACKED, acked);
+        bits.put(Bits::WND, edge - acked);
         let limit = self.conn(idx).send_limit();
-        if limit > old_limit.max(acked) {
-            self.queue_request(idx, ck, old_limit.max(acked), limit);
+        let from = old_limit.max(acked);
+        if limit > from {
+            self.queue_request(idx, ck, from, limit);
+        }
+        // As Linux: the timer is re-armed one RTO after an ACK that advances, and after new
+        // data leaves when none was in flight (the window opened); bytes sent while others
+        // are in flight keep the running timer.
+        let nothing_in_flight = old_limit <= acked;
+        if acked < req_len && (advance > 0 || (limit > from && nothing_in_flight)) {
+            self.restart_rto(idx, now_us);
         }
         true
+    }
+
+    /// Starts the retransmission schedule over at `now_us`: the next retransmission (or
+    /// zero-window probe) is one RTO away, and the backoff and the count of retransmissions
+    /// start again. The time is kept in the connection's buffer, taken now if it has none.
+    fn restart_rto(&mut self, idx: u32, now_us: u64) {
+        let buf = self.buffer(idx);
+        let rx = self.pool.get_mut(buf);
+        rx.flight_us = Some(now_us as u32);
+        rx.probes = 0;
+        let conn = self.conn_mut(idx);
+        conn.bits.put(Bits::RETRIES, 0);
+        let due = now_us.saturating_add(rto_us(conn));
+        self.wheel
+            .arm_by(&mut self.table.slab, idx, due.div_ceil(1000));
+    }
+
+    /// How far into our stream the peer may acknowledge: SND.NXT less our first sequence
+    /// number. While open, the send limit (a shrinking window never lowers it, see
+    /// [`Engine::on_ack`]), and one byte more while a zero-window probe is out; while
+    /// closing, our FIN's offset, and the FIN once written.
+    fn sent_len(&self, idx: u32) -> u32 {
+        let conn = self.conn(idx);
+        match conn.state() {
+            State::Open => {
+                let limit = conn.send_limit();
+                let probing = limit == conn.acked()
+                    && limit < conn.req_len()
+                    && conn.buf != NIL
+                    && self.pool.get(conn.buf).probes > 0;
+                limit + u32::from(probing)
+            }
+            State::Closing => conn.req_len() + u32::from(conn.has(Bits::FIN_SENT)),
+        }
     }
 
     /// Data and FIN of an acceptable segment of an open connection.
@@ -1177,11 +1263,13 @@ impl<A: App> Engine<A> {
         let Some(ack) = seg.tcp.ack_number else {
             return;
         };
-        let conn = self.conn(idx);
-        let fin_seq = ck.iss.wrapping_add(1).wrapping_add(conn.req_len());
-        let snd_nxt = fin_seq.wrapping_add(u32::from(conn.has(Bits::FIN_SENT)));
-        // Nothing before our first byte, nothing after what we sent (RFC 5961 5.2).
-        if ack.wrapping_sub(ck.iss.wrapping_add(1)) > snd_nxt.wrapping_sub(ck.iss.wrapping_add(1)) {
+        let fin_seq = ck
+            .iss
+            .wrapping_add(1)
+            .wrapping_add(self.conn(idx).req_len());
+        // Nothing before our first byte, nothing after what we sent (RFC 5961 5.2): the bytes
+        // before our FIN, and the FIN once written.
+        if ack.wrapping_sub(ck.iss.wrapping_add(1)) > self.sent_len(idx) {
             self.challenge_ack(idx, ck, now_us);
             return;
         }
@@ -1272,6 +1360,10 @@ impl<A: App> Engine<A> {
             }
             CloseMode::Fin => {
                 let conn = self.conn_mut(idx);
+                // The FIN follows the bytes sent (queued ones included: they go out first);
+                // those the peer's window held back are never sent.
+                let sent = conn.send_limit();
+                conn.bits.put(Bits::REQ_LEN, sent);
                 conn.bits.set_state(State::Closing);
                 conn.bits.put(Bits::RETRIES, 0);
                 conn.bits.set(Bits::ACK_PENDING | Bits::SEG_UNACKED, false);
@@ -1388,8 +1480,8 @@ impl<A: App> Engine<A> {
         }
     }
 
-    /// What the retransmission schedule runs from: the SYN-ACK's time, or for a session the
-    /// time its latest flight was queued (while open).
+    /// What the retransmission schedule runs from while open: when it last started over (see
+    /// [`Engine::restart_rto`]), or else the SYN-ACK's time; while closing, our first FIN's.
     fn rto_base(&self, idx: u32, now_us: u64) -> u64 {
         let conn = self.conn(idx);
         let flight = match (conn.state(), conn.buf) {
@@ -1400,7 +1492,7 @@ impl<A: App> Engine<A> {
     }
 
     /// When the next retransmission (or zero-window probe) is due: `since` plus RTO·(2^(k+1) −
-    /// 1) after k of them, probes counted.
+    /// 1) after k of them since the schedule started, probes counted.
     fn rto_due(&self, idx: u32, since: u64) -> u64 {
         let conn = self.conn(idx);
         let probes = match conn.buf {

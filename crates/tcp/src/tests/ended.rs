@@ -101,7 +101,11 @@ fn second_flight_queued(h: &mut Harness<Flights>) {
     let first = h.established();
     assert_eq!(assert_session_bytes(h, &first), FLIGHT as u32);
     h.input(&h.server.segment(ACK, 0, FLIGHT as u32, b"?"));
-    assert_eq!(h.engine.tx_pending(), 1, "the second flight, in one segment");
+    assert_eq!(
+        h.engine.tx_pending(),
+        1,
+        "the second flight, in one segment"
+    );
 }
 
 #[test]
@@ -117,7 +121,10 @@ fn a_flight_queued_before_the_peers_rst_goes_out_with_its_bytes() {
         "an RST is not answered"
     );
     let (outcome, bytes) = h.outcome();
-    assert_eq!((outcome.status, bytes.as_slice()), (Status::Reset, &b"?"[..]));
+    assert_eq!(
+        (outcome.status, bytes.as_slice()),
+        (Status::Reset, &b"?"[..])
+    );
 }
 
 #[test]
@@ -131,7 +138,11 @@ fn a_flight_queued_before_the_peers_fin_goes_out_before_our_fin() {
     assert_eq!(end, 2 * FLIGHT as u32);
     let fin = sent.last().unwrap();
     assert_eq!(fin.flags(), FIN | ACK);
-    assert_eq!(fin.tcp.seq_number, h.server.client_seq(end), "after the flight");
+    assert_eq!(
+        fin.tcp.seq_number,
+        h.server.client_seq(end),
+        "after the flight"
+    );
     // The server acknowledges the flight and our FIN: the close is complete.
     h.input(&h.server.segment(ACK, 2, end + 1, b""));
     assert_eq!(h.engine.outstanding(), 0);
@@ -151,7 +162,11 @@ fn a_flight_queued_before_a_timeout_goes_out_before_the_rst() {
     assert_eq!(end, 2 * FLIGHT as u32);
     let rst = sent.last().unwrap();
     assert!(rst.flags().contains(RST));
-    assert_eq!(rst.tcp.seq_number, h.server.client_seq(end), "after the flight");
+    assert_eq!(
+        rst.tcp.seq_number,
+        h.server.client_seq(end),
+        "after the flight"
+    );
     assert_eq!(h.outcome().0.status, Status::DataTimeout);
 }
 
