@@ -29,8 +29,8 @@
 //! - A connection ends as `Success` (the app says the reply is complete, `max_bytes` reached
 //!   — then `truncated` —, or the server's FIN after data), `Closed` (FIN before data),
 //!   `Reset` (RST) or `DataTimeout`; its outcome is queued at once and closed by one RST, or by
-//!   FIN (after the last byte sent) with a bounded wait for the peer's ACK and FIN (new data meanwhile gets an RST, as
-//!   RFC 1122 4.2.2.13 asks).
+//!   FIN (after the last byte sent) with a bounded wait for the peer's ACK and FIN (new data
+//!   meanwhile gets an RST, as RFC 1122 4.2.2.13 asks).
 //!
 //! Segments to send are queued as small descriptors and rendered by [`Engine::write_tx`]
 //! straight into the caller's buffer, from the connection's state at that moment (so an ACK
@@ -125,6 +125,7 @@ impl ChallengeBudget {
         }
     }
 }
+
 /// The first in-order data segments of a reply are ACKed at once, not delayed (Linux's quick
 /// ACKs at the start, up to 16): a server that waits for an ACK before sending more (Nagle, a
 /// small first window) is not held up by our delayed-ACK timer.
