@@ -12,8 +12,8 @@
 //!   open-addressing index, about 62.5 bytes per connection with the table full (10 M
 //!   connections: 595 MiB); receive buffers from a pool taken only when data arrives (or a
 //!   FIN ahead of a gap, zero-window probes, or a retransmission schedule that starts over
-//!   after the handshake, which keep their state there); a 1 ms
-//!   timer wheel for delayed ACKs, retransmissions and the first-byte, idle and total timeouts.
+//!   after the handshake, which keep their state there); a 1 ms timer wheel for delayed ACKs,
+//!   retransmissions and the first-byte, idle and total timeouts.
 //! - **The hot path** allocates nothing (vectors that grow are reused), takes no lock and makes
 //!   no system call: frames come in through [`Engine::on_frame`], one table probe each, and
 //!   the segments it queues (ACKs, requests, RSTs, FINs) leave in one batch through
