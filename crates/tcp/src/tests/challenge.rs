@@ -163,3 +163,17 @@ fn engines_made_from_one_config_share_the_budget() {
     b.input(&b.server.segment(RST, 1, REQ, b""));
     assert_eq!(b.flush().len(), 1);
 }
+
+#[test]
+fn a_clock_a_little_behind_spends_from_the_newer_second() {
+    // Threads read the shared clock at slightly different moments: one still in the second
+    // before must not reset the budget the others have spent.
+    let budget = crate::ChallengeBudget::default();
+    let shared = budget.clone();
+    for _ in 0..CHALLENGE_ACKS_PER_SECOND {
+        assert!(budget.take(5_000_000));
+    }
+    assert!(!shared.take(4_999_999), "the lagging clock finds it spent");
+    assert!(!budget.take(5_999_999));
+    assert!(shared.take(6_000_000), "a new second, a new budget");
+}
