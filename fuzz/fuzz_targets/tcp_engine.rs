@@ -10,19 +10,25 @@
 //! - **icmp** (setup bit 0x80): the rest is a script of ICMP errors (destination unreachable,
 //!   fragmentation needed, Packet Too Big, and others) from a router, quoting a segment of the
 //!   connection (or of a SYN, or of someone else) with sequence numbers around the right ones,
-//!   an MTU, and quotes cut short, interleaved with the server's ACKs.
+//!   an MTU, and quotes cut short, interleaved with the server's ACKs;
+//! - **session** (setup bits 0xc0 both): segments as in the segments mode, to a connection of
+//!   an app that talks in turns: it sends a flight of bytes first and another after each `?`
+//!   it receives (up to the most a session sends), and is complete at a `!`.
 //!
-//! After every input the engine's timers run, and every frame it writes must be a well-formed
+//! In the segments modes a segment with no time step is in the same pass as the next one (the
+//! queue is written after both), so a connection can end with segments queued for it. After
+//! every pass the engine's timers run, and every frame it writes must be a well-formed
 //! Ethernet/IP/TCP frame of at most 1514 bytes with correct checksums, exactly as many as
-//! `tx_pending` said; outcomes never carry more than `max_bytes`, and a `truncated` one is a
-//! `success` of exactly `max_bytes`.
+//! `tx_pending` said, whose data is the bytes the connection sends at that offset; outcomes
+//! never carry more than `max_bytes`, and a `truncated` one is a `success` of exactly
+//! `max_bytes`.
 #![no_main]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use libfuzzer_sys::fuzz_target;
 use sonde_craft::cookie::Validator;
-use sonde_tcp::{App, CloseMode, Config, Engine, Status};
+use sonde_tcp::{App, CloseMode, Config, Engine, Session, Status, MAX_SESSION_SEND};
 use sonde_wire::{
     ethernet, icmpv4, icmpv6, ipv4, ipv6, tcp, ChecksumMode, EtherType, IpPair, IpProtocol,
     MacAddr, TcpFlags,
@@ -35,7 +41,24 @@ const OUR_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 0xffff, 0, 0, 0, 1);
 const REQUEST: &[u8] = b"GET / HTTP/1.0\r\nHost: lab\r\n\r\n";
 const SERVER_ISS: u32 = 0xffff_ff00; // wraps during the reply
 
-struct Http;
+/// A session's flights: the first at once, another after each `?` received.
+const FLIGHT: usize = 600;
+
+/// The request app, or with `session` one that talks in turns.
+struct Http {
+    session: bool,
+}
+
+impl Http {
+    /// The byte the connection sends at offset `off` of its stream.
+    fn byte_at(&self, off: usize) -> Option<u8> {
+        if self.session {
+            (off < MAX_SESSION_SEND).then_some((off % 251) as u8 + 1)
+        } else {
+            REQUEST.get(off).copied()
+        }
+    }
+}
 
 impl App for Http {
     fn write_request(&self, buf: &mut [u8], _: IpAddr, _: u16) -> usize {
@@ -45,8 +68,48 @@ impl App for Http {
     fn max_request_len(&self) -> usize {
         REQUEST.len()
     }
+    fn max_sent_len(&self) -> usize {
+        if self.session {
+            MAX_SESSION_SEND
+        } else {
+            REQUEST.len()
+        }
+    }
     fn is_complete(&self, received: &[u8]) -> bool {
         received.ends_with(b"\r\n\r\n")
+    }
+    fn open_session(&self, _: IpAddr, _: u16, first: &mut Vec<u8>) -> Option<Box<dyn Session>> {
+        if !self.session {
+            return None;
+        }
+        let mut flights = Flights { sent: 0 };
+        flights.flight(first);
+        Some(Box::new(flights))
+    }
+}
+
+struct Flights {
+    sent: usize,
+}
+
+impl Flights {
+    fn flight(&mut self, send: &mut Vec<u8>) {
+        send.extend((self.sent..self.sent + FLIGHT).map(|off| (off % 251) as u8 + 1));
+        self.sent += FLIGHT;
+    }
+}
+
+impl Session for Flights {
+    fn on_received(&mut self, new: &[u8], send: &mut Vec<u8>) -> bool {
+        for &byte in new {
+            if byte == b'?' {
+                self.flight(send);
+            }
+        }
+        new.contains(&b'!')
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 
@@ -227,8 +290,9 @@ impl Peer {
     }
 }
 
-/// Checks every frame the engine has queued.
-fn flush(engine: &mut Engine<Http>, buf: &mut [u8], now: u64) {
+/// Checks every frame the engine has queued; `peer` is the connection's server, whose data
+/// segments must carry the bytes the connection sends.
+fn flush(engine: &mut Engine<Http>, buf: &mut [u8], now: u64, peer: &Peer) {
     let pending = engine.tx_pending();
     let mut written = 0;
     loop {
@@ -238,12 +302,19 @@ fn flush(engine: &mut Engine<Http>, buf: &mut [u8], now: u64) {
         }
         written += 1;
         assert!(len <= 1514);
-        check_frame(&buf[..len]);
+        let (seg, payload) = check_frame(&buf[..len]);
+        if !payload.is_empty() && seg.dst_port == peer.port && seg.src_port == peer.client_port {
+            let off = seg.seq_number.wrapping_sub(peer.client_iss.wrapping_add(1)) as usize;
+            for (i, &byte) in payload.iter().enumerate() {
+                assert_eq!(Some(byte), engine.app().byte_at(off + i), "byte {} sent", off + i);
+            }
+        }
     }
     assert_eq!(written, pending, "tx_pending counts the frames");
 }
 
-fn check_frame(frame: &[u8]) {
+/// The TCP header and payload of a well-formed frame.
+fn check_frame(frame: &[u8]) -> (tcp::Repr, Vec<u8>) {
     let eth = ethernet::Frame::new_checked(frame).expect("Ethernet");
     let (ips, segment) = match eth.ethertype() {
         EtherType::Ipv4 => {
@@ -269,7 +340,8 @@ fn check_frame(frame: &[u8]) {
         other => panic!("ethertype {other}"),
     };
     let packet = tcp::Packet::new_checked(segment).expect("TCP");
-    tcp::Repr::parse(&packet, &ips, ChecksumMode::Verify).expect("TCP checksum");
+    let repr = tcp::Repr::parse(&packet, &ips, ChecksumMode::Verify).expect("TCP checksum");
+    (repr, packet.payload().to_vec())
 }
 
 fn drain(engine: &mut Engine<Http>, max_bytes: usize) {
@@ -304,7 +376,8 @@ fuzz_target!(|data: &[u8]| {
         cfg.rx_memory_limit = 5000;
     }
     let max_bytes = cfg.max_bytes;
-    let mut engine = Engine::new(cfg, Http).unwrap();
+    let session = setup & 0xc0 == 0xc0;
+    let mut engine = Engine::new(cfg, Http { session }).unwrap();
     let mut buf = vec![0u8; 1514];
     let mut now: u64 = 1_000_000;
 
@@ -339,10 +412,10 @@ fuzz_target!(|data: &[u8]| {
         )
     };
     engine.on_frame(&peer.frame(&synack, &[]), now);
-    flush(&mut engine, &mut buf, now);
+    flush(&mut engine, &mut buf, now, &peer);
     peer.client_tsval = now as u32;
 
-    if setup & 0x80 != 0 {
+    if setup & 0x80 != 0 && !session {
         // A second target with only a SYN out (no connection): errors about it are about a SYN.
         let other: IpAddr = if v6 {
             "2001:2::81".parse().unwrap()
@@ -384,11 +457,11 @@ fuzz_target!(|data: &[u8]| {
             engine.on_frame(&peer.frame(&ack, &[]), now);
             now += 50_000;
             engine.on_tick(now);
-            flush(&mut engine, &mut buf, now);
+            flush(&mut engine, &mut buf, now, &peer);
             drain(&mut engine, max_bytes);
             assert!(engine.outstanding() <= 4);
         }
-    } else if setup & 0x40 != 0 {
+    } else if setup & 0x40 != 0 && !session {
         // Raw frames: a 2-byte length, then that many bytes.
         while rest.len() >= 2 {
             let len = usize::from(u16::from_le_bytes([rest[0], rest[1]])).min(rest.len() - 2);
@@ -397,7 +470,7 @@ fuzz_target!(|data: &[u8]| {
             engine.on_frame(frame, now);
             now += u64::from(len as u8) * 1000;
             engine.on_tick(now);
-            flush(&mut engine, &mut buf, now);
+            flush(&mut engine, &mut buf, now, &peer);
             drain(&mut engine, max_bytes);
         }
     } else {
@@ -416,10 +489,14 @@ fuzz_target!(|data: &[u8]| {
             rest = &rest[payload.len()..];
             tsval = tsval.wrapping_add(ts_step as u32);
             let seq = SERVER_ISS.wrapping_add(1).wrapping_add(seq_off as u32);
+            // Around the end of the request, or of a session's first flight (in steps of 8,
+            // which reach the next flights' ends).
+            let ack_off = if session { ack_off * 8 } else { ack_off };
+            let sent = if session { FLIGHT } else { REQUEST.len() };
             let ack = peer
                 .client_iss
                 .wrapping_add(1)
-                .wrapping_add(REQUEST.len() as u32)
+                .wrapping_add(sent as u32)
                 .wrapping_add(ack_off as u32);
             let tcp = tcp::Repr {
                 window_len: window,
@@ -429,21 +506,24 @@ fuzz_target!(|data: &[u8]| {
             };
             let frame = peer.frame(&tcp, payload);
             engine.on_frame(&frame, now);
+            // No time step: the next segment comes in the same pass.
             if step_ms > 0 {
                 now += step_ms * 1000;
                 engine.on_tick(now);
+                flush(&mut engine, &mut buf, now, &peer);
+                drain(&mut engine, max_bytes);
             }
-            flush(&mut engine, &mut buf, now);
-            drain(&mut engine, max_bytes);
             assert!(engine.outstanding() <= 4);
         }
+        flush(&mut engine, &mut buf, now, &peer);
+        drain(&mut engine, max_bytes);
     }
     // Everything ends: an hour later every timeout has run, and a minute after that every
     // close (FIN) has timed out too.
     for step in [3_600_000_000, 60_000_000] {
         now += step;
         engine.on_tick(now);
-        flush(&mut engine, &mut buf, now);
+        flush(&mut engine, &mut buf, now, &peer);
         drain(&mut engine, max_bytes);
     }
     assert_eq!(
@@ -452,6 +532,6 @@ fuzz_target!(|data: &[u8]| {
         "every connection ends by a timeout"
     );
     engine.abort_all(now);
-    flush(&mut engine, &mut buf, now);
+    flush(&mut engine, &mut buf, now, &peer);
     drain(&mut engine, max_bytes);
 });

@@ -39,6 +39,7 @@ fn https_and_tls_get_every_live_host_with_its_certificate() {
         .as_str()
         .expect("the lab's certificate hash")
         .to_string();
+    let mut live_hosts = 0;
     for backend in ["xdp", "kernel"] {
         for app in ["https", "tls"] {
             let out_file = lab.file(&format!("{app}-{backend}.ndjson"));
@@ -60,6 +61,7 @@ fn https_and_tls_get_every_live_host_with_its_certificate() {
             let score = lab.score(&[&out_file]);
             let (done, live, bodies, wrong, fp) = grab_score(&score);
             assert!(live > 0, "{score}");
+            live_hosts = live;
             assert!(
                 done == live && wrong == 0 && fp == 0,
                 "{app} {backend}: {score}"
@@ -93,6 +95,34 @@ fn https_and_tls_get_every_live_host_with_its_certificate() {
                 }
             }
         }
+    }
+    // A request path of 1200 bytes: the client's second flight (its Finished and the request)
+    // ends past byte 1400 of what it sends (the ClientHello is about 250 bytes); closed by
+    // FIN. Every live host answers it, whole: 404 (nginx serves only / and the big file).
+    let path = format!("/{}", "a".repeat(1200));
+    let out_file = lab.file("https-long-path.ndjson");
+    let out = grab(
+        &lab,
+        &[
+            "198.18.0.0/25",
+            "-p",
+            "443",
+            "-M",
+            "https",
+            "--http-path",
+            &path,
+            "--close",
+            "fin",
+            "-o",
+            &out_file,
+        ],
+    );
+    assert!(out.status.success(), "long path: {}", stderr(&out));
+    let rows = rows(&out_file);
+    let ok: Vec<_> = rows.iter().filter(|r| r["status"] == "success").collect();
+    assert_eq!(ok.len() as u64, live_hosts, "{rows:?}");
+    for r in ok {
+        assert_eq!(r["http_status"], 404, "{r}");
     }
 }
 

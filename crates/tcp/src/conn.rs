@@ -20,7 +20,8 @@ pub(crate) enum State {
     /// Handshake done; sending the request, receiving the reply.
     Open,
     /// The outcome is reported and our FIN is sent (`CloseMode::Fin`); waiting, bounded, for
-    /// the peer's ACK and FIN. `since_us` is then the time the FIN first left.
+    /// the peer's ACK and FIN. `since_us` is then the time the FIN first left, and `REQ_LEN`
+    /// the FIN's offset: the bytes sent before it.
     Closing,
 }
 
@@ -78,16 +79,19 @@ impl Bits {
 
     /// The peer's window scale (0..=14).
     pub const PEER_WS: Field = Field::new(12, 4);
-    /// Retransmissions of the request (or probes) or of the FIN so far.
+    /// Retransmissions of the request or of the FIN since the retransmission schedule last
+    /// started over (an ACK that advanced, new bytes sent with nothing in flight).
     pub const RETRIES: Field = Field::new(16, 4);
-    /// The request's length (at most 1400).
+    /// The request's length (at most 1400), or what a session has given to send (at most
+    /// 2047); while closing, the bytes sent before our FIN.
     pub const REQ_LEN: Field = Field::new(20, 11);
     /// Request bytes the peer acknowledged.
     pub const ACKED: Field = Field::new(31, 11);
     /// The MSS our segments keep to: the peer's, lowered by a smaller path MTU (an ICMP
     /// fragmentation needed or Packet Too Big); at most 2047.
     pub const MSS: Field = Field::new(42, 11);
-    /// The peer's receive window beyond `ACKED`, saturated at 2047 (more than a request needs).
+    /// The send window beyond `ACKED`, saturated at 2047 (more than a request needs): the
+    /// peer's, but never short of what was sent (a window that shrinks does not unsend).
     pub const WND: Field = Field::new(53, 11);
 
     pub fn state(self) -> State {

@@ -12,23 +12,38 @@
 //!   receive window (whose ACK field still counts when our window is zero), an RST only at
 //!   the next expected sequence number, an ACK only of what we sent. An RST or SYN elsewhere in
 //!   the window and an ACK out of range get a challenge ACK, at most
-//!   [`CHALLENGE_ACKS_PER_SECOND`] for the whole engine.
-//! - The request is retransmitted on an RTO from the handshake's RTT (min 200 ms, doubling,
-//!   at most `max_retransmits`), or probed byte by byte while the peer's window is zero
-//!   (probes back off the same way but do not count against `max_retransmits`). The
-//!   schedule is derived from the SYN-ACK's time, `since + RTO·(2^(k+1) − 1)` after k
-//!   retransmissions and probes, so it needs no stored send time.
+//!   [`CHALLENGE_ACKS_PER_SECOND`] for the whole run (the engines made from one [`Config`]
+//!   share a [`ChallengeBudget`]).
+//! - The request (or a session's bytes) is retransmitted on an RTO from the handshake's RTT
+//!   (min 200 ms, doubling, at most `max_retransmits` in a row), or probed byte by byte while
+//!   the peer's window is zero (probes back off the same way but do not count against
+//!   `max_retransmits`). As Linux re-arms its timer, the schedule starts over at an ACK that
+//!   advances and when new bytes leave with nothing in flight (bytes sent while others are
+//!   in flight keep the running timer): `from + RTO·(2^(k+1) − 1)` after k retransmissions
+//!   and probes since `from`. `from` is the SYN-ACK's time (the entry's `since_us`) until the
+//!   schedule first starts over; from then on it is kept in the connection's buffer (taken
+//!   then if it has none), as the 56-byte entry has no room for a send time.
+//! - SND.NXT is the send limit (`acked` plus the peer's window, at most the request): a
+//!   window that shrinks does not lower it, and a zero-window probe's byte adds one. ACKs
+//!   are checked against it, and our FIN goes there.
 //! - A connection ends as `Success` (the app says the reply is complete, `max_bytes` reached
 //!   — then `truncated` —, or the server's FIN after data), `Closed` (FIN before data),
 //!   `Reset` (RST) or `DataTimeout`; its outcome is queued at once and closed by one RST, or by
-//!   FIN with a bounded wait for the peer's ACK and FIN (new data meanwhile gets an RST, as
-//!   RFC 1122 4.2.2.13 asks).
+//!   FIN (after the last byte sent) with a bounded wait for the peer's ACK and FIN (new data
+//!   meanwhile gets an RST, as RFC 1122 4.2.2.13 asks).
 //!
 //! Segments to send are queued as small descriptors and rendered by [`Engine::write_tx`]
 //! straight into the caller's buffer, from the connection's state at that moment (so an ACK
-//! carries the latest `rcv_nxt`). One descriptor is exactly one frame.
+//! carries the latest `rcv_nxt`). One descriptor is exactly one frame. A connection may end
+//! after segments were queued for it in the same pass (an RST or FIN later in the batch, a
+//! timeout in `on_tick`): they still go out as queued, before the RST or FIN that closes it,
+//! so that its sequence numbers hold. Until the queue is written, its freed entry stays
+//! intact and its session's buffer (which data segments cut their bytes from) is not reused,
+//! even if its outcome was drained.
 
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use sonde_wire::TcpFlags;
 
@@ -69,10 +84,48 @@ const MIN_PMTU_V6: u32 = 1280;
 /// IP and TCP headers without options, which the path MTU less the MSS leaves room for.
 const HEADERS_V4: u32 = 20 + 20;
 const HEADERS_V6: u32 = 40 + 20;
-/// RFC 5961's challenge ACKs the engine sends per second at most, all connections together
-/// (Linux's `net.ipv4.tcp_challenge_ack_limit` defaults to 1000): forged segments must not
-/// turn into a flood of ACKs.
+/// RFC 5961's challenge ACKs a run sends per second at most, all connections of all the
+/// engines sharing a [`ChallengeBudget`] together (Linux's `net.ipv4.tcp_challenge_ack_limit`
+/// defaults to 1000 for the host): forged segments must not turn into a flood of ACKs.
 pub const CHALLENGE_ACKS_PER_SECOND: u32 = 1000;
+
+/// The challenge ACKs left in the current second, shared by every engine made from clones of
+/// one [`Config`] (grab's threads): [`CHALLENGE_ACKS_PER_SECOND`] is then the run's limit, not
+/// one per thread. One atomic word (the second, and the ACKs spent in it), touched only when
+/// a challenge ACK is due, so engines share it without a lock. Engines sharing a budget must
+/// share their clock (`now_us`).
+#[derive(Clone, Debug, Default)]
+pub struct ChallengeBudget(Arc<AtomicU64>);
+
+impl ChallengeBudget {
+    /// Takes one challenge ACK from the budget of the second of `now_us`; false when it is
+    /// spent. A clock a little behind another engine's (the second has just turned there)
+    /// spends from the newer second.
+    pub fn take(&self, now_us: u64) -> bool {
+        let second = (now_us / 1_000_000).min(u64::from(u32::MAX));
+        let mut word = self.0.load(Ordering::Relaxed);
+        loop {
+            let (current, spent) = (word >> 32, word & u64::from(u32::MAX));
+            let (second, spent) = if second > current {
+                (second, 0)
+            } else {
+                (current, spent)
+            };
+            if spent >= u64::from(CHALLENGE_ACKS_PER_SECOND) {
+                return false;
+            }
+            let next = (second << 32) | (spent + 1);
+            match self
+                .0
+                .compare_exchange_weak(word, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(now) => word = now,
+            }
+        }
+    }
+}
+
 /// The first in-order data segments of a reply are ACKed at once, not delayed (Linux's quick
 /// ACKs at the start, up to 16): a server that waits for an ACK before sending more (Nagle, a
 /// small first window) is not held up by our delayed-ACK timer.
@@ -89,26 +142,32 @@ struct Cookie {
     port: u16,
 }
 
-/// A segment to send: a connection's (rendered from its state) or a bare RST.
+/// A segment of a connection, rendered from the connection's state when it is written.
 #[derive(Clone, Copy, Debug)]
-enum Tx {
+enum ConnSeg {
     /// A pure ACK; `before_request` for the handshake's, which goes out ahead of the request
     /// and so carries the sequence number of its first byte.
     Ack {
-        idx: u32,
-        ck: Cookie,
         before_request: bool,
     },
-    /// Request bytes `[off, off + len)`.
+    /// Bytes `[off, off + len)` of what the connection sends: cut from the buffer `sent`
+    /// names for a session (its bytes stay there until the queue is written, even if the
+    /// connection ends first), from the app's request when `sent` is [`NIL`].
     Data {
-        idx: u32,
-        ck: Cookie,
         off: u16,
         len: u16,
+        sent: u32,
     },
-    Fin {
+    Fin,
+}
+
+/// A segment to send: a connection's or a bare RST.
+#[derive(Clone, Copy, Debug)]
+enum Tx {
+    Conn {
         idx: u32,
         ck: Cookie,
+        seg: ConnSeg,
     },
     Rst {
         target: IpAddr,
@@ -158,6 +217,9 @@ pub struct Engine<A: App> {
     tx: TxQueue,
     /// Ended connections not yet drained, with their buffers.
     done: Vec<(Outcome, u32)>,
+    /// Drained sessions' buffers that queued segments still cut bytes from: released once the
+    /// queue is written.
+    held_buffers: Vec<u32>,
     /// Connections that advertised a zero window for lack of buffer memory.
     starved: Vec<u32>,
     /// Scratch for rendering requests.
@@ -167,9 +229,6 @@ pub struct Engine<A: App> {
     stats: Stats,
     /// The index position of the connection whose segment is being handled.
     hint: Option<usize>,
-    /// Challenge ACKs left in the current second, and that second (µs / 10^6).
-    challenges_left: u32,
-    challenge_second: u64,
 }
 
 impl<A: App> Engine<A> {
@@ -192,13 +251,12 @@ impl<A: App> Engine<A> {
             pool: Pool::new(cfg.rx_memory_limit),
             tx: TxQueue::default(),
             done: Vec::new(),
+            held_buffers: Vec::new(),
             starved: Vec::new(),
             request: vec![0; MAX_REQUEST_LEN],
             session_first: Vec::new(),
             stats: Stats::default(),
             hint: None,
-            challenges_left: CHALLENGE_ACKS_PER_SECOND,
-            challenge_second: 0,
             link,
             cfg,
             app,
@@ -346,8 +404,7 @@ impl<A: App> Engine<A> {
     /// returns its length (0: nothing queued).
     pub fn write_tx(&mut self, buf: &mut [u8], now_us: u64) -> usize {
         let Some(tx) = self.tx.pop() else {
-            // Nothing queued refers to a freed entry any more: they may be reused.
-            self.table.release();
+            self.release_referenced();
             return 0;
         };
         let len = match tx {
@@ -358,19 +415,36 @@ impl<A: App> Engine<A> {
                 seq,
                 ack,
             } => self.render_rst(buf, target, port, our_port, seq, ack),
-            Tx::Ack { idx, .. } => {
-                self.stats.acks_sent += 1;
-                self.table.slab[idx as usize]
-                    .bits
-                    .set(Bits::ACK_QUEUED, false);
-                self.render_conn(buf, idx, tx, now_us)
+            Tx::Conn { idx, ck, seg } => {
+                if let ConnSeg::Ack { .. } = seg {
+                    self.conn_mut(idx).bits.set(Bits::ACK_QUEUED, false);
+                }
+                self.render_conn(buf, idx, ck, seg, now_us)
             }
-            Tx::Data { idx, .. } | Tx::Fin { idx, .. } => self.render_conn(buf, idx, tx, now_us),
         };
         if self.tx.len() == 0 {
-            self.table.release();
+            self.release_referenced();
         }
         len
+    }
+
+    /// Nothing queued refers to a freed entry or a drained session's buffer any more: they may
+    /// be reused.
+    fn release_referenced(&mut self) {
+        self.table.release();
+        for buf in self.held_buffers.drain(..) {
+            self.pool.release(buf);
+        }
+    }
+
+    /// Returns a buffer to the pool; a session's only once the transmit queue is written, as
+    /// segments queued for its connection are cut from its bytes.
+    fn release_buffer(&mut self, buf: u32) {
+        if self.tx.len() > 0 && self.pool.get(buf).session.is_some() {
+            self.held_buffers.push(buf);
+        } else {
+            self.pool.release(buf);
+        }
     }
 
     /// Whether connections have ended whose outcomes [`Engine::drain_outcomes`] would hand
@@ -399,7 +473,7 @@ impl<A: App> Engine<A> {
                     &rx.data[..outcome.bytes as usize],
                     rx.session.as_deref(),
                 );
-                self.pool.release(buf);
+                self.release_buffer(buf);
             }
         }
         self.done = done;
@@ -438,6 +512,7 @@ impl<A: App> Engine<A> {
             + self.tx.items.capacity() * std::mem::size_of::<Tx>()
             + self.done.capacity() * std::mem::size_of::<(Outcome, u32)>()
             + self.starved.capacity() * std::mem::size_of::<u32>()
+            + self.held_buffers.capacity() * std::mem::size_of::<u32>()
             + self.request.capacity()
             + self.session_first.capacity()
     }
@@ -575,14 +650,7 @@ impl<A: App> Engine<A> {
     fn on_connection_icmp(&mut self, idx: u32, ck: Cookie, error: &IcmpError) -> Rx {
         let conn = self.conn(idx);
         let una = ck.iss.wrapping_add(1).wrapping_add(conn.acked());
-        let nxt = match conn.state() {
-            State::Open => ck.iss.wrapping_add(1).wrapping_add(conn.send_limit()),
-            State::Closing => ck
-                .iss
-                .wrapping_add(1)
-                .wrapping_add(conn.req_len())
-                .wrapping_add(u32::from(conn.has(Bits::FIN_SENT))),
-        };
+        let nxt = ck.iss.wrapping_add(1).wrapping_add(self.sent_len(idx));
         if error.seq.wrapping_sub(una) > nxt.wrapping_sub(una) {
             return self.invalid();
         }
@@ -750,12 +818,13 @@ impl<A: App> Engine<A> {
             rx.sent.truncate(req_len as usize);
             return None;
         }
-        // A new flight: its retransmissions run from now, with a fresh count.
-        rx.flight_us = Some(now_us as u32);
         let len = rx.sent.len() as u32;
-        let bits = &mut self.conn_mut(idx).bits;
-        bits.put(Bits::REQ_LEN, len);
-        bits.put(Bits::RETRIES, 0);
+        self.conn_mut(idx).bits.put(Bits::REQ_LEN, len);
+        // With nothing unacknowledged, the new bytes' retransmissions run from now, with a
+        // fresh count; otherwise the running schedule goes on (and resends them all).
+        if acked == req_len {
+            self.restart_rto(idx, now_us);
+        }
         let limit = self.conn(idx).send_limit();
         let from = old_limit.max(acked);
         let sent = limit > from && self.queue_request(idx, ck, from, limit) > 0;
@@ -791,7 +860,7 @@ impl<A: App> Engine<A> {
             // Our window is zero: no data fits, but the ACK field of a segment at RCV.NXT
             // still counts (RFC 9293 3.10.7.4), so an acknowledged request is not sent again.
             if let (0, 0, Some(ack)) = (d, allowance, seg.tcp.ack_number) {
-                self.on_ack(idx, ck, ack, seg);
+                self.on_ack(idx, ck, ack, seg, now_us);
             }
             self.count_duplicate(idx, d, seg);
             self.queue_ack(idx, ck);
@@ -801,7 +870,7 @@ impl<A: App> Engine<A> {
         let Some(ack) = seg.tcp.ack_number else {
             return;
         };
-        if !self.on_ack(idx, ck, ack, seg) {
+        if !self.on_ack(idx, ck, ack, seg, now_us) {
             self.challenge_ack(idx, ck, now_us);
             return;
         }
@@ -830,18 +899,12 @@ impl<A: App> Engine<A> {
         }
     }
 
-    /// Queues a challenge ACK (RFC 5961), within the engine's budget per second.
+    /// Queues a challenge ACK (RFC 5961), within the run's budget per second.
     fn challenge_ack(&mut self, idx: u32, ck: Cookie, now_us: u64) {
-        let second = now_us / 1_000_000;
-        if second != self.challenge_second {
-            self.challenge_second = second;
-            self.challenges_left = CHALLENGE_ACKS_PER_SECOND;
-        }
-        if self.challenges_left == 0 {
+        if !self.cfg.challenge_budget.take(now_us) {
             self.stats.challenge_acks_limited += 1;
             return;
         }
-        self.challenges_left -= 1;
         self.stats.challenge_acks += 1;
         self.queue_ack(idx, ck);
     }
@@ -922,14 +985,15 @@ impl<A: App> Engine<A> {
 
     /// The ACK field of an open connection's segment; false when it lies outside
     /// `SND.UNA − bytes acked … SND.NXT` (RFC 5961 5.2 with Linux's bound: nothing before our
-    /// first byte, nothing we never had to send), and the segment is then dropped with a
-    /// challenge ACK. An old ACK inside is ignored; the segment counts.
-    fn on_ack(&mut self, idx: u32, ck: Cookie, ack: u32, seg: &Seg) -> bool {
+    /// first byte, nothing we have not sent), and the segment is then dropped with a challenge
+    /// ACK. An old ACK inside is ignored; the segment counts. An ACK that advances takes the
+    /// peer's window, sends what it lets go, and starts the retransmission schedule over.
+    fn on_ack(&mut self, idx: u32, ck: Cookie, ack: u32, seg: &Seg, now_us: u64) -> bool {
         let conn = self.conn(idx);
         let (acked, req_len, old_limit) = (conn.acked(), conn.req_len(), conn.send_limit());
         let una = ck.iss.wrapping_add(1).wrapping_add(acked);
         let advance = ack.wrapping_sub(una);
-        if advance > req_len - acked {
+        if advance > self.sent_len(idx) - acked {
             return una.wrapping_sub(ack) <= acked; // an old ACK: ignore the field
         }
         let scale = if conn.has(Bits::WS_OK) {
@@ -940,15 +1004,60 @@ impl<A: App> Engine<A> {
         let window = u32::from(seg.tcp.window_len)
             .checked_shl(scale)
             .unwrap_or(u32::MAX);
-        let bits = &mut self.conn_mut(idx).bits;
-        bits.put(Bits::ACKED, acked + advance);
-        bits.put(Bits::WND, window);
         let acked = acked + advance;
+        // A window that shrinks does not take back what was sent: the send limit (SND.NXT)
+        // never goes back, it only stops growing until the window passes it again.
+        let edge = acked.saturating_add(window).max(old_limit);
+        let bits = &mut self.conn_mut(idx).bits;
+        bits.put(Bits::ACKED, acked);
+        bits.put(Bits::WND, edge - acked);
         let limit = self.conn(idx).send_limit();
-        if limit > old_limit.max(acked) {
-            self.queue_request(idx, ck, old_limit.max(acked), limit);
+        let from = old_limit.max(acked);
+        if limit > from {
+            self.queue_request(idx, ck, from, limit);
+        }
+        // As Linux: the timer is re-armed one RTO after an ACK that advances, and after new
+        // data leaves when none was in flight (the window opened); bytes sent while others
+        // are in flight keep the running timer.
+        let nothing_in_flight = old_limit <= acked;
+        if acked < req_len && (advance > 0 || (limit > from && nothing_in_flight)) {
+            self.restart_rto(idx, now_us);
         }
         true
+    }
+
+    /// Starts the retransmission schedule over at `now_us`: the next retransmission (or
+    /// zero-window probe) is one RTO away, and the backoff and the count of retransmissions
+    /// start again. The time is kept in the connection's buffer, taken now if it has none.
+    fn restart_rto(&mut self, idx: u32, now_us: u64) {
+        let buf = self.buffer(idx);
+        let rx = self.pool.get_mut(buf);
+        rx.flight_us = Some(now_us as u32);
+        rx.probes = 0;
+        let conn = self.conn_mut(idx);
+        conn.bits.put(Bits::RETRIES, 0);
+        let due = now_us.saturating_add(rto_us(conn));
+        self.wheel
+            .arm_by(&mut self.table.slab, idx, due.div_ceil(1000));
+    }
+
+    /// How far into our stream the peer may acknowledge: SND.NXT less our first sequence
+    /// number. While open, the send limit (a shrinking window never lowers it, see
+    /// [`Engine::on_ack`]), and one byte more while a zero-window probe is out; while
+    /// closing, our FIN's offset, and the FIN once written.
+    fn sent_len(&self, idx: u32) -> u32 {
+        let conn = self.conn(idx);
+        match conn.state() {
+            State::Open => {
+                let limit = conn.send_limit();
+                let probing = limit == conn.acked()
+                    && limit < conn.req_len()
+                    && conn.buf != NIL
+                    && self.pool.get(conn.buf).probes > 0;
+                limit + u32::from(probing)
+            }
+            State::Closing => conn.req_len() + u32::from(conn.has(Bits::FIN_SENT)),
+        }
     }
 
     /// Data and FIN of an acceptable segment of an open connection.
@@ -1155,11 +1264,13 @@ impl<A: App> Engine<A> {
         let Some(ack) = seg.tcp.ack_number else {
             return;
         };
-        let conn = self.conn(idx);
-        let fin_seq = ck.iss.wrapping_add(1).wrapping_add(conn.req_len());
-        let snd_nxt = fin_seq.wrapping_add(u32::from(conn.has(Bits::FIN_SENT)));
-        // Nothing before our first byte, nothing after what we sent (RFC 5961 5.2).
-        if ack.wrapping_sub(ck.iss.wrapping_add(1)) > snd_nxt.wrapping_sub(ck.iss.wrapping_add(1)) {
+        let fin_seq = ck
+            .iss
+            .wrapping_add(1)
+            .wrapping_add(self.conn(idx).req_len());
+        // Nothing before our first byte, nothing after what we sent (RFC 5961 5.2): the bytes
+        // before our FIN, and the FIN once written.
+        if ack.wrapping_sub(ck.iss.wrapping_add(1)) > self.sent_len(idx) {
             self.challenge_ack(idx, ck, now_us);
             return;
         }
@@ -1250,11 +1361,19 @@ impl<A: App> Engine<A> {
             }
             CloseMode::Fin => {
                 let conn = self.conn_mut(idx);
+                // The FIN follows the bytes sent (queued ones included: they go out first);
+                // those the peer's window held back are never sent.
+                let sent = conn.send_limit();
+                conn.bits.put(Bits::REQ_LEN, sent);
                 conn.bits.set_state(State::Closing);
                 conn.bits.put(Bits::RETRIES, 0);
                 conn.bits.set(Bits::ACK_PENDING | Bits::SEG_UNACKED, false);
                 conn.since_us = now_us as u32;
-                self.tx.push(Tx::Fin { idx, ck });
+                self.tx.push(Tx::Conn {
+                    idx,
+                    ck,
+                    seg: ConnSeg::Fin,
+                });
                 self.rearm(idx, now_us);
             }
         }
@@ -1265,7 +1384,7 @@ impl<A: App> Engine<A> {
         self.wheel.unlink(&mut self.table.slab, idx);
         let buf = std::mem::replace(&mut self.conn_mut(idx).buf, NIL);
         if buf != NIL {
-            self.pool.release(buf);
+            self.release_buffer(buf);
         }
         // Segments already queued for it are rendered from it: it stays intact until then.
         let unreferenced = self.tx.len() == 0;
@@ -1303,7 +1422,11 @@ impl<A: App> Engine<A> {
                     return;
                 }
                 if rto_passed && self.retrying(idx) && !fin_acked {
-                    self.tx.push(Tx::Fin { idx, ck });
+                    self.tx.push(Tx::Conn {
+                        idx,
+                        ck,
+                        seg: ConnSeg::Fin,
+                    });
                     self.stats.retransmits_sent += 1;
                     let bits = &mut self.conn_mut(idx).bits;
                     bits.put(Bits::RETRIES, bits.get(Bits::RETRIES) + 1);
@@ -1358,8 +1481,8 @@ impl<A: App> Engine<A> {
         }
     }
 
-    /// What the retransmission schedule runs from: the SYN-ACK's time, or for a session the
-    /// time its latest flight was queued (while open).
+    /// What the retransmission schedule runs from while open: when it last started over (see
+    /// [`Engine::restart_rto`]), or else the SYN-ACK's time; while closing, our first FIN's.
     fn rto_base(&self, idx: u32, now_us: u64) -> u64 {
         let conn = self.conn(idx);
         let flight = match (conn.state(), conn.buf) {
@@ -1370,7 +1493,7 @@ impl<A: App> Engine<A> {
     }
 
     /// When the next retransmission (or zero-window probe) is due: `since` plus RTO·(2^(k+1) −
-    /// 1) after k of them, probes counted.
+    /// 1) after k of them since the schedule started, probes counted.
     fn rto_due(&self, idx: u32, since: u64) -> u64 {
         let conn = self.conn(idx);
         let probes = match conn.buf {
@@ -1425,12 +1548,7 @@ impl<A: App> Engine<A> {
             return;
         }
         // Zero window: probe with the next byte.
-        self.tx.push(Tx::Data {
-            idx,
-            ck,
-            off: acked as u16,
-            len: 1,
-        });
+        self.push_data(idx, ck, acked, 1);
         self.stats.retransmits_sent += 1;
         let buf = self.buffer(idx);
         let rx = self.pool.get_mut(buf);
@@ -1452,10 +1570,10 @@ impl<A: App> Engine<A> {
         let bits = &mut self.conn_mut(idx).bits;
         if !bits.has(Bits::ACK_QUEUED) {
             bits.set(Bits::ACK_QUEUED, true);
-            self.tx.push(Tx::Ack {
+            self.tx.push(Tx::Conn {
                 idx,
                 ck,
-                before_request,
+                seg: ConnSeg::Ack { before_request },
             });
         }
     }
@@ -1474,16 +1592,31 @@ impl<A: App> Engine<A> {
         let mut off = from;
         while off < to {
             let len = most.min(to - off);
-            self.tx.push(Tx::Data {
-                idx,
-                ck,
-                off: off as u16,
-                len: len as u16,
-            });
+            self.push_data(idx, ck, off, len);
             off += len;
             segments += 1;
         }
         segments
+    }
+
+    /// Queues bytes `[off, off + len)` of what the connection sends, naming its session's
+    /// buffer (if it has a session) to cut them from.
+    fn push_data(&mut self, idx: u32, ck: Cookie, off: u32, len: u32) {
+        let buf = self.conn(idx).buf;
+        let sent = if buf != NIL && self.pool.get(buf).session.is_some() {
+            buf
+        } else {
+            NIL
+        };
+        self.tx.push(Tx::Conn {
+            idx,
+            ck,
+            seg: ConnSeg::Data {
+                off: off as u16,
+                len: len as u16,
+                sent,
+            },
+        });
     }
 
     /// Our ISN and port for a connection: the cookie, recomputed.
@@ -1522,90 +1655,94 @@ impl<A: App> Engine<A> {
         segment::render(&self.link, ours, target, &rst, &[], buf)
     }
 
-    /// Renders a connection's ACK, request segment or FIN from its state now.
-    fn render_conn(&mut self, buf: &mut [u8], idx: u32, tx: Tx, now_us: u64) -> usize {
-        let ck = match tx {
-            Tx::Ack { ck, .. } | Tx::Data { ck, .. } | Tx::Fin { ck, .. } => ck,
-            Tx::Rst { .. } => unreachable!("RSTs are rendered by render_rst"),
+    /// Renders a connection's ACK, data segment or FIN from its state now. Data whose bytes
+    /// cannot be had (an app that renders a shorter request the second time) goes as a pure
+    /// ACK instead: the frame is still written, as [`Engine::tx_pending`] counted it, and no
+    /// byte goes out that the connection did not send.
+    fn render_conn(
+        &mut self,
+        buf: &mut [u8],
+        idx: u32,
+        ck: Cookie,
+        seg: ConnSeg,
+        now_us: u64,
+    ) -> usize {
+        let data = match seg {
+            ConnSeg::Data { off, len, sent } => self.data_bytes(idx, off, len, sent),
+            _ => None,
         };
-        let (iss, our_port) = (ck.iss, ck.port);
         let window = self.advertised_window(idx);
         let sack_ranges = self.sack_blocks(idx);
         let conn = self.conn(idx);
         let target = conn.target();
         let ours = self.ours(target);
-        let after_request = iss.wrapping_add(1).wrapping_add(conn.req_len());
-        let (seq, flags, payload) = match tx {
-            Tx::Ack { before_request, .. } => match conn.state() {
-                // Otherwise the request went out before: SND.NXT is past what the window let
-                // us send (never behind what the peer has, so the ACK is never "old").
-                State::Open => (
-                    iss.wrapping_add(1).wrapping_add(if before_request {
-                        conn.acked()
-                    } else {
-                        conn.send_limit()
-                    }),
-                    TcpFlags::ACK,
-                    0..0,
-                ),
-                State::Closing => (
-                    after_request.wrapping_add(u32::from(conn.has(Bits::FIN_SENT))),
-                    TcpFlags::ACK,
-                    0..0,
-                ),
-            },
-            Tx::Data { off, len, .. } => {
-                let (off, end) = (usize::from(off), usize::from(off) + usize::from(len));
-                let push = if end == conn.req_len() as usize {
+        let first = ck.iss.wrapping_add(1);
+        let (seq, flags) = match (seg, &data) {
+            (ConnSeg::Data { off, .. }, Some((_, range))) => {
+                let push = if range.end == conn.req_len() as usize {
                     TcpFlags::PSH
                 } else {
                     TcpFlags::empty()
                 };
-                (
-                    iss.wrapping_add(1).wrapping_add(off as u32),
-                    TcpFlags::ACK | push,
-                    off..end,
-                )
+                (first.wrapping_add(u32::from(off)), TcpFlags::ACK | push)
             }
-            Tx::Fin { .. } => (after_request, TcpFlags::FIN | TcpFlags::ACK, 0..0),
-            Tx::Rst { .. } => unreachable!("RSTs are rendered by render_rst"),
+            (ConnSeg::Fin, _) => (
+                first.wrapping_add(conn.req_len()),
+                TcpFlags::FIN | TcpFlags::ACK,
+            ),
+            (ConnSeg::Ack { before_request }, _) => (
+                first.wrapping_add(ack_offset(conn, before_request)),
+                TcpFlags::ACK,
+            ),
+            (ConnSeg::Data { .. }, None) => {
+                (first.wrapping_add(ack_offset(conn, false)), TcpFlags::ACK)
+            }
         };
+        let payload_len = data.as_ref().map_or(0, |(_, range)| range.len());
         let timestamps = conn
             .has(Bits::TS_OK)
             .then_some((now_us as u32, conn.ts_recent));
         let tcp = Header {
             window,
-            sacks: sacks_that_fit(conn, sack_ranges, payload.len()),
+            sacks: sacks_that_fit(conn, sack_ranges, payload_len),
             timestamps,
-            ..Header::new(our_port, conn.port, seq, Some(conn.rcv_nxt), flags)
+            ..Header::new(ck.port, conn.port, seq, Some(conn.rcv_nxt), flags)
         };
-        let port = conn.port;
         let bits = &mut self.conn_mut(idx).bits;
         bits.set(Bits::ACK_PENDING | Bits::SEG_UNACKED, false);
-        if matches!(tx, Tx::Fin { .. }) {
-            bits.set(Bits::FIN_SENT, true);
+        match (seg, payload_len) {
+            (ConnSeg::Fin, _) => bits.set(Bits::FIN_SENT, true),
+            (_, 0) => self.stats.acks_sent += 1,
+            _ => {}
         }
         self.stats.sack_blocks_sent += tcp.sacks.iter().flatten().count() as u64;
-        if payload.is_empty() {
-            return segment::render(&self.link, ours, target, &tcp, &[], buf);
-        }
-        if let Some(sent) = self.session_sent(idx) {
-            let bytes = sent.get(payload).unwrap_or_default();
-            return segment::render(&self.link, ours, target, &tcp, bytes, buf);
-        }
-        let rendered = self.app_request(target, port).len();
-        // A pure app renders the same request again; pad if it did not.
-        if rendered < payload.end {
-            self.request[rendered..payload.end].fill(0);
-        }
-        segment::render(&self.link, ours, target, &tcp, &self.request[payload], buf)
+        let payload = match data {
+            None => &[][..],
+            Some((NIL, range)) => self.request.get(range).unwrap_or_default(),
+            Some((sent, range)) => self.pool.get(sent).sent.get(range).unwrap_or_default(),
+        };
+        segment::render(&self.link, ours, target, &tcp, payload, buf)
     }
 
-    /// The bytes a connection's session sent, if it has one.
-    fn session_sent(&self, idx: u32) -> Option<&[u8]> {
-        let buf = self.conn(idx).buf;
-        let rx = (buf != NIL).then(|| self.pool.get(buf))?;
-        rx.session.as_ref().map(|_| rx.sent.as_slice())
+    /// Where bytes `[off, off + len)` of a connection are: in the session's buffer `sent`, or
+    /// ([`NIL`]) in the request, rendered into the scratch buffer now. None when they are not
+    /// all there.
+    fn data_bytes(
+        &mut self,
+        idx: u32,
+        off: u16,
+        len: u16,
+        sent: u32,
+    ) -> Option<(u32, std::ops::Range<usize>)> {
+        let range = usize::from(off)..usize::from(off) + usize::from(len);
+        let have = if sent != NIL {
+            self.pool.get(sent).sent.len()
+        } else {
+            let conn = self.conn(idx);
+            let (target, port) = (conn.target(), conn.port);
+            self.app_request(target, port).len()
+        };
+        (range.end <= have).then_some((sent, range))
     }
 
     /// SACK blocks for the connection's ACKs: its out-of-order ranges, most recent first.
@@ -1706,6 +1843,18 @@ impl<A: App> Engine<A> {
         }
         self.starved = starved;
         self.starved.clear();
+    }
+}
+
+/// How far into our stream a pure ACK's sequence number is: at SND.NXT, which while open is
+/// where the send limit is (never behind what the peer has, so the ACK is never "old") and
+/// after our FIN is past it; for the handshake's ACK, which goes ahead of the request, at the
+/// first byte not acknowledged.
+fn ack_offset(conn: &Conn, before_request: bool) -> u32 {
+    match conn.state() {
+        State::Open if before_request => conn.acked(),
+        State::Open => conn.send_limit(),
+        State::Closing => conn.req_len() + u32::from(conn.has(Bits::FIN_SENT)),
     }
 }
 

@@ -11,8 +11,9 @@
 //! - **A compact connection table** keyed by the 4-tuple: 56-byte entries in a slab and an
 //!   open-addressing index, about 62.5 bytes per connection with the table full (10 M
 //!   connections: 595 MiB); receive buffers from a pool taken only when data arrives (or a
-//!   FIN ahead of a gap, or zero-window probes, which keep their state there); a 1 ms
-//!   timer wheel for delayed ACKs, retransmissions and the first-byte, idle and total timeouts.
+//!   FIN ahead of a gap, zero-window probes, or a retransmission schedule that starts over
+//!   after the handshake, which keep their state there); a 1 ms timer wheel for delayed ACKs,
+//!   retransmissions and the first-byte, idle and total timeouts.
 //! - **The hot path** allocates nothing (vectors that grow are reused), takes no lock and makes
 //!   no system call: frames come in through [`Engine::on_frame`], one table probe each, and
 //!   the segments it queues (ACKs, requests, RSTs, FINs) leave in one batch through
@@ -67,7 +68,7 @@ mod tests;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub use app::{App, ReplyCursor, Session, MAX_SESSION_SEND};
-pub use engine::{Engine, CHALLENGE_ACKS_PER_SECOND, MAX_REQUEST_LEN};
+pub use engine::{ChallengeBudget, Engine, CHALLENGE_ACKS_PER_SECOND, MAX_REQUEST_LEN};
 pub use retry::SynRetries;
 pub use segment::our_port_of;
 use sonde_craft::cookie::{PortLane, PortRange, Validator};
@@ -172,9 +173,10 @@ pub struct Config {
     /// With `CloseMode::Fin`: how long after our FIN to wait for the peer's ACK and FIN
     /// before the entry is freed anyway.
     pub close_timeout_us: u64,
-    /// Retransmissions of the request and of the FIN, at most (0..=15); the timeouts bound
-    /// them too. Zero-window probes do not count: they go on, backing off, while the peer's
-    /// window stays shut, bounded by the timeouts.
+    /// Retransmissions of the request and of the FIN in a row, at most (0..=15): an ACK that
+    /// advances starts the count again, as in Linux. The timeouts bound them too. Zero-window
+    /// probes do not count: they go on, backing off, while the peer's window stays shut,
+    /// bounded by the timeouts.
     pub max_retransmits: u8,
     /// How long after a target's first SYN its SYN-ACK can still come: the SYN retries' whole
     /// span ([`SynRetries::span_us`]). The SYN-ACK's echoed timestamp gives the RTT only when
@@ -194,6 +196,10 @@ pub struct Config {
     /// over an AF_PACKET ring such frames are marked and go through
     /// [`Engine::on_frame_partial_with`] instead. Frames we send always carry correct checksums.
     pub verify_checksums: bool,
+    /// RFC 5961's challenge ACKs left this second: one budget for every engine made from
+    /// clones of this configuration (grab's threads), so that [`CHALLENGE_ACKS_PER_SECOND`]
+    /// holds for the run. A configuration made by [`Config::new`] has a budget of its own.
+    pub challenge_budget: ChallengeBudget,
 }
 
 impl Config {
@@ -227,6 +233,7 @@ impl Config {
             syn_span_us: 7_000_000,
             rx_memory_limit: 1 << 30,
             verify_checksums: true,
+            challenge_budget: ChallengeBudget::default(),
         }
     }
 }
@@ -334,7 +341,7 @@ pub struct Stats {
     /// next expected sequence number, to a SYN on an open connection, and to an ACK of what we
     /// never sent (or from before our first byte). They count in `acks_sent` too.
     pub challenge_acks: u64,
-    /// Challenge ACKs not sent because the engine's budget for the second was spent.
+    /// Challenge ACKs not sent because the run's budget for the second was spent.
     pub challenge_acks_limited: u64,
     /// Frames to our addresses and ports that failed validation (bad cookie, no connection,
     /// bad checksum, malformed), ICMP errors whose quote fails it included.

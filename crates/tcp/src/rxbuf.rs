@@ -2,7 +2,8 @@
 //! arrives (never for connections that send none) and returned when its outcome is drained.
 //! A buffer also keeps the few things only some connections need, so that the table entry
 //! stays small: a FIN that came ahead of a gap, the quick ACKs given at the start, and the
-//! zero-window probes sent (a connection probing takes a buffer before any data).
+//! zero-window probes sent, the time the retransmission schedule last started over (a
+//! connection probing or restarting it takes a buffer before any data).
 //!
 //! A buffer holds the reply at offsets from the peer's first data byte: `[0, in_order)` is the
 //! reply received in order; data ahead of a gap is written at its offset too and tracked as up
@@ -41,8 +42,8 @@ pub(crate) struct RxBuf {
     pub fin_at: Option<u32>,
     /// In-order data segments ACKed at once at the start of the reply (quick ACKs).
     pub quick_acks: u8,
-    /// Zero-window probes sent: they back the retransmission timer off without using up
-    /// `max_retransmits`.
+    /// Zero-window probes sent since the retransmission schedule last started over: they back
+    /// the timer off without using up `max_retransmits`.
     pub probes: u8,
     /// Where the app's completeness check stopped in `data` (it reads each byte once); for a
     /// session, the bytes it has been handed.
@@ -52,8 +53,9 @@ pub(crate) struct RxBuf {
     pub session: Option<Box<dyn Session>>,
     /// Every byte the session has sent, from the first: retransmissions are cut from here.
     pub sent: Vec<u8>,
-    /// Our clock (µs, low 32 bits) when the session's latest bytes were first queued: the
-    /// retransmission schedule of those bytes runs from it.
+    /// Our clock (µs, low 32 bits) when the retransmission schedule last started over (an ACK
+    /// that advanced, new bytes sent with nothing in flight, a session's first bytes): it
+    /// runs from then. None: from the SYN-ACK.
     pub flight_us: Option<u32>,
 }
 

@@ -642,6 +642,8 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             },
             max_outstanding: share(plan.tcp.max_outstanding),
             rx_memory_limit: share(plan.tcp.rx_memory_limit),
+            // One budget of challenge ACKs for the run, not one per thread.
+            challenge_budget: plan.tcp.challenge_budget.clone(),
             ..plan.tcp.clone()
         };
         let max_outstanding = tcp.max_outstanding;

@@ -1,5 +1,5 @@
 //! RFC 5961 on open and closing connections: RSTs and SYNs inside the window but not where
-//! expected, and ACKs of what we never sent, get a challenge ACK (rate-limited per engine)
+//! expected, and ACKs of what we never sent, get a challenge ACK (rate-limited per run)
 //! instead of acting on the connection.
 
 use sonde_wire::TcpFlags;
@@ -135,4 +135,45 @@ fn closing_connections_check_rsts_and_acks_too() {
     h.input(&h.server.segment(ACK, 4, REQ + 1, b""));
     assert_eq!(h.engine.outstanding(), 0);
     assert_eq!(h.engine.stats().challenge_acks, 2);
+}
+
+#[test]
+fn engines_made_from_one_config_share_the_budget() {
+    // grab's threads each run an engine made from one Config: the limit is the run's, as
+    // Linux's is the host's, not one per thread.
+    let cfg = config();
+    let mut a = Harness::new(cfg.clone(), TestApp::http(), Server::new("198.18.0.7", 80));
+    let mut b = Harness::new(cfg, TestApp::http(), Server::new("198.18.0.8", 80));
+    a.established();
+    b.established();
+    a.now = 10_000_000;
+    b.now = 10_000_000;
+    let limit = CHALLENGE_ACKS_PER_SECOND as usize;
+    let mut acks = 0;
+    for k in 0..limit {
+        a.input(&a.server.segment(RST, 1 + (k % 1000) as u32, REQ, b""));
+        acks += a.flush().len();
+    }
+    assert_eq!(acks, limit);
+    b.input(&b.server.segment(RST, 1, REQ, b""));
+    assert!(b.flush().is_empty(), "the run's budget is spent");
+    assert_eq!(b.engine.stats().challenge_acks_limited, 1);
+    // The next second has a new budget, for either.
+    b.now += 1_000_000;
+    b.input(&b.server.segment(RST, 1, REQ, b""));
+    assert_eq!(b.flush().len(), 1);
+}
+
+#[test]
+fn a_clock_a_little_behind_spends_from_the_newer_second() {
+    // Threads read the shared clock at slightly different moments: one still in the second
+    // before must not reset the budget the others have spent.
+    let budget = crate::ChallengeBudget::default();
+    let shared = budget.clone();
+    for _ in 0..CHALLENGE_ACKS_PER_SECOND {
+        assert!(budget.take(5_000_000));
+    }
+    assert!(!shared.take(4_999_999), "the lagging clock finds it spent");
+    assert!(!budget.take(5_999_999));
+    assert!(shared.take(6_000_000), "a new second, a new budget");
 }

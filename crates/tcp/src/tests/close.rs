@@ -347,3 +347,31 @@ fn stats_add_up() {
     );
     assert_eq!(s.peak_outstanding, 1);
 }
+
+#[test]
+fn fin_close_after_a_window_limited_send_goes_after_the_bytes_sent() {
+    // The peer's window took 10 bytes of the request: our FIN follows them, not the 19 never
+    // sent, and the close's ACK arithmetic counts from there.
+    let mut server = Server::new("198.18.0.7", 80);
+    server.ws = None;
+    server.window = 10;
+    let mut cfg = config();
+    cfg.close = CloseMode::Fin;
+    let mut h = Harness::new(cfg, TestApp::http(), server);
+    let sent = h.established();
+    assert_eq!(sent.last().unwrap().payload, &REQUEST[..10]);
+    h.input(&h.server.segment(ACK | FIN, 0, 0, b"bye"));
+    assert_eq!(h.outcome().0.status, Status::Success);
+    let fin = h.flush().pop().unwrap();
+    assert_eq!(fin.flags(), FIN | ACK);
+    assert_eq!(fin.tcp.seq_number, h.server.client_seq(10));
+    // An ACK of a FIN after the whole request acknowledges what we never sent.
+    h.input(&h.server.segment(ACK, 4, REQ + 1, b""));
+    let sent = h.flush();
+    assert_eq!(sent.len(), 1, "a challenge ACK");
+    assert_eq!(sent[0].tcp.seq_number, h.server.client_seq(11));
+    assert_eq!(h.engine.outstanding(), 1);
+    // The ACK of our FIN where it went ends the close.
+    h.input(&h.server.segment(ACK, 4, 11, b""));
+    assert_eq!(h.engine.outstanding(), 0);
+}

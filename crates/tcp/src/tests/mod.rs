@@ -2,6 +2,7 @@
 
 mod challenge;
 mod close;
+mod ended;
 mod handshake;
 mod icmp;
 mod memory;
