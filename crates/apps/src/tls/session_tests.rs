@@ -62,11 +62,24 @@ struct Talk {
 
 /// Runs the session against `server` until it says the exchange is complete, handing it the
 /// server's bytes `segment` at a time; the server answers a request with a 200 and [`BODY`].
-fn talk(app: &AnyApp, mut server: ServerConnection, segment: usize, name: Option<&str>) -> Talk {
-    let addr = "198.18.0.7".parse().unwrap();
+fn talk(app: &AnyApp, server: ServerConnection, segment: usize, name: Option<&str>) -> Talk {
+    talk_from(app, server, segment, name, &[], "198.18.0.7")
+}
+
+/// As [`talk`], to `addr`, the server's bytes led by `lead` (records of its own: an alert).
+fn talk_from(
+    app: &AnyApp,
+    mut server: ServerConnection,
+    segment: usize,
+    name: Option<&str>,
+    lead: &[u8],
+    addr: &str,
+) -> Talk {
+    let addr = addr.parse().unwrap();
     let mut to_server = Vec::new();
     let mut session = app.open_named(addr, 443, name, &mut to_server).unwrap();
     let (mut raw, mut request) = (Vec::new(), Vec::new());
+    let mut lead = Some(lead);
     let mut answered = false;
     for _ in 0..50 {
         let mut incoming = &to_server[..];
@@ -93,7 +106,7 @@ fn talk(app: &AnyApp, mut server: ServerConnection, segment: usize, name: Option
             server.writer().write_all(head.as_bytes()).unwrap();
             server.writer().write_all(BODY).unwrap();
         }
-        let mut out = Vec::new();
+        let mut out = lead.take().unwrap_or_default().to_vec();
         while server.wants_write() {
             server.write_tls(&mut out).unwrap();
         }
@@ -304,4 +317,145 @@ fn a_bad_root_cas_file_is_one_line() {
         assert!(!err.contains('\n'), "{err}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Once rustls has stopped, the session reads the clear first flight on from where it stopped,
+/// not from its start: fed one byte at a time, it examines each byte of the flight once, and
+/// per call the header of the record still cut (counted, not timed; from the start each time
+/// it examined 33,001 bytes of this 2,245-byte flight).
+#[test]
+fn after_rustls_stops_the_flight_is_read_on_not_again() {
+    let app = AnyApp::build(AppKind::Tls, &options(Some("sonde.test"), false)).unwrap();
+    let mut first = Vec::new();
+    let mut session = app
+        .open_named("198.18.0.7".parse().unwrap(), 443, None, &mut first)
+        .unwrap();
+    crate::progress::take_looked_at();
+    let mut sent = Vec::new();
+    let mut calls = 0;
+    let mut complete = false;
+    for piece in RSA_CHAIN.chunks(1) {
+        calls += 1;
+        if session.on_received(piece, &mut sent) {
+            complete = true;
+            break;
+        }
+    }
+    let read = crate::progress::take_looked_at();
+    assert!(complete);
+    let bound = RSA_CHAIN.len() as u64 + 5 * calls;
+    assert!(
+        read <= bound,
+        "{read} bytes examined for a flight of {} in {calls} calls",
+        RSA_CHAIN.len()
+    );
+}
+
+/// A warning alert before the ServerHello (unrecognized_name, as a server sends it for a name
+/// it does not serve) is read past: the handshake completes, and the row keeps the version,
+/// cipher and JA3S, and names the warning.
+#[test]
+fn a_warning_alert_before_the_server_hello_is_read_past() {
+    const UNRECOGNIZED_NAME: &[u8] = &[21, 3, 3, 0, 2, 1, 112];
+    let app = AnyApp::build(AppKind::Https, &options(Some("sonde.test"), true)).unwrap();
+    for segment in [1, 6, 1460] {
+        let server = server(&[&rustls::version::TLS12]);
+        let talk = talk_from(&app, server, segment, None, UNRECOGNIZED_NAME, "198.18.0.7");
+        let row = describe(&app, &talk);
+        assert_eq!(get(&row, "http_status"), &Value::Int(200), "{segment}");
+        assert_eq!(get(&row, "tls_path"), &text("rustls"));
+        assert_eq!(get(&row, "tls_version"), &text("TLSv1.2"), "{segment}");
+        assert!(matches!(get(&row, "tls_cipher"), Value::Str(c) if c.starts_with("TLS_ECDHE_")));
+        assert!(matches!(get(&row, "tls_ja3s"), Value::Str(j) if j.starts_with("771,")));
+        assert_eq!(get(&row, "tls_alert"), &text("unrecognized_name"));
+        assert_eq!(get(&row, "tls_cert_sha256"), &text(LEAF_SHA256));
+    }
+    // The first-flight path reads past it too, and a fatal alert still ends the flight.
+    let mut warned = UNRECOGNIZED_NAME.to_vec();
+    warned.extend_from_slice(RSA_CHAIN);
+    let row: Vec<_> = {
+        let values = app.describe(&warned);
+        app.fields().iter().map(|f| f.name).zip(values).collect()
+    };
+    assert_eq!(get(&row, "tls_version"), &text("TLSv1.2"));
+    assert_eq!(get(&row, "tls_cert_sha256"), &text(RSA_CHAIN_LEAF_SHA256));
+    assert_eq!(get(&row, "tls_alert"), &text("unrecognized_name"));
+    let tls = AnyApp::build(AppKind::Tls, &options(None, false)).unwrap();
+    assert!(!tls.is_complete(&warned[..UNRECOGNIZED_NAME.len()]));
+    assert!(tls.is_complete(&warned));
+    let mut fatal = UNRECOGNIZED_NAME.to_vec();
+    fatal[5] = 2;
+    assert!(tls.is_complete(&fatal));
+}
+
+/// With no SNI (an address-only target) the chain is checked against the roots only: a
+/// certificate that does not name the address still validates (it names hosts).
+#[test]
+fn an_address_only_connection_checks_no_name() {
+    let app = AnyApp::build(AppKind::Tls, &options(None, true)).unwrap();
+    // 198.18.0.9 is not among the leaf's SANs (sonde.test, www.sonde.test, 198.18.0.7).
+    let server = server(&[&rustls::version::TLS13]);
+    let talk = talk_from(&app, server, 1460, None, &[], "198.18.0.9");
+    let row = describe(&app, &talk);
+    assert_eq!(get(&row, "tls_cert_sha256"), &text(LEAF_SHA256));
+    assert_eq!(get(&row, "tls_chain_valid"), &Value::Bool(true), "{row:?}");
+    assert_eq!(get(&row, "tls_chain_error"), &Value::Null);
+}
+
+/// The reason a chain does not validate stays short: a name mismatch against a certificate of
+/// a thousand names counts them and shows three; any other long reason is cut.
+#[test]
+fn a_chain_error_is_bounded() {
+    let presented: Vec<String> = (0..1000).map(|i| format!("host-{i}.sonde.test")).collect();
+    let mismatch = rustls::Error::InvalidCertificate(
+        rustls::CertificateError::NotValidForNameContext {
+            expected: ServerName::try_from("other.test").unwrap(),
+            presented,
+        },
+    );
+    let why = bounded_error(&mismatch);
+    assert!(why.len() <= MAX_CHAIN_ERROR_LEN, "{}", why.len());
+    assert!(why.contains("not valid for name \"other.test\""), "{why}");
+    assert!(why.contains("1000 names: host-0.sonde.test, host-1"), "{why}");
+    let long = rustls::Error::General("é".repeat(400));
+    let why = bounded_error(&long);
+    assert!(why.len() <= MAX_CHAIN_ERROR_LEN && why.ends_with('…'), "{why}");
+    let few = rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForNameContext {
+        expected: ServerName::try_from("other.test").unwrap(),
+        presented: vec!["a.test".into()],
+    });
+    assert!(bounded_error(&few).contains("a.test"));
+}
+
+/// Servers of DHE suites only, or of AES-CBC with SHA-256/SHA-384 MACs only, show their
+/// certificate as other old servers do: both hellos offer their suites (rustls speaks none).
+#[test]
+fn both_hellos_offer_dhe_and_cbc_sha256_suites() {
+    const WANTED: [u16; 6] = [0x009e, 0x0033, 0x0067, 0xc027, 0xc028, 0x003c];
+    let app = AnyApp::build(AppKind::Tls, &AppOptions::default()).unwrap();
+    let mut first = Vec::new();
+    app.open_named("198.18.0.7".parse().unwrap(), 443, None, &mut first)
+        .unwrap();
+    let offered = |hello: &[u8]| -> Vec<u16> {
+        let (_, record) = tls_parser::parse_tls_plaintext(hello).unwrap();
+        let tls_parser::TlsMessage::Handshake(tls_parser::TlsMessageHandshake::ClientHello(h)) =
+            &record.msg[0]
+        else {
+            panic!("not a ClientHello");
+        };
+        h.ciphers.iter().map(|c| c.0).collect()
+    };
+    let rustls = offered(&first);
+    let legacy = TlsApp::new(&AppOptions {
+        tls_max: crate::TlsVersion::Tls11,
+        ..AppOptions::default()
+    })
+    .unwrap();
+    let mut buf = vec![0; legacy.max_request_len()];
+    let len = legacy.write_request(&mut buf, "198.18.0.7".parse().unwrap(), 443);
+    let first_flight = offered(&buf[..len]);
+    for suite in WANTED {
+        assert!(rustls.contains(&suite), "rustls's hello lacks {suite:#06x}");
+        assert!(first_flight.contains(&suite), "the first-flight hello lacks {suite:#06x}");
+    }
 }
