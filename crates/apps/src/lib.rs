@@ -46,7 +46,7 @@ use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
 
 use sonde_scan::reply::{Field, Value};
-pub use sonde_tcp::{App, ReplyCursor, Session};
+pub use sonde_tcp::{App, ReplyCursor, Session, MAX_SESSION_SEND};
 
 pub use banner::{BannerApp, BANNER_FIELDS};
 pub use http::{HttpApp, HTTP_FIELDS};
@@ -290,6 +290,14 @@ impl AnyApp {
             AppKind::Pop3 => AnyApp::Pop3(LineApp::new(&mail::POP3, options)?),
             AppKind::Ftp => AnyApp::Ftp(LineApp::new(&mail::FTP, options)?),
         };
+        if let Some(most) = app.most_sent_by_session() {
+            if most > MAX_SESSION_SEND {
+                return Err(format!(
+                    "a {kind} session would send up to {most} bytes, more than the \
+                     {MAX_SESSION_SEND} sonde keeps of one: shorten the request"
+                ));
+            }
+        }
         let len = app.max_request_len();
         if len > MAX_REQUEST_LEN {
             return Err(format!(
@@ -298,6 +306,22 @@ impl AnyApp {
             ));
         }
         Ok(app)
+    }
+
+    /// For an app that talks in turns: the most bytes one of its sessions sends when the
+    /// server follows the protocol (the worst case: the longest server name, a
+    /// HelloRetryRequest), which [`AnyApp::build`] holds to [`MAX_SESSION_SEND`]. A server
+    /// that asks for more meets the session's own budget: its handshake stops there, and the
+    /// row's `tls_error` says so.
+    pub fn most_sent_by_session(&self) -> Option<usize> {
+        match self {
+            AnyApp::Tls(app) | AnyApp::Https(app) => app.full_most_sent(),
+            AnyApp::Smtp(app) | AnyApp::Imap(app) | AnyApp::Pop3(app) | AnyApp::Ftp(app) => {
+                Some(app.most_sent())
+            }
+            AnyApp::Ssh(app) => Some(app.max_sent_len()),
+            AnyApp::Http(_) | AnyApp::Banner(_) | AnyApp::Payload(_) => None,
+        }
     }
 
     pub fn kind(&self) -> AppKind {

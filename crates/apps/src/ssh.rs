@@ -424,6 +424,9 @@ const MAX_KEX_INIT_LEN: usize = {
     kexinit + init + 2 * (4 + 1 + 11)
 };
 
+// Everything an ssh session sends fits what the engine keeps of a session.
+const _: () = assert!(IDENTIFICATION.len() + MAX_KEX_INIT_LEN <= sonde_tcp::MAX_SESSION_SEND);
+
 /// One connection's exchange: the reply's bytes so far, where reading them stands (each
 /// segment is read on from there), and whether our KEX init is out.
 #[derive(Debug)]

@@ -193,9 +193,12 @@ impl TlsApp {
     /// The most bytes a session of this app sends when the server follows the protocol (see
     /// [`full::FullTls::most_sent`]); the first-flight hello's length when there is no session.
     pub(crate) fn most_sent(&self) -> usize {
-        self.full
-            .as_ref()
-            .map_or(self.hello.bytes.len(), |full| full.most_sent())
+        self.full_most_sent().unwrap_or(self.hello.bytes.len())
+    }
+
+    /// As [`TlsApp::most_sent`], `None` on the first-flight path (no session).
+    pub(crate) fn full_most_sent(&self) -> Option<usize> {
+        self.full.as_ref().map(|full| full.most_sent())
     }
 
     fn build(options: &AppOptions, http: Option<HttpApp>) -> Result<TlsApp, String> {

@@ -11,7 +11,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ServerConfig, ServerConnection, SupportedProtocolVersion};
 
 use super::*;
-use crate::{AnyApp, AppKind};
+use crate::{AnyApp, AppKind, MAX_SESSION_SEND};
 
 const LEAF_PEM: &[u8] = include_bytes!("../../testdata/session_leaf.pem");
 const CA_PEM: &[u8] = include_bytes!("../../testdata/session_ca.pem");
@@ -58,6 +58,8 @@ struct Talk {
     raw: Vec<u8>,
     session: Box<dyn Session>,
     request: Vec<u8>,
+    /// Every byte the session sent.
+    sent: usize,
 }
 
 /// Runs the session against `server` until it says the exchange is complete, handing it the
@@ -80,6 +82,7 @@ fn talk_from(
     let mut session = app.open_named(addr, 443, name, &mut to_server).unwrap();
     let (mut raw, mut request) = (Vec::new(), Vec::new());
     let mut lead = Some(lead);
+    let mut sent = to_server.len();
     let mut answered = false;
     for _ in 0..50 {
         let mut incoming = &to_server[..];
@@ -112,11 +115,15 @@ fn talk_from(
         }
         for piece in out.chunks(segment) {
             raw.extend_from_slice(piece);
-            if session.on_received(piece, &mut to_server) {
+            let before = to_server.len();
+            let complete = session.on_received(piece, &mut to_server);
+            sent += to_server.len() - before;
+            if complete {
                 return Talk {
                     raw,
                     session,
                     request,
+                    sent,
                 };
             }
         }
@@ -458,4 +465,123 @@ fn both_hellos_offer_dhe_and_cbc_sha256_suites() {
         assert!(rustls.contains(&suite), "rustls's hello lacks {suite:#06x}");
         assert!(first_flight.contains(&suite), "the first-flight hello lacks {suite:#06x}");
     }
+}
+
+/// The most a session sends, as the app computes it, holds against the longest exchange a
+/// server that follows the protocol makes: the longest SNI name and Host, a HelloRetryRequest
+/// for P-384 (only group of the server), a CertificateRequest (an empty Certificate back).
+#[test]
+fn the_most_a_session_sends_covers_the_longest_exchange() {
+    let name = ["a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61)].join(".");
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(LEAF_PEM)
+        .chain(CertificateDer::pem_slice_iter(CA_PEM))
+        .map(Result::unwrap)
+        .collect();
+    let key = PrivateKeyDer::from_pem_slice(LEAF_KEY).unwrap();
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider.kx_groups = vec![rustls::crypto::ring::kx_group::SECP384R1];
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(chain[1].clone()).unwrap();
+    let client_auth = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots))
+        .allow_unauthenticated()
+        .build()
+        .unwrap();
+    let config = ServerConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_client_cert_verifier(client_auth)
+        .with_single_cert(chain, key)
+        .unwrap();
+    let app = AnyApp::build(AppKind::Https, &options(None, true)).unwrap();
+    let most = app.most_sent_by_session().unwrap();
+    assert!(most <= MAX_SESSION_SEND);
+    let server = ServerConnection::new(Arc::new(config)).unwrap();
+    let talk = talk_from(&app, server, 1460, Some(&name), &[], "198.18.0.7");
+    let row = describe(&app, &talk);
+    assert_eq!(get(&row, "http_status"), &Value::Int(200), "{row:?}");
+    assert_eq!(get(&row, "tls_kx_group"), &text("secp384r1"));
+    assert!(talk.sent <= most, "sent {} of at most {most}", talk.sent);
+    // The estimate is close: the request is the longest (the longest name), so the margin is
+    // what a port and the unused TLS 1.2 record overhead leave.
+    assert!(most - talk.sent < 64, "sent {} of at most {most}", talk.sent);
+}
+
+/// An https request that no session can send whole (the engine keeps 2,047 bytes of what a
+/// session sends) is refused when the app is built, in one line; one that fits is not.
+#[test]
+fn an_https_request_too_long_for_a_session_is_refused() {
+    let with_path = |len: usize| AppOptions {
+        http_path: format!("/{}", "a".repeat(len)),
+        ..AppOptions::default()
+    };
+    let err = AnyApp::build(AppKind::Https, &with_path(1600)).unwrap_err();
+    assert!(err.contains("https request") && err.contains("2047"), "{err}");
+    assert!(!err.contains('\n'));
+    let app = AnyApp::build(AppKind::Https, &with_path(300)).unwrap();
+    assert!(app.most_sent_by_session().unwrap() <= MAX_SESSION_SEND);
+    // Every app that talks in turns fits, STARTTLS included.
+    let options = AppOptions {
+        starttls: true,
+        payload: b"hello".to_vec(),
+        ..AppOptions::default()
+    };
+    for kind in AppKind::ALL {
+        let app = AnyApp::build(kind, &options).unwrap();
+        if let Some(most) = app.most_sent_by_session() {
+            assert!(most <= MAX_SESSION_SEND, "{kind}: {most}");
+        }
+    }
+}
+
+/// A server that asks for more than a session may send (here a HelloRetryRequest whose
+/// cookie the second ClientHello must echo) meets the session's budget: nothing past it is
+/// sent, the exchange ends, and the row says why.
+#[test]
+fn a_handshake_that_asks_for_more_than_the_budget_stops_and_says_so() {
+    let app = AnyApp::build(AppKind::Tls, &options(Some("sonde.test"), false)).unwrap();
+    let mut sent = Vec::new();
+    let addr = "198.18.0.7".parse().unwrap();
+    let mut session = app.open_named(addr, 443, None, &mut sent).unwrap();
+    let (_, record) = tls_parser::parse_tls_plaintext(&sent).unwrap();
+    let tls_parser::TlsMessage::Handshake(tls_parser::TlsMessageHandshake::ClientHello(hello)) =
+        &record.msg[0]
+    else {
+        panic!("not a ClientHello");
+    };
+    let session_id = hello.session_id.unwrap_or_default().to_vec();
+    // RFC 8446 §4.1.3: a HelloRetryRequest is a ServerHello with this random.
+    const RETRY_RANDOM: [u8; 32] = [
+        0xcf, 0x21, 0xad, 0x74, 0xe5, 0x9a, 0x61, 0x11, 0xbe, 0x1d, 0x8c, 0x02, 0x1e, 0x65,
+        0xb8, 0x91, 0xc2, 0xa2, 0x11, 0x16, 0x7a, 0xbb, 0x8c, 0x5e, 0x07, 0x9e, 0x09, 0xe2,
+        0xc8, 0xa8, 0x33, 0x9c,
+    ];
+    let cookie = vec![0x5a; 1800];
+    let mut body = vec![3, 3];
+    body.extend_from_slice(&RETRY_RANDOM);
+    body.push(session_id.len() as u8);
+    body.extend_from_slice(&session_id);
+    body.extend_from_slice(&[0x13, 0x01, 0]);
+    let mut extensions = vec![0, 0x2b, 0, 2, 3, 4, 0, 0x2c];
+    extensions.extend_from_slice(&((cookie.len() + 2) as u16).to_be_bytes());
+    extensions.extend_from_slice(&(cookie.len() as u16).to_be_bytes());
+    extensions.extend_from_slice(&cookie);
+    body.extend_from_slice(&(extensions.len() as u16).to_be_bytes());
+    body.extend_from_slice(&extensions);
+    let mut message = vec![2, 0];
+    message.extend_from_slice(&(body.len() as u16).to_be_bytes());
+    message.extend_from_slice(&body);
+    let mut flight = vec![22, 3, 3];
+    flight.extend_from_slice(&(message.len() as u16).to_be_bytes());
+    flight.extend_from_slice(&message);
+    let first_len = sent.len();
+    assert!(session.on_received(&flight, &mut sent), "the exchange ends");
+    assert_eq!(sent.len(), first_len, "nothing past the budget is sent");
+    let row: Vec<_> = {
+        let values = app.describe_session(&flight, Some(session.as_ref()));
+        app.fields().iter().map(|f| f.name).zip(values).collect()
+    };
+    let Value::Str(why) = get(&row, "tls_error") else {
+        panic!("no tls_error: {row:?}");
+    };
+    assert!(why.starts_with("session cut") && why.contains("2047"), "{why}");
 }
