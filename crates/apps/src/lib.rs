@@ -60,6 +60,25 @@ pub use tls::{TlsApp, TLS_FIELDS};
 /// refused when the app is built.
 pub const MAX_REQUEST_LEN: usize = 1400;
 
+/// The heap memory a `tls` or `https` session holds while it waits for the server, as a grab
+/// plans for it: rustls's client state (its handshake state and key share, the transcript, the
+/// buffer of a record received in part) and the session's own (the part of the first flight
+/// not yet read past). Measured with a counting allocator (`tests/session_memory.rs`, with the
+/// longest SNI name): about 4.3 KB (`tls`) and 4.9 KB (`https`) once opened, 8.9 and 9.6 KB
+/// halfway through a first flight whose chain is two certificates (1.3 KB); this leaves room
+/// for a chain of about 3 KB more, held twice while cut (rustls's record buffer, the session's
+/// part of the flight).
+pub const TLS_SESSION_BYTES: usize = 16 * 1024;
+
+/// The same for an `ssh` session: the part of the reply not yet read past (a preamble line or
+/// the packet being received; about 60 bytes once opened).
+pub const SSH_SESSION_BYTES: usize = 2 * 1024;
+
+/// The same for a line protocol's session (`smtp`, `imap`, `pop3`, `ftp`) before STARTTLS:
+/// the reply being read and what the row keeps (about 800 bytes once opened with
+/// `--starttls`, most of it the TLS app it may start).
+pub(crate) const LINE_SESSION_BYTES: usize = 2 * 1024;
+
 /// The application a grab runs (`-M`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AppKind {
@@ -320,6 +339,20 @@ impl AnyApp {
                 Some(app.most_sent())
             }
             AnyApp::Ssh(app) => Some(app.max_sent_len()),
+            AnyApp::Http(_) | AnyApp::Banner(_) | AnyApp::Payload(_) => None,
+        }
+    }
+
+    /// For an app that talks in turns: the most heap memory one of its sessions holds while
+    /// it waits for the server (see [`TLS_SESSION_BYTES`]), which a grab bounds the sessions
+    /// it keeps at once by; `None` for the apps that keep no state per connection.
+    pub fn session_bytes(&self) -> Option<usize> {
+        match self {
+            AnyApp::Tls(_) | AnyApp::Https(_) => Some(TLS_SESSION_BYTES),
+            AnyApp::Smtp(app) | AnyApp::Imap(app) | AnyApp::Pop3(app) | AnyApp::Ftp(app) => {
+                Some(app.session_bytes())
+            }
+            AnyApp::Ssh(_) => Some(SSH_SESSION_BYTES),
             AnyApp::Http(_) | AnyApp::Banner(_) | AnyApp::Payload(_) => None,
         }
     }

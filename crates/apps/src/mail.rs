@@ -234,6 +234,17 @@ impl LineApp {
         p.capability_command.len() + after
     }
 
+    /// The most heap memory a session holds while it waits: the line protocol's, and with
+    /// `--starttls` a TLS session's after it.
+    pub(crate) fn session_bytes(&self) -> usize {
+        let tls = if self.tls.is_some() {
+            crate::TLS_SESSION_BYTES
+        } else {
+            0
+        };
+        crate::LINE_SESSION_BYTES.saturating_add(tls)
+    }
+
     /// The protocol's name (`smtp`, `imap`, `pop3`, `ftp`).
     pub fn protocol(&self) -> &'static str {
         self.protocol.name

@@ -220,12 +220,18 @@ fn string(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
 /// KEXINIT offering curve25519, the KEX reply after it (IGNORE and DEBUG packets are passed
 /// over). Each byte of the preamble is searched once and each packet's header read once, however
 /// the reply is cut into calls.
-fn read_on<'a>(received: &'a [u8], mut reading: Reading, reply: &mut Reply<'a>) -> Reading {
+/// `received` starts `consumed` bytes into the reply (what a session has read past and let go).
+fn read_on<'a>(
+    received: &'a [u8],
+    consumed: usize,
+    mut reading: Reading,
+    reply: &mut Reply<'a>,
+) -> Reading {
     loop {
         reading = match reading {
             Reading::Identification { line, searched } => {
                 let Some(end) = find(received, searched, b'\n') else {
-                    if received.len() > MAX_PREAMBLE {
+                    if consumed + received.len() > MAX_PREAMBLE {
                         return Reading::Ended;
                     }
                     return Reading::Identification {
@@ -237,7 +243,7 @@ fn read_on<'a>(received: &'a [u8], mut reading: Reading, reply: &mut Reply<'a>) 
                 if text.starts_with(b"SSH-") {
                     reply.banner = Some(text.strip_suffix(b"\r").unwrap_or(text));
                     Reading::Kexinit { at: end + 1 }
-                } else if end + 1 > MAX_PREAMBLE {
+                } else if consumed + end + 1 > MAX_PREAMBLE {
                     Reading::Ended
                 } else {
                     Reading::Identification {
@@ -287,7 +293,7 @@ fn read(received: &[u8]) -> (Reply<'_>, Reading) {
         kexinit: None,
         host_key: None,
     };
-    let reading = read_on(received, Reading::START, &mut reply);
+    let reading = read_on(received, 0, Reading::START, &mut reply);
     (reply, reading)
 }
 
@@ -431,7 +437,9 @@ const _: () = assert!(IDENTIFICATION.len() + MAX_KEX_INIT_LEN <= sonde_tcp::MAX_
 /// segment is read on from there), and whether our KEX init is out.
 #[derive(Debug)]
 struct SshSession {
+    /// The reply from the first byte not yet read past (`consumed` bytes before it are).
     received: Vec<u8>,
+    consumed: usize,
     reading: Reading,
     kex_sent: bool,
 }
@@ -440,16 +448,43 @@ impl Default for SshSession {
     fn default() -> SshSession {
         SshSession {
             received: Vec::new(),
+            consumed: 0,
             reading: Reading::START,
             kex_sent: false,
         }
     }
 }
 
+impl SshSession {
+    /// Drops the bytes before where reading stands (a line or packet that starts there is
+    /// kept whole), so that the session holds the part of the reply not yet read past.
+    fn forget_what_is_read(&mut self) {
+        let start = match self.reading {
+            Reading::Identification { line, .. } => line,
+            Reading::Kexinit { at } | Reading::KexReply { at } => at,
+            Reading::Ended => return,
+        };
+        if start == 0 {
+            return;
+        }
+        self.received.drain(..start.min(self.received.len()));
+        self.consumed += start;
+        self.reading = match self.reading {
+            Reading::Identification { line, searched } => Reading::Identification {
+                line: line - start,
+                searched: searched - start,
+            },
+            Reading::Kexinit { .. } => Reading::Kexinit { at: 0 },
+            Reading::KexReply { .. } => Reading::KexReply { at: 0 },
+            Reading::Ended => Reading::Ended,
+        };
+    }
+}
+
 impl Session for SshSession {
     fn on_received(&mut self, new: &[u8], send: &mut Vec<u8>) -> bool {
         self.received.extend_from_slice(new);
-        if self.received.len() > MAX_REPLY {
+        if self.consumed + self.received.len() > MAX_REPLY {
             return true;
         }
         let mut passed = Reply {
@@ -457,7 +492,8 @@ impl Session for SshSession {
             kexinit: None,
             host_key: None,
         };
-        self.reading = read_on(&self.received, self.reading, &mut passed);
+        self.reading = read_on(&self.received, self.consumed, self.reading, &mut passed);
+        self.forget_what_is_read();
         match self.reading {
             Reading::Identification { .. } | Reading::Kexinit { .. } => false,
             Reading::Ended => true,

@@ -35,6 +35,7 @@ use sonde_tcp::{ReplyCursor, Session, MAX_SESSION_SEND};
 
 use super::flight;
 use crate::http::HttpApp;
+use crate::progress::Mark;
 use crate::TlsVersion;
 
 /// Legacy suites offered last so that old servers answer with their first flight (see the
@@ -335,8 +336,10 @@ pub(crate) struct TlsSession {
     /// is sent, and a chain is not checked against the address: a publicly trusted
     /// certificate names hosts, not the addresses they are reached at).
     pub sni: Option<ServerName<'static>>,
-    /// The server's bytes until the handshake is done (or for good once rustls failed): the
-    /// first flight is read from them when rustls cannot go on.
+    /// The server's bytes of its first flight not yet read past: from the last record
+    /// boundary with no handshake message open, until the flight is complete (then nothing).
+    /// Its completeness is read from them when rustls cannot go on (the row reads the flight
+    /// from the connection's bytes).
     handshake: Vec<u8>,
     /// The handshake is done.
     pub done: bool,
@@ -352,7 +355,8 @@ pub(crate) struct TlsSession {
     /// What the server sent inside the session.
     pub plaintext: Vec<u8>,
     cursor: ReplyCursor,
-    /// How far the clear first flight in `handshake` has been read, once rustls stopped.
+    /// How far the clear first flight in `handshake` has been read (its position relative to
+    /// the start of `handshake`).
     flight_cursor: ReplyCursor,
     /// The server's close_notify arrived.
     closed: bool,
@@ -467,20 +471,40 @@ impl TlsSession {
         true
     }
 
-    /// After rustls stopped: the first flight in the raw bytes is complete (read on from
-    /// where the last call stopped, so a flight fed in small segments is read once).
+    /// Reads the server's bytes `new` on into the first flight: whether it is complete (read
+    /// on from where the last call stopped, so a flight fed in small segments is read once).
+    /// Only what is not yet read past is kept: the bytes from the last boundary, and nothing
+    /// once the flight is complete.
+    fn read_flight(&mut self, new: &[u8]) -> bool {
+        let mark = Mark::load(self.flight_cursor);
+        if mark.phase == 1 {
+            return true;
+        }
+        self.handshake.extend_from_slice(new);
+        let complete = flight::is_complete_after(&self.handshake, &mut self.flight_cursor);
+        if complete {
+            self.handshake = Vec::new();
+            return true;
+        }
+        let mark = Mark::load(self.flight_cursor);
+        if mark.pos > 0 {
+            self.handshake.drain(..mark.pos.min(self.handshake.len()));
+            self.flight_cursor = Mark { pos: 0, ..mark }.store();
+        }
+        false
+    }
+
+    /// After rustls stopped: whether the first flight in the raw bytes is complete.
     fn first_flight_complete(&mut self) -> bool {
-        flight::is_complete_after(&self.handshake, &mut self.flight_cursor)
+        self.read_flight(&[])
     }
 }
 
 impl Session for TlsSession {
     fn on_received(&mut self, new: &[u8], send: &mut Vec<u8>) -> bool {
-        if !self.done {
-            self.handshake.extend_from_slice(new);
-        }
+        let flight_complete = !self.done && self.read_flight(new);
         if self.failure.is_some() {
-            return self.first_flight_complete();
+            return flight_complete;
         }
         let read = self.read(new);
         if let Some(suite) = self.legacy_suite() {
