@@ -141,6 +141,21 @@ impl AppKind {
         }
     }
 
+    /// The heap memory one session of this app holds while it waits for the server (with
+    /// `--starttls`: `starttls`), the figure a grab bounds the sessions it keeps at once by;
+    /// `None` for the apps that keep no state per connection.
+    pub fn session_bytes(self, starttls: bool) -> Option<usize> {
+        match self {
+            AppKind::Tls | AppKind::Https => Some(TLS_SESSION_BYTES),
+            AppKind::Smtp | AppKind::Imap | AppKind::Pop3 | AppKind::Ftp => {
+                let tls = if starttls { TLS_SESSION_BYTES } else { 0 };
+                Some(LINE_SESSION_BYTES + tls)
+            }
+            AppKind::Ssh => Some(SSH_SESSION_BYTES),
+            AppKind::Http | AppKind::Banner | AppKind::Payload => None,
+        }
+    }
+
     /// The output fields of this app, in the order [`AnyApp::describe`] gives their values.
     pub fn fields(self) -> &'static [Field] {
         match self {
@@ -260,6 +275,9 @@ pub struct AppOptions {
     /// `smtp`, `imap`, `pop3`, `ftp`: upgrade to TLS with STARTTLS (STLS, AUTH TLS) when the
     /// server offers it (`--starttls`).
     pub starttls: bool,
+    /// `tls`: this is `-M tls`'s second connection, with a TLS 1.2 hello, to servers that
+    /// answered the first with handshake_failure (rows say so in `tls_error`).
+    pub tls_retry: bool,
 }
 
 impl Default for AppOptions {
@@ -275,6 +293,7 @@ impl Default for AppOptions {
             tls_max: TlsVersion::default(),
             tls_root_cas: None,
             starttls: false,
+            tls_retry: false,
         }
     }
 }
@@ -347,14 +366,13 @@ impl AnyApp {
     /// it waits for the server (see [`TLS_SESSION_BYTES`]), which a grab bounds the sessions
     /// it keeps at once by; `None` for the apps that keep no state per connection.
     pub fn session_bytes(&self) -> Option<usize> {
-        match self {
-            AnyApp::Tls(_) | AnyApp::Https(_) => Some(TLS_SESSION_BYTES),
+        let starttls = match self {
             AnyApp::Smtp(app) | AnyApp::Imap(app) | AnyApp::Pop3(app) | AnyApp::Ftp(app) => {
-                Some(app.session_bytes())
+                app.upgrades()
             }
-            AnyApp::Ssh(_) => Some(SSH_SESSION_BYTES),
-            AnyApp::Http(_) | AnyApp::Banner(_) | AnyApp::Payload(_) => None,
-        }
+            _ => false,
+        };
+        self.kind().session_bytes(starttls)
     }
 
     pub fn kind(&self) -> AppKind {

@@ -234,15 +234,9 @@ impl LineApp {
         p.capability_command.len() + after
     }
 
-    /// The most heap memory a session holds while it waits: the line protocol's, and with
-    /// `--starttls` a TLS session's after it.
-    pub(crate) fn session_bytes(&self) -> usize {
-        let tls = if self.tls.is_some() {
-            crate::TLS_SESSION_BYTES
-        } else {
-            0
-        };
-        crate::LINE_SESSION_BYTES.saturating_add(tls)
+    /// Whether the session upgrades to TLS when offered (`--starttls`).
+    pub fn upgrades(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// The protocol's name (`smtp`, `imap`, `pop3`, `ftp`).

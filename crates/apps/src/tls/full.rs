@@ -394,8 +394,8 @@ impl std::fmt::Display for Stop {
             ),
             Stop::SendBudget(bytes) => write!(
                 f,
-                "session cut: the server's handshake asked for {bytes} bytes from sonde, more \
-                 than the {MAX_SESSION_SEND} a session sends"
+                "session cut: the server asked sonde to send {bytes} bytes in all, more than \
+                 the {MAX_SESSION_SEND} a session sends"
             ),
         }
     }

@@ -155,6 +155,8 @@ pub struct TlsApp {
     roots: Arc<rustls::RootCertStore>,
     /// Names per target: a target's name is its SNI (and Host).
     names: Option<Arc<TargetNames>>,
+    /// The second connection after a handshake_failure (`AppOptions::tls_retry`).
+    retry: bool,
 }
 
 impl TlsApp {
@@ -223,6 +225,7 @@ impl TlsApp {
             full,
             roots: Arc::new(roots),
             names: None,
+            retry: options.tls_retry,
         })
     }
 
@@ -349,11 +352,17 @@ impl TlsApp {
             (false, Ok(())) => values.extend([Value::Bool(true), Value::Null]),
             (false, Err(why)) => values.extend([Value::Bool(false), Value::Str(why)]),
         }
-        values.push(
-            session
-                .and_then(|s| s.failure.as_ref())
-                .map_or(Value::Null, |e| Value::Str(e.to_string())),
-        );
+        let why = session.and_then(|s| s.failure.as_ref()).map(|stop| {
+            let limit = if self.retry && chain.is_empty() {
+                RETRY_LIMIT
+            } else if hello.is_none() && stop.alert() == Some(HANDSHAKE_FAILURE) {
+                GROUPS_LIMIT
+            } else {
+                ""
+            };
+            Value::Str(format!("{stop}{limit}"))
+        });
+        values.push(why.unwrap_or(Value::Null));
     }
 
     /// Whether `chain` leads to one of the roots, and names `name` when it is given (the SNI
@@ -431,6 +440,18 @@ fn cut_to(mut text: String, max: usize) -> String {
     text.push(ellipsis);
     text
 }
+
+/// The handshake_failure alert's description.
+const HANDSHAKE_FAILURE: u8 = 40;
+
+/// What `tls_error` adds to a handshake_failure before any ServerHello: the limit it may be.
+const GROUPS_LIMIT: &str = " (nothing in common with the hello: a TLS 1.3 server of FFDHE or \
+     P-521 groups only answers so, as rustls has neither; -M tls tries it again with a TLS 1.2 hello)";
+
+/// What `tls_error` adds to a row of that second try that still has no certificate.
+const RETRY_LIMIT: &str = " (a TLS 1.2 hello, after a handshake_failure at TLS 1.3: a server of \
+     TLS 1.3 only whose groups are FFDHE or P-521 only shows sonde no certificate, as rustls has \
+     neither)";
 
 /// The SNI to send: `tls_sni`, else `http_host` when it is a name; never an IP address
 /// (RFC 6066 §3 does not allow them).
