@@ -83,7 +83,13 @@ fn per_session(app: &AnyApp, versions: Option<&[&'static SupportedProtocolVersio
 #[test]
 fn a_waiting_session_takes_no_more_than_its_app_says() {
     let _profiler = dhat::Profiler::builder().testing().build();
-    let longest = ["a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61)].join(".");
+    let longest = [
+        "a".repeat(63),
+        "b".repeat(63),
+        "c".repeat(63),
+        "d".repeat(61),
+    ]
+    .join(".");
     let options = AppOptions {
         tls_sni: Some(longest),
         starttls: true,
@@ -95,17 +101,30 @@ fn a_waiting_session_takes_no_more_than_its_app_says() {
     for kind in [AppKind::Tls, AppKind::Https] {
         let app = AnyApp::build(kind, &options).unwrap();
         let bound = app.session_bytes().unwrap();
-        for (state, versions) in [("opened", None), ("TLS 1.2 flight", Some(tls12)), ("TLS 1.3 flight", Some(tls13))] {
+        for (state, versions) in [
+            ("opened", None),
+            ("TLS 1.2 flight", Some(tls12)),
+            ("TLS 1.3 flight", Some(tls13)),
+        ] {
             let each = per_session(&app, versions);
-            let _ = writeln!(report, "{kind} {state}: {each} bytes per session (bound {bound})");
-            assert!(each > 0 && each <= bound, "{kind} {state}: {each} > {bound}");
+            let _ = writeln!(
+                report,
+                "{kind} {state}: {each} bytes per session (bound {bound})"
+            );
+            assert!(
+                each > 0 && each <= bound,
+                "{kind} {state}: {each} > {bound}"
+            );
         }
     }
     for kind in [AppKind::Smtp, AppKind::Ssh] {
         let app = AnyApp::build(kind, &options).unwrap();
         let bound = app.session_bytes().unwrap();
         let each = per_session(&app, None);
-        let _ = writeln!(report, "{kind} opened: {each} bytes per session (bound {bound})");
+        let _ = writeln!(
+            report,
+            "{kind} opened: {each} bytes per session (bound {bound})"
+        );
         assert!(each <= bound, "{kind}: {each} > {bound}");
     }
 }

@@ -263,7 +263,10 @@ impl App for HttpApp {
     }
 
     fn max_request_len(&self) -> usize {
-        let host = self.host.as_ref().map_or(MAX_ADDR_HOST_LEN, |h| h.len() + PORT_LEN);
+        let host = self
+            .host
+            .as_ref()
+            .map_or(MAX_ADDR_HOST_LEN, |h| h.len() + PORT_LEN);
         let host = host.max(self.names().map_or(0, |n| n.longest() + PORT_LEN));
         self.before_host.len() + host + self.after_host.len()
     }
@@ -334,7 +337,10 @@ impl HttpApp {
     /// 253 bytes, and a port): what an `https` session must have room for.
     pub(crate) fn longest_request(&self) -> usize {
         const LONGEST_NAME: usize = 253;
-        let host = self.host.as_ref().map_or(MAX_ADDR_HOST_LEN, |h| h.len() + PORT_LEN);
+        let host = self
+            .host
+            .as_ref()
+            .map_or(MAX_ADDR_HOST_LEN, |h| h.len() + PORT_LEN);
         let host = host.max(LONGEST_NAME + PORT_LEN);
         self.before_host.len() + host + self.after_host.len()
     }

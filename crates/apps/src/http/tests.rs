@@ -97,7 +97,10 @@ fn options_shape_the_request() {
     );
     // On another port the name carries it, as curl sends it; max_request_len has room.
     let on_65535 = request(&app, "198.18.0.7", 65535);
-    assert!(on_65535.contains("\r\nHost: www.sonde.test:65535\r\n"), "{on_65535}");
+    assert!(
+        on_65535.contains("\r\nHost: www.sonde.test:65535\r\n"),
+        "{on_65535}"
+    );
     assert_eq!(on_65535.len(), app.max_request_len());
     // A reply to HEAD has no body, whatever its Content-Length says.
     let head_of_page = &NGINX_LENGTH[..NGINX_LENGTH.len() - 177];
@@ -546,13 +549,30 @@ fn a_name_in_host_carries_a_port_other_than_the_default() {
         let sent = request(app, "198.18.0.7", port);
         sent.lines().nth(1).unwrap().to_string()
     };
-    assert_eq!(host_line(&named("www.sonde.test"), 4439), "Host: www.sonde.test:4439");
-    assert_eq!(host_line(&named("www.sonde.test"), 80), "Host: www.sonde.test");
-    assert_eq!(host_line(&named("www.sonde.test:81"), 4439), "Host: www.sonde.test:81");
-    assert_eq!(host_line(&named("[2001:2::7]"), 4439), "Host: [2001:2::7]:4439");
-    assert_eq!(host_line(&named("[2001:2::7]:81"), 4439), "Host: [2001:2::7]:81");
+    assert_eq!(
+        host_line(&named("www.sonde.test"), 4439),
+        "Host: www.sonde.test:4439"
+    );
+    assert_eq!(
+        host_line(&named("www.sonde.test"), 80),
+        "Host: www.sonde.test"
+    );
+    assert_eq!(
+        host_line(&named("www.sonde.test:81"), 4439),
+        "Host: www.sonde.test:81"
+    );
+    assert_eq!(
+        host_line(&named("[2001:2::7]"), 4439),
+        "Host: [2001:2::7]:4439"
+    );
+    assert_eq!(
+        host_line(&named("[2001:2::7]:81"), 4439),
+        "Host: [2001:2::7]:81"
+    );
     let app = named("www.sonde.test");
-    let https = |port, name| String::from_utf8(app.request_for("198.18.0.7".parse().unwrap(), port, name, 443)).unwrap();
+    let https = |port, name| {
+        String::from_utf8(app.request_for("198.18.0.7".parse().unwrap(), port, name, 443)).unwrap()
+    };
     assert!(https(4439, Some("a.sonde.test")).contains("\r\nHost: a.sonde.test:4439\r\n"));
     assert!(https(443, Some("a.sonde.test")).contains("\r\nHost: a.sonde.test\r\n"));
     assert!(https(4439, None).contains("\r\nHost: www.sonde.test:4439\r\n"));

@@ -88,7 +88,13 @@ pub(crate) struct FullTls {
 
 /// The longest DNS name SNI carries: 253 bytes, in labels of at most 63.
 fn longest_name() -> String {
-    ["a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61)].join(".")
+    [
+        "a".repeat(63),
+        "b".repeat(63),
+        "c".repeat(63),
+        "d".repeat(61),
+    ]
+    .join(".")
 }
 
 /// The length of the ClientHello a session of `config` sends for `name`.

@@ -48,7 +48,7 @@ pub static TLS_FIELDS: &[Field] = &[
     Field {
         name: "tls_alert",
         kind: FieldType::Str,
-        help: "alert the server sent instead (e.g. handshake_failure)",
+        help: "the fatal alert the server sent instead (e.g. handshake_failure), else a warning it sent and went on after (e.g. unrecognized_name)",
     },
     Field {
         name: "tls_cert_subject",

@@ -414,19 +414,24 @@ fn an_address_only_connection_checks_no_name() {
 #[test]
 fn a_chain_error_is_bounded() {
     let presented: Vec<String> = (0..1000).map(|i| format!("host-{i}.sonde.test")).collect();
-    let mismatch = rustls::Error::InvalidCertificate(
-        rustls::CertificateError::NotValidForNameContext {
+    let mismatch =
+        rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForNameContext {
             expected: ServerName::try_from("other.test").unwrap(),
             presented,
-        },
-    );
+        });
     let why = bounded_error(&mismatch);
     assert!(why.len() <= MAX_CHAIN_ERROR_LEN, "{}", why.len());
     assert!(why.contains("not valid for name \"other.test\""), "{why}");
-    assert!(why.contains("1000 names: host-0.sonde.test, host-1"), "{why}");
+    assert!(
+        why.contains("1000 names: host-0.sonde.test, host-1"),
+        "{why}"
+    );
     let long = rustls::Error::General("é".repeat(400));
     let why = bounded_error(&long);
-    assert!(why.len() <= MAX_CHAIN_ERROR_LEN && why.ends_with('…'), "{why}");
+    assert!(
+        why.len() <= MAX_CHAIN_ERROR_LEN && why.ends_with('…'),
+        "{why}"
+    );
     let few = rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForNameContext {
         expected: ServerName::try_from("other.test").unwrap(),
         presented: vec!["a.test".into()],
@@ -463,7 +468,10 @@ fn both_hellos_offer_dhe_and_cbc_sha256_suites() {
     let first_flight = offered(&buf[..len]);
     for suite in WANTED {
         assert!(rustls.contains(&suite), "rustls's hello lacks {suite:#06x}");
-        assert!(first_flight.contains(&suite), "the first-flight hello lacks {suite:#06x}");
+        assert!(
+            first_flight.contains(&suite),
+            "the first-flight hello lacks {suite:#06x}"
+        );
     }
 }
 
@@ -472,7 +480,13 @@ fn both_hellos_offer_dhe_and_cbc_sha256_suites() {
 /// for P-384 (only group of the server), a CertificateRequest (an empty Certificate back).
 #[test]
 fn the_most_a_session_sends_covers_the_longest_exchange() {
-    let name = ["a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61)].join(".");
+    let name = [
+        "a".repeat(63),
+        "b".repeat(63),
+        "c".repeat(63),
+        "d".repeat(61),
+    ]
+    .join(".");
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(LEAF_PEM)
         .chain(CertificateDer::pem_slice_iter(CA_PEM))
         .map(Result::unwrap)
@@ -503,7 +517,11 @@ fn the_most_a_session_sends_covers_the_longest_exchange() {
     assert!(talk.sent <= most, "sent {} of at most {most}", talk.sent);
     // The estimate is close: the request is the longest (the longest name), so the margin is
     // what a port and the unused TLS 1.2 record overhead leave.
-    assert!(most - talk.sent < 64, "sent {} of at most {most}", talk.sent);
+    assert!(
+        most - talk.sent < 64,
+        "sent {} of at most {most}",
+        talk.sent
+    );
 }
 
 /// An https request that no session can send whole (the engine keeps 2,047 bytes of what a
@@ -515,7 +533,10 @@ fn an_https_request_too_long_for_a_session_is_refused() {
         ..AppOptions::default()
     };
     let err = AnyApp::build(AppKind::Https, &with_path(1600)).unwrap_err();
-    assert!(err.contains("https request") && err.contains("2047"), "{err}");
+    assert!(
+        err.contains("https request") && err.contains("2047"),
+        "{err}"
+    );
     assert!(!err.contains('\n'));
     let app = AnyApp::build(AppKind::Https, &with_path(300)).unwrap();
     assert!(app.most_sent_by_session().unwrap() <= MAX_SESSION_SEND);
@@ -551,9 +572,9 @@ fn a_handshake_that_asks_for_more_than_the_budget_stops_and_says_so() {
     let session_id = hello.session_id.unwrap_or_default().to_vec();
     // RFC 8446 §4.1.3: a HelloRetryRequest is a ServerHello with this random.
     const RETRY_RANDOM: [u8; 32] = [
-        0xcf, 0x21, 0xad, 0x74, 0xe5, 0x9a, 0x61, 0x11, 0xbe, 0x1d, 0x8c, 0x02, 0x1e, 0x65,
-        0xb8, 0x91, 0xc2, 0xa2, 0x11, 0x16, 0x7a, 0xbb, 0x8c, 0x5e, 0x07, 0x9e, 0x09, 0xe2,
-        0xc8, 0xa8, 0x33, 0x9c,
+        0xcf, 0x21, 0xad, 0x74, 0xe5, 0x9a, 0x61, 0x11, 0xbe, 0x1d, 0x8c, 0x02, 0x1e, 0x65, 0xb8,
+        0x91, 0xc2, 0xa2, 0x11, 0x16, 0x7a, 0xbb, 0x8c, 0x5e, 0x07, 0x9e, 0x09, 0xe2, 0xc8, 0xa8,
+        0x33, 0x9c,
     ];
     let cookie = vec![0x5a; 1800];
     let mut body = vec![3, 3];
@@ -583,5 +604,8 @@ fn a_handshake_that_asks_for_more_than_the_budget_stops_and_says_so() {
     let Value::Str(why) = get(&row, "tls_error") else {
         panic!("no tls_error: {row:?}");
     };
-    assert!(why.starts_with("session cut") && why.contains("2047"), "{why}");
+    assert!(
+        why.starts_with("session cut") && why.contains("2047"),
+        "{why}"
+    );
 }

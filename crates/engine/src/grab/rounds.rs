@@ -54,7 +54,10 @@ impl Refused {
             .into_iter()
             .partition::<Vec<_>, _>(|held| held.2 == retry);
         *held = kept;
-        taken.into_iter().map(|(addr, port, _)| (addr, port)).collect()
+        taken
+            .into_iter()
+            .map(|(addr, port, _)| (addr, port))
+            .collect()
     }
 }
 
