@@ -179,10 +179,10 @@ impl TlsApp {
             if most > MAX_SESSION_SEND {
                 let room = MAX_SESSION_SEND.saturating_sub(full.most_sent_by_handshake());
                 return Err(format!(
-                    "the https request can take {} bytes, and with the TLS handshake's (up to {} \
-                     with the longest server name) a session would send {most}, more than the \
-                     {MAX_SESSION_SEND} it may: shorten --http-path or the headers to fit {} \
-                     bytes in all",
+                    "the https request takes up to {} bytes (with the longest Host), and with the \
+                     TLS handshake's {} (the longest server name, a HelloRetryRequest) a session \
+                     would send {most}, more than the {MAX_SESSION_SEND} sonde keeps of one: \
+                     shorten --http-path or the headers so that the request fits in {} bytes",
                     most - full.most_sent_by_handshake() - full::RECORD_OVERHEAD,
                     full.most_sent_by_handshake(),
                     room.saturating_sub(full::RECORD_OVERHEAD)
