@@ -328,14 +328,7 @@ impl AnyApp {
             AppKind::Pop3 => AnyApp::Pop3(LineApp::new(&mail::POP3, options)?),
             AppKind::Ftp => AnyApp::Ftp(LineApp::new(&mail::FTP, options)?),
         };
-        if let Some(most) = app.most_sent_by_session() {
-            if most > MAX_SESSION_SEND {
-                return Err(format!(
-                    "a {kind} session would send up to {most} bytes, more than the \
-                     {MAX_SESSION_SEND} sonde keeps of one: shorten the request"
-                ));
-            }
-        }
+        app.check_sessions()?;
         let len = app.max_request_len();
         if len > MAX_REQUEST_LEN {
             return Err(format!(
@@ -346,11 +339,29 @@ impl AnyApp {
         Ok(app)
     }
 
+    /// Whether every session of this app fits what the engine keeps of one
+    /// ([`MAX_SESSION_SEND`]), with the longest server name and request a target may have: else
+    /// why not, in one line. [`AnyApp::build`] checks it, and a run with names per target
+    /// checks it again after [`AnyApp::with_names`] (a name is the SNI and the Host).
+    pub fn check_sessions(&self) -> Result<(), String> {
+        match self {
+            AnyApp::Tls(app) | AnyApp::Https(app) => app.check_sessions(),
+            _ => match self.most_sent_by_session() {
+                Some(most) if most > MAX_SESSION_SEND => Err(format!(
+                    "a {} session would send up to {most} bytes, more than the \
+                     {MAX_SESSION_SEND} sonde keeps of one",
+                    self.kind()
+                )),
+                _ => Ok(()),
+            },
+        }
+    }
+
     /// For an app that talks in turns: the most bytes one of its sessions sends when the
-    /// server follows the protocol (the worst case: the longest server name, a
-    /// HelloRetryRequest), which [`AnyApp::build`] holds to [`MAX_SESSION_SEND`]. A server
-    /// that asks for more meets the session's own budget: its handshake stops there, and the
-    /// row's `tls_error` says so.
+    /// server follows the protocol (the longest server name and request, no
+    /// HelloRetryRequest), which [`AnyApp::check_sessions`] holds to [`MAX_SESSION_SEND`]. A
+    /// server that asks for more meets the session's own budget: its handshake stops there,
+    /// and the row's `tls_error` says so.
     pub fn most_sent_by_session(&self) -> Option<usize> {
         match self {
             AnyApp::Tls(app) | AnyApp::Https(app) => app.full_most_sent(),

@@ -162,6 +162,8 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
         Some(names) => app.with_names(Arc::new(names.round(0))),
         None => app,
     };
+    // A name is a session's SNI and Host: its sessions must still fit.
+    app.check_sessions().map_err(anyhow::Error::msg)?;
     if args.list_fields {
         for f in all_fields(&app) {
             crate::say(format!("{:<22} {}", f.name, f.help));

@@ -69,7 +69,7 @@ const HTTP_PORT: u16 = 80;
 const PORT_LEN: usize = ":65535".len();
 
 /// Longest text of a target address in the Host header: `[v6]:port`.
-const MAX_ADDR_HOST_LEN: usize = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535".len();
+pub(crate) const MAX_ADDR_HOST_LEN: usize = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535".len();
 
 /// The request, rendered once: `before_host` + host + `after_host`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -333,16 +333,14 @@ impl HttpApp {
         out
     }
 
-    /// The longest request of any target, whatever name `-I` gives it (a DNS name of at most
-    /// 253 bytes, and a port): what an `https` session must have room for.
-    pub(crate) fn longest_request(&self) -> usize {
-        const LONGEST_NAME: usize = 253;
-        let host = self
-            .host
-            .as_ref()
-            .map_or(MAX_ADDR_HOST_LEN, |h| h.len() + PORT_LEN);
-        let host = host.max(LONGEST_NAME + PORT_LEN);
+    /// The length of the request with a Host value of `host` bytes.
+    pub(crate) fn request_len_with_host(&self, host: usize) -> usize {
         self.before_host.len() + host + self.after_host.len()
+    }
+
+    /// The length of `--http-host`, when it fixes the Host header.
+    pub(crate) fn fixed_host_len(&self) -> Option<usize> {
+        self.host.as_ref().map(String::len)
     }
 
     /// Whether --http-host fixes the Host header.

@@ -82,9 +82,14 @@ pub(crate) struct FullTls {
     /// `https`: the HTTP app whose request goes inside the session and whose completeness
     /// check reads the plaintext.
     pub http: Option<HttpApp>,
-    /// The length of a ClientHello with the longest SNI name.
-    longest_hello: usize,
+    /// The length of the ClientHello without SNI, and with the longest SNI name (a hello
+    /// grows by a name's length, and by the extension's 9 bytes for the first).
+    hello_without_sni: usize,
+    hello_with_longest_sni: usize,
 }
+
+/// The longest DNS name SNI carries, in bytes.
+pub(crate) const LONGEST_NAME: usize = 253;
 
 /// The longest DNS name SNI carries: 253 bytes, in labels of at most 63.
 fn longest_name() -> String {
@@ -97,7 +102,7 @@ fn longest_name() -> String {
     .join(".")
 }
 
-/// The length of the ClientHello a session of `config` sends for `name`.
+/// The length of the ClientHello a session of `config` sends for `name` (an address: no SNI).
 fn hello_len(config: &Arc<ClientConfig>, name: &str) -> Result<usize, String> {
     let name = ServerName::try_from(name.to_string())
         .map_err(|e| format!("internal error: TLS server name: {e}"))?;
@@ -110,11 +115,6 @@ fn hello_len(config: &Arc<ClientConfig>, name: &str) -> Result<usize, String> {
     }
     Ok(hello.len())
 }
-
-/// How much longer a second ClientHello is than the first, at most, after a HelloRetryRequest
-/// asks for another group's key share: P-384's 97-byte share (the longest ring makes) in place
-/// of X25519's 32 bytes.
-const RETRY_SHARE_GROWTH: usize = 97 - 32;
 
 /// The client's last handshake flight, at most (TLS 1.3: TLS 1.2's is shorter): a
 /// ChangeCipherSpec record (6 bytes), an empty Certificate when the server asks for one (8
@@ -168,32 +168,37 @@ impl FullTls {
             })
             .transpose()?;
         let config = Arc::new(config);
-        let longest_hello = hello_len(&config, &longest_name())?;
+        let hello_without_sni = hello_len(&config, "198.18.0.1")?;
+        let hello_with_longest_sni = hello_len(&config, &longest_name())?;
         Ok(FullTls {
             config,
             server_name,
             http,
-            longest_hello,
+            hello_without_sni,
+            hello_with_longest_sni,
         })
     }
 
-    /// The most bytes a session sends when the server follows the protocol: its ClientHello
-    /// with the longest SNI name a target may have, a second one after a HelloRetryRequest
-    /// that asks for another group's key share, the client's last flight, and for `https`
-    /// the longest request in a record. A server that asks for more (a HelloRetryRequest's
-    /// long cookie, many key updates) meets the session's budget at run time.
-    pub fn most_sent(&self) -> usize {
-        let handshake = 2 * self.longest_hello + RETRY_SHARE_GROWTH + LAST_FLIGHT;
-        let request = self
-            .http
-            .as_ref()
-            .map_or(0, |http| http.longest_request() + RECORD_OVERHEAD);
-        handshake + request
+    /// The longest SNI name of the run-wide one and `names_longest` (a target's own), 0 for
+    /// none.
+    pub fn longest_sni(&self, names_longest: usize) -> usize {
+        let run_wide = match &self.server_name {
+            Some(ServerName::DnsName(name)) => name.as_ref().len(),
+            _ => 0,
+        };
+        run_wide.max(names_longest).min(LONGEST_NAME)
     }
 
-    /// The same without the request: what the handshake alone may take.
-    pub fn most_sent_by_handshake(&self) -> usize {
-        2 * self.longest_hello + RETRY_SHARE_GROWTH + LAST_FLIGHT
+    /// The most bytes the handshake sends with an SNI name of `sni` bytes (0: none) when the
+    /// server follows the protocol and sends no HelloRetryRequest: the ClientHello and the
+    /// client's last flight. (A HelloRetryRequest adds a second ClientHello; a session that
+    /// then has no room stops there and says so, as for key updates and the like.)
+    pub fn handshake_most(&self, sni: usize) -> usize {
+        let hello = match sni {
+            0 => self.hello_without_sni,
+            n => self.hello_with_longest_sni - (LONGEST_NAME - n.min(LONGEST_NAME)),
+        };
+        hello + LAST_FLIGHT
     }
 
     /// A session for a new connection to (`addr`, `port`), its ClientHello appended to `first`;

@@ -173,34 +173,67 @@ impl TlsApp {
                 options.tls_max
             ));
         }
-        let app = TlsApp::build(options, Some(HttpApp::new(options)?))?;
-        if let Some(full) = &app.full {
-            let most = full.most_sent();
-            if most > MAX_SESSION_SEND {
-                let room = MAX_SESSION_SEND.saturating_sub(full.most_sent_by_handshake());
-                return Err(format!(
-                    "the https request takes up to {} bytes (with the longest Host), and with the \
-                     TLS handshake's {} (the longest server name, a HelloRetryRequest) a session \
-                     would send {most}, more than the {MAX_SESSION_SEND} sonde keeps of one: \
-                     shorten --http-path or the headers so that the request fits in {} bytes",
-                    most - full.most_sent_by_handshake() - full::RECORD_OVERHEAD,
-                    full.most_sent_by_handshake(),
-                    room.saturating_sub(full::RECORD_OVERHEAD)
-                ));
+        TlsApp::build(options, Some(HttpApp::new(options)?))
+    }
+
+    /// The longest SNI name a connection of this app sends (the run-wide one, a target's own),
+    /// 0 for none.
+    fn longest_sni(&self) -> usize {
+        let names = self.names().map_or(0, TargetNames::longest);
+        self.full.as_ref().map_or(0, |full| full.longest_sni(names))
+    }
+
+    /// `https`: the longest request of any target (its Host: `--http-host`, else a target's
+    /// name or the SNI or the address, with a port).
+    fn longest_request(&self) -> Option<usize> {
+        let http = self.full.as_ref()?.http.as_ref()?;
+        const PORT: usize = ":65535".len();
+        let host = match http.fixed_host_len() {
+            Some(len) => len + PORT,
+            None => {
+                let names = self.names().map_or(0, TargetNames::longest);
+                crate::http::MAX_ADDR_HOST_LEN.max(self.longest_sni().max(names) + PORT)
             }
-        }
-        Ok(app)
+        };
+        Some(http.request_len_with_host(host))
     }
 
     /// The most bytes a session of this app sends when the server follows the protocol (see
-    /// [`full::FullTls::most_sent`]); the first-flight hello's length when there is no session.
+    /// [`full::FullTls::handshake_most`]) with the longest SNI name and, for `https`, the
+    /// longest request in a record; `None` on the first-flight path (no session).
+    pub(crate) fn full_most_sent(&self) -> Option<usize> {
+        let handshake = self.full.as_ref()?.handshake_most(self.longest_sni());
+        let request = self
+            .longest_request()
+            .map_or(0, |len| len + full::RECORD_OVERHEAD);
+        Some(handshake + request)
+    }
+
+    /// As [`TlsApp::full_most_sent`], the first-flight hello's length when there is no session.
     pub(crate) fn most_sent(&self) -> usize {
         self.full_most_sent().unwrap_or(self.hello.bytes.len())
     }
 
-    /// As [`TlsApp::most_sent`], `None` on the first-flight path (no session).
-    pub(crate) fn full_most_sent(&self) -> Option<usize> {
-        self.full.as_ref().map(|full| full.most_sent())
+    /// Whether every session fits what the engine keeps of one ([`MAX_SESSION_SEND`]); else
+    /// why not, in one line.
+    pub(crate) fn check_sessions(&self) -> Result<(), String> {
+        let Some(most) = self.full_most_sent().filter(|&m| m > MAX_SESSION_SEND) else {
+            return Ok(());
+        };
+        let Some(request) = self.longest_request() else {
+            return Err(format!(
+                "a tls session would send up to {most} bytes, more than the {MAX_SESSION_SEND} \
+                 sonde keeps of one"
+            ));
+        };
+        let handshake = most - request - full::RECORD_OVERHEAD;
+        let room = MAX_SESSION_SEND - handshake - full::RECORD_OVERHEAD;
+        Err(format!(
+            "the https request takes up to {request} bytes (with the longest Host), and with \
+             the TLS handshake's {handshake} a session would send {most}, more than the \
+             {MAX_SESSION_SEND} sonde keeps of one: shorten --http-path or the headers (or the \
+             names) so that the request fits in {room} bytes"
+        ))
     }
 
     fn build(options: &AppOptions, http: Option<HttpApp>) -> Result<TlsApp, String> {

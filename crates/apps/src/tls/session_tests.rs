@@ -476,8 +476,10 @@ fn both_hellos_offer_dhe_and_cbc_sha256_suites() {
 }
 
 /// The most a session sends, as the app computes it, holds against the longest exchange a
-/// server that follows the protocol makes: the longest SNI name and Host, a HelloRetryRequest
-/// for P-384 (only group of the server), a CertificateRequest (an empty Certificate back).
+/// server that follows the protocol makes: the longest SNI name and Host (a target's name), a
+/// CertificateRequest (an empty Certificate back). A HelloRetryRequest (for P-384, the
+/// server's only group) adds a second ClientHello, past that figure but within what a session
+/// may send.
 #[test]
 fn the_most_a_session_sends_covers_the_longest_exchange() {
     let name = [
@@ -487,39 +489,66 @@ fn the_most_a_session_sends_covers_the_longest_exchange() {
         "d".repeat(61),
     ]
     .join(".");
+    let named = sonde_scan::targets::NamedTarget {
+        addr: "198.18.0.7".parse().unwrap(),
+        port: Some(443),
+        name: name.clone(),
+    };
+    let app = AnyApp::build(AppKind::Https, &options(None, true))
+        .unwrap()
+        .with_names(Arc::new(crate::TargetNames::new(&[named])));
+    let most = app.most_sent_by_session().unwrap();
+    assert!(most <= MAX_SESSION_SEND);
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(LEAF_PEM)
         .chain(CertificateDer::pem_slice_iter(CA_PEM))
         .map(Result::unwrap)
         .collect();
     let key = PrivateKeyDer::from_pem_slice(LEAF_KEY).unwrap();
-    let mut provider = rustls::crypto::ring::default_provider();
-    provider.kx_groups = vec![rustls::crypto::ring::kx_group::SECP384R1];
     let mut roots = rustls::RootCertStore::empty();
     roots.add(chain[1].clone()).unwrap();
-    let client_auth = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots))
-        .allow_unauthenticated()
-        .build()
-        .unwrap();
-    let config = ServerConfig::builder_with_provider(Arc::new(provider))
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_client_cert_verifier(client_auth)
-        .with_single_cert(chain, key)
-        .unwrap();
-    let app = AnyApp::build(AppKind::Https, &options(None, true)).unwrap();
-    let most = app.most_sent_by_session().unwrap();
-    assert!(most <= MAX_SESSION_SEND);
-    let server = ServerConnection::new(Arc::new(config)).unwrap();
-    let talk = talk_from(&app, server, 1460, Some(&name), &[], "198.18.0.7");
+    let server = |groups: Option<Vec<&'static dyn rustls::crypto::SupportedKxGroup>>| {
+        let mut provider = rustls::crypto::ring::default_provider();
+        if let Some(groups) = groups {
+            provider.kx_groups = groups;
+        }
+        let client_auth = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots.clone()))
+            .allow_unauthenticated()
+            .build()
+            .unwrap();
+        let config = ServerConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_client_cert_verifier(client_auth)
+            .with_single_cert(chain.clone(), key.clone_key())
+            .unwrap();
+        ServerConnection::new(Arc::new(config)).unwrap()
+    };
+    let talk = talk_from(&app, server(None), 1460, Some(&name), &[], "198.18.0.7");
     let row = describe(&app, &talk);
     assert_eq!(get(&row, "http_status"), &Value::Int(200), "{row:?}");
-    assert_eq!(get(&row, "tls_kx_group"), &text("secp384r1"));
     assert!(talk.sent <= most, "sent {} of at most {most}", talk.sent);
-    // The estimate is close: the request is the longest (the longest name), so the margin is
-    // what a port and the unused TLS 1.2 record overhead leave.
+    // The estimate is close: the name and Host are the longest, so the margin is what the
+    // port and the unused TLS 1.2 record overhead leave.
     assert!(
         most - talk.sent < 64,
         "sent {} of at most {most}",
+        talk.sent
+    );
+    let retried = vec![rustls::crypto::ring::kx_group::SECP384R1];
+    let talk = talk_from(
+        &app,
+        server(Some(retried)),
+        1460,
+        Some(&name),
+        &[],
+        "198.18.0.7",
+    );
+    let row = describe(&app, &talk);
+    assert_eq!(get(&row, "http_status"), &Value::Int(200), "{row:?}");
+    assert_eq!(get(&row, "tls_kx_group"), &text("secp384r1"));
+    assert!(
+        talk.sent > most && talk.sent <= MAX_SESSION_SEND,
+        "{}",
         talk.sent
     );
 }
@@ -538,8 +567,23 @@ fn an_https_request_too_long_for_a_session_is_refused() {
         "{err}"
     );
     assert!(!err.contains('\n'));
-    let app = AnyApp::build(AppKind::Https, &with_path(300)).unwrap();
+    // 1,200 bytes fit an address-only run, not one whose targets have the longest names.
+    let app = AnyApp::build(AppKind::Https, &with_path(1200)).unwrap();
     assert!(app.most_sent_by_session().unwrap() <= MAX_SESSION_SEND);
+    let named = sonde_scan::targets::NamedTarget {
+        addr: "198.18.0.7".parse().unwrap(),
+        port: None,
+        name: [
+            "a".repeat(63),
+            "b".repeat(63),
+            "c".repeat(63),
+            "d".repeat(61),
+        ]
+        .join("."),
+    };
+    let app = app.with_names(Arc::new(crate::TargetNames::new(&[named])));
+    let err = app.check_sessions().unwrap_err();
+    assert!(err.contains("https request"), "{err}");
     // Every app that talks in turns fits, STARTTLS included.
     let options = AppOptions {
         starttls: true,
