@@ -46,7 +46,7 @@ use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
 
 use sonde_scan::reply::{Field, Value};
-pub use sonde_tcp::{App, ReplyCursor, Session};
+pub use sonde_tcp::{App, ReplyCursor, Session, MAX_SESSION_SEND};
 
 pub use banner::{BannerApp, BANNER_FIELDS};
 pub use http::{HttpApp, HTTP_FIELDS};
@@ -59,6 +59,25 @@ pub use tls::{TlsApp, TLS_FIELDS};
 /// The engine sends a request as one segment of at most this many bytes; longer requests are
 /// refused when the app is built.
 pub const MAX_REQUEST_LEN: usize = 1400;
+
+/// The heap memory a `tls` or `https` session holds while it waits for the server, as a grab
+/// plans for it: rustls's client state (its handshake state and key share, the transcript, the
+/// buffer of a record received in part) and the session's own (the part of the first flight
+/// not yet read past). Measured with a counting allocator (`tests/session_memory.rs`, with the
+/// longest SNI name): about 4.3 KB (`tls`) and 4.9 KB (`https`) once opened, 8.9 and 9.6 KB
+/// halfway through a first flight whose chain is two certificates (1.3 KB); this leaves room
+/// for a chain of about 3 KB more, held twice while cut (rustls's record buffer, the session's
+/// part of the flight).
+pub const TLS_SESSION_BYTES: usize = 16 * 1024;
+
+/// The same for an `ssh` session: the part of the reply not yet read past (a preamble line or
+/// the packet being received; about 60 bytes once opened).
+pub const SSH_SESSION_BYTES: usize = 2 * 1024;
+
+/// The same for a line protocol's session (`smtp`, `imap`, `pop3`, `ftp`) before STARTTLS:
+/// the reply being read and what the row keeps (about 800 bytes once opened with
+/// `--starttls`, most of it the TLS app it may start).
+pub(crate) const LINE_SESSION_BYTES: usize = 2 * 1024;
 
 /// The application a grab runs (`-M`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -119,6 +138,21 @@ impl AppKind {
             AppKind::Imap => 143,
             AppKind::Pop3 => 110,
             AppKind::Ftp => 21,
+        }
+    }
+
+    /// The heap memory one session of this app holds while it waits for the server (with
+    /// `--starttls`: `starttls`), the figure a grab bounds the sessions it keeps at once by;
+    /// `None` for the apps that keep no state per connection.
+    pub fn session_bytes(self, starttls: bool) -> Option<usize> {
+        match self {
+            AppKind::Tls | AppKind::Https => Some(TLS_SESSION_BYTES),
+            AppKind::Smtp | AppKind::Imap | AppKind::Pop3 | AppKind::Ftp => {
+                let tls = if starttls { TLS_SESSION_BYTES } else { 0 };
+                Some(LINE_SESSION_BYTES + tls)
+            }
+            AppKind::Ssh => Some(SSH_SESSION_BYTES),
+            AppKind::Http | AppKind::Banner | AppKind::Payload => None,
         }
     }
 
@@ -241,6 +275,9 @@ pub struct AppOptions {
     /// `smtp`, `imap`, `pop3`, `ftp`: upgrade to TLS with STARTTLS (STLS, AUTH TLS) when the
     /// server offers it (`--starttls`).
     pub starttls: bool,
+    /// `tls`: this is `-M tls`'s second connection, with a TLS 1.2 hello, to servers that
+    /// answered the first with handshake_failure (rows say so in `tls_error`).
+    pub tls_retry: bool,
 }
 
 impl Default for AppOptions {
@@ -256,6 +293,7 @@ impl Default for AppOptions {
             tls_max: TlsVersion::default(),
             tls_root_cas: None,
             starttls: false,
+            tls_retry: false,
         }
     }
 }
@@ -290,6 +328,7 @@ impl AnyApp {
             AppKind::Pop3 => AnyApp::Pop3(LineApp::new(&mail::POP3, options)?),
             AppKind::Ftp => AnyApp::Ftp(LineApp::new(&mail::FTP, options)?),
         };
+        app.check_sessions()?;
         let len = app.max_request_len();
         if len > MAX_REQUEST_LEN {
             return Err(format!(
@@ -298,6 +337,53 @@ impl AnyApp {
             ));
         }
         Ok(app)
+    }
+
+    /// Whether every session of this app fits what the engine keeps of one
+    /// ([`MAX_SESSION_SEND`]), with the longest server name and request a target may have: else
+    /// why not, in one line. [`AnyApp::build`] checks it, and a run with names per target
+    /// checks it again after [`AnyApp::with_names`] (a name is the SNI and the Host).
+    pub fn check_sessions(&self) -> Result<(), String> {
+        match self {
+            AnyApp::Tls(app) | AnyApp::Https(app) => app.check_sessions(),
+            _ => match self.most_sent_by_session() {
+                Some(most) if most > MAX_SESSION_SEND => Err(format!(
+                    "a {} session would send up to {most} bytes, more than the \
+                     {MAX_SESSION_SEND} sonde keeps of one",
+                    self.kind()
+                )),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// For an app that talks in turns: the most bytes one of its sessions sends when the
+    /// server follows the protocol (the longest server name and request, no
+    /// HelloRetryRequest), which [`AnyApp::check_sessions`] holds to [`MAX_SESSION_SEND`]. A
+    /// server that asks for more meets the session's own budget: its handshake stops there,
+    /// and the row's `tls_error` says so.
+    pub fn most_sent_by_session(&self) -> Option<usize> {
+        match self {
+            AnyApp::Tls(app) | AnyApp::Https(app) => app.full_most_sent(),
+            AnyApp::Smtp(app) | AnyApp::Imap(app) | AnyApp::Pop3(app) | AnyApp::Ftp(app) => {
+                Some(app.most_sent())
+            }
+            AnyApp::Ssh(app) => Some(app.max_sent_len()),
+            AnyApp::Http(_) | AnyApp::Banner(_) | AnyApp::Payload(_) => None,
+        }
+    }
+
+    /// For an app that talks in turns: the most heap memory one of its sessions holds while
+    /// it waits for the server (see [`TLS_SESSION_BYTES`]), which a grab bounds the sessions
+    /// it keeps at once by; `None` for the apps that keep no state per connection.
+    pub fn session_bytes(&self) -> Option<usize> {
+        let starttls = match self {
+            AnyApp::Smtp(app) | AnyApp::Imap(app) | AnyApp::Pop3(app) | AnyApp::Ftp(app) => {
+                app.upgrades()
+            }
+            _ => false,
+        };
+        self.kind().session_bytes(starttls)
     }
 
     pub fn kind(&self) -> AppKind {

@@ -223,6 +223,22 @@ impl LineApp {
         })
     }
 
+    /// The most bytes a session sends: the capability command, and with `--starttls` the
+    /// upgrade command and the TLS session's most (or the goodbye without it).
+    pub(crate) fn most_sent(&self) -> usize {
+        let p = self.protocol;
+        let after = match &self.tls {
+            Some(tls) => (p.upgrade_command.len() + tls.most_sent()).max(p.quit.len()),
+            None => p.quit.len(),
+        };
+        p.capability_command.len() + after
+    }
+
+    /// Whether the session upgrades to TLS when offered (`--starttls`).
+    pub fn upgrades(&self) -> bool {
+        self.tls.is_some()
+    }
+
     /// The protocol's name (`smtp`, `imap`, `pop3`, `ftp`).
     pub fn protocol(&self) -> &'static str {
         self.protocol.name
@@ -295,6 +311,7 @@ impl App for LineApp {
             line: Vec::new(),
             reply: Vec::new(),
             received: 0,
+            sent: 0,
             banner: None,
             capabilities: None,
             starttls: None,
@@ -326,6 +343,9 @@ pub(crate) struct LineSession {
     reply: Vec<u8>,
     /// Bytes handed over so far (where the TLS records start).
     received: usize,
+    /// Bytes this session has sent before TLS: the TLS session may send the rest of
+    /// [`MAX_SESSION_SEND`].
+    sent: usize,
     banner: Option<Vec<u8>>,
     capabilities: Option<Vec<u8>>,
     starttls: Option<Vec<u8>>,
@@ -479,20 +499,27 @@ impl LineSession {
     /// Asks for TLS when `--starttls` and the server offers it, else says goodbye.
     fn upgrade_or_quit(&mut self, offered: bool, send: &mut Vec<u8>) -> Next {
         if self.tls_app.is_some() && offered {
-            send.extend_from_slice(self.protocol.upgrade_command);
+            self.say(self.protocol.upgrade_command, send);
             self.step = Step::Upgrade;
             Next::Read
         } else {
-            send.extend_from_slice(self.protocol.quit);
+            self.say(self.protocol.quit, send);
             Next::Stop
         }
+    }
+
+    /// Sends `command`, counting it.
+    fn say(&mut self, command: &[u8], send: &mut Vec<u8>) {
+        send.extend_from_slice(command);
+        self.sent += command.len();
     }
 
     /// The server's reply to the upgrade: on a positive one, the TLS session starts.
     fn start_tls(&mut self, positive: bool, send: &mut Vec<u8>) -> Next {
         let app = self.tls_app.as_ref().filter(|_| positive);
         let name = self.name.as_deref();
-        self.tls = app.and_then(|app| app.open_named(self.addr, self.port, name, send));
+        let budget = MAX_SESSION_SEND.saturating_sub(self.sent);
+        self.tls = app.and_then(|app| app.open_within(self.addr, self.port, name, send, budget));
         if self.tls.is_none() {
             return Next::Stop;
         }
@@ -511,7 +538,7 @@ impl LineSession {
                 if !starts_with_ignore_case(status, p.greeting_ok) {
                     return Next::Stop;
                 }
-                send.extend_from_slice(p.capability_command);
+                self.say(p.capability_command, send);
                 self.step = Step::Capabilities;
                 Next::Read
             }

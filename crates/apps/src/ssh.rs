@@ -14,6 +14,7 @@ use ring::rand::{SecureRandom, SystemRandom};
 use sonde_scan::reply::{Field, FieldType, Value};
 use sonde_tcp::{App, Session};
 
+use crate::progress::{find, looked_at};
 use crate::text::{lossy, sha256_hex};
 
 /// What sonde says it is.
@@ -140,15 +141,27 @@ pub static SSH_FIELDS: &[Field] = &[
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SshApp;
 
-/// How far a reply has got.
+/// Where reading a reply stands: a later call with more bytes goes on from here, so that a
+/// reply read segment by segment is read once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stage {
-    /// More bytes are needed before the KEXINIT is in.
-    Greeting,
-    /// The KEXINIT offers curve25519: our KEX init is due and its reply awaited.
-    KexReply,
+enum Reading {
+    /// Looking for the identification line, which would start at `line`; the bytes from it
+    /// to `searched` hold no line end.
+    Identification { line: usize, searched: usize },
+    /// The identification is in; the first packet (a KEXINIT) starts at `at`.
+    Kexinit { at: usize },
+    /// The KEXINIT offers curve25519: our KEX init is due and its reply awaited. The next
+    /// packet starts at `at` (IGNORE and DEBUG packets are passed over).
+    KexReply { at: usize },
     /// Nothing more to read: the KEX reply is in, or the server went another way.
     Ended,
+}
+
+impl Reading {
+    const START: Reading = Reading::Identification {
+        line: 0,
+        searched: 0,
+    };
 }
 
 /// What a reply says so far: every slice is a checked view into the reply's bytes.
@@ -159,7 +172,6 @@ struct Reply<'a> {
     kexinit: Option<&'a [u8]>,
     /// K_S of the KEX reply.
     host_key: Option<&'a [u8]>,
-    stage: Stage,
 }
 
 /// A binary packet (RFC 4253 §6) at the start of some bytes, unencrypted.
@@ -181,6 +193,7 @@ fn frame(bytes: &[u8]) -> Framed<'_> {
     let Some(header) = bytes.get(..5) else {
         return Framed::Incomplete;
     };
+    looked_at(header.len());
     let length = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
     let padding = usize::from(header[4]);
     if !(1 + 4..=MAX_PACKET).contains(&length) || padding + 1 >= length {
@@ -202,89 +215,91 @@ fn string(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((value, &bytes[4 + len..]))
 }
 
-/// The identification line (without its line end) and the bytes after it; `Err(true)` when
-/// more bytes are needed, `Err(false)` when this is not SSH.
-fn identification(received: &[u8]) -> Result<(&[u8], &[u8]), bool> {
-    let mut at = 0;
+/// Reads `received` on from `reading` until it needs more bytes or has ended, noting in
+/// `reply` what it passes: the identification, the first packet after it and, when that is a
+/// KEXINIT offering curve25519, the KEX reply after it (IGNORE and DEBUG packets are passed
+/// over). Each byte of the preamble is searched once and each packet's header read once, however
+/// the reply is cut into calls.
+/// `received` starts `consumed` bytes into the reply (what a session has read past and let go).
+fn read_on<'a>(
+    received: &'a [u8],
+    consumed: usize,
+    mut reading: Reading,
+    reply: &mut Reply<'a>,
+) -> Reading {
     loop {
-        let Some(end) = received[at..].iter().position(|&b| b == b'\n') else {
-            return Err(received.len() <= MAX_PREAMBLE);
+        reading = match reading {
+            Reading::Identification { line, searched } => {
+                let Some(end) = find(received, searched, b'\n') else {
+                    if consumed + received.len() > MAX_PREAMBLE {
+                        return Reading::Ended;
+                    }
+                    return Reading::Identification {
+                        line,
+                        searched: received.len(),
+                    };
+                };
+                let text = &received[line..end];
+                if text.starts_with(b"SSH-") {
+                    reply.banner = Some(text.strip_suffix(b"\r").unwrap_or(text));
+                    Reading::Kexinit { at: end + 1 }
+                } else if consumed + end + 1 > MAX_PREAMBLE {
+                    Reading::Ended
+                } else {
+                    Reading::Identification {
+                        line: end + 1,
+                        searched: end + 1,
+                    }
+                }
+            }
+            Reading::Kexinit { at } => match frame(&received[at..]) {
+                Framed::Incomplete => return reading,
+                Framed::Malformed => Reading::Ended,
+                Framed::Packet { payload, len } => {
+                    if payload.first() != Some(&SSH_MSG_KEXINIT) {
+                        return Reading::Ended;
+                    }
+                    reply.kexinit = Some(payload);
+                    if !name_lists(payload).is_some_and(|lists| offers_curve25519(lists[0])) {
+                        return Reading::Ended;
+                    }
+                    Reading::KexReply { at: at + len }
+                }
+            },
+            Reading::KexReply { at } => match frame(&received[at..]) {
+                Framed::Incomplete => return reading,
+                Framed::Malformed => Reading::Ended,
+                Framed::Packet { payload, len } => match payload.first() {
+                    Some(&SSH_MSG_IGNORE | &SSH_MSG_DEBUG) => Reading::KexReply { at: at + len },
+                    Some(&SSH_MSG_KEX_ECDH_REPLY) => {
+                        reply.host_key = string(&payload[1..])
+                            .map(|(key, _)| key)
+                            .filter(|key| host_key_type(key).is_some());
+                        Reading::Ended
+                    }
+                    // SSH_MSG_DISCONNECT (no algorithm in common) or anything else: no key.
+                    _ => Reading::Ended,
+                },
+            },
+            Reading::Ended => return reading,
         };
-        let line = &received[at..at + end];
-        at += end + 1;
-        if line.starts_with(b"SSH-") {
-            return Ok((line.strip_suffix(b"\r").unwrap_or(line), &received[at..]));
-        }
-        if at > MAX_PREAMBLE {
-            return Err(false);
-        }
     }
 }
 
-/// Reads the identification, the first packet after it and, when that is a KEXINIT offering
-/// curve25519, the KEX reply after it (IGNORE and DEBUG packets are passed over).
-fn read(received: &[u8]) -> Reply<'_> {
+/// What the whole of `received` says, and where reading it stopped.
+fn read(received: &[u8]) -> (Reply<'_>, Reading) {
     let mut reply = Reply {
         banner: None,
         kexinit: None,
         host_key: None,
-        stage: Stage::Ended,
     };
-    let rest = match identification(received) {
-        Ok((banner, rest)) => {
-            reply.banner = Some(banner);
-            rest
-        }
-        Err(more) => {
-            if more {
-                reply.stage = Stage::Greeting;
-            }
-            return reply;
-        }
-    };
-    let (payload, mut rest) = match frame(rest) {
-        Framed::Packet { payload, len } => (payload, &rest[len..]),
-        Framed::Incomplete => {
-            reply.stage = Stage::Greeting;
-            return reply;
-        }
-        Framed::Malformed => return reply,
-    };
-    if payload.first() != Some(&SSH_MSG_KEXINIT) {
-        return reply;
-    }
-    reply.kexinit = Some(payload);
-    if !name_lists(payload).is_some_and(|lists| offers_curve25519(lists[0])) {
-        return reply;
-    }
-    reply.stage = Stage::KexReply;
-    loop {
-        let payload = match frame(rest) {
-            Framed::Packet { payload, len } => {
-                rest = &rest[len..];
-                payload
-            }
-            Framed::Incomplete => return reply,
-            Framed::Malformed => break,
-        };
-        match payload.first() {
-            Some(&SSH_MSG_IGNORE | &SSH_MSG_DEBUG) => continue,
-            Some(&SSH_MSG_KEX_ECDH_REPLY) => {
-                reply.host_key = string(&payload[1..])
-                    .map(|(key, _)| key)
-                    .filter(|key| host_key_type(key).is_some());
-                break;
-            }
-            // SSH_MSG_DISCONNECT (no algorithm in common) or anything else: no key.
-            _ => break,
-        }
-    }
-    reply.stage = Stage::Ended;
-    reply
+    let reading = read_on(received, 0, Reading::START, &mut reply);
+    (reply, reading)
 }
 
 /// Whether the KEXINIT's kex list names a method of [`CURVE25519`].
 fn offers_curve25519(kex_list: &[u8]) -> bool {
+    looked_at(kex_list.len());
     kex_list
         .split(|&b| b == b',')
         .any(|name| CURVE25519.iter().any(|c| c.as_bytes() == name))
@@ -351,7 +366,7 @@ impl SshApp {
     /// Values of [`SSH_FIELDS`] for the reply `received` (read from the bytes alone: the
     /// session only decides what to send).
     pub fn describe_into(&self, received: &[u8], values: &mut Vec<Value>) {
-        let reply = read(received);
+        let (reply, _) = read(received);
         values.push(reply.banner.map_or(Value::Null, lossy));
         let lists = reply.kexinit.and_then(name_lists);
         // The languages lists are almost always empty: not fields.
@@ -387,7 +402,7 @@ impl App for SshApp {
     /// Bounded work per call: the identification is looked for in the first
     /// [`MAX_PREAMBLE`] bytes, and a packet is at most [`MAX_PACKET`].
     fn is_complete(&self, received: &[u8]) -> bool {
-        read(received).stage == Stage::Ended
+        read(received).1 == Reading::Ended
     }
 
     fn open_session(
@@ -415,26 +430,75 @@ const MAX_KEX_INIT_LEN: usize = {
     kexinit + init + 2 * (4 + 1 + 11)
 };
 
-/// One connection's exchange: the reply's bytes so far, and whether our KEX init is out. Each
-/// segment reads the reply again from its start: the identification is looked for in at most
-/// [`MAX_PREAMBLE`] bytes and each packet costs one header read, so that stays cheap.
-#[derive(Debug, Default)]
+// Everything an ssh session sends fits what the engine keeps of a session.
+const _: () = assert!(IDENTIFICATION.len() + MAX_KEX_INIT_LEN <= sonde_tcp::MAX_SESSION_SEND);
+
+/// One connection's exchange: the reply's bytes so far, where reading them stands (each
+/// segment is read on from there), and whether our KEX init is out.
+#[derive(Debug)]
 struct SshSession {
+    /// The reply from the first byte not yet read past (`consumed` bytes before it are).
     received: Vec<u8>,
+    consumed: usize,
+    reading: Reading,
     kex_sent: bool,
+}
+
+impl Default for SshSession {
+    fn default() -> SshSession {
+        SshSession {
+            received: Vec::new(),
+            consumed: 0,
+            reading: Reading::START,
+            kex_sent: false,
+        }
+    }
+}
+
+impl SshSession {
+    /// Drops the bytes before where reading stands (a line or packet that starts there is
+    /// kept whole), so that the session holds the part of the reply not yet read past.
+    fn forget_what_is_read(&mut self) {
+        let start = match self.reading {
+            Reading::Identification { line, .. } => line,
+            Reading::Kexinit { at } | Reading::KexReply { at } => at,
+            Reading::Ended => return,
+        };
+        if start == 0 {
+            return;
+        }
+        self.received.drain(..start.min(self.received.len()));
+        self.consumed += start;
+        self.reading = match self.reading {
+            Reading::Identification { line, searched } => Reading::Identification {
+                line: line - start,
+                searched: searched - start,
+            },
+            Reading::Kexinit { .. } => Reading::Kexinit { at: 0 },
+            Reading::KexReply { .. } => Reading::KexReply { at: 0 },
+            Reading::Ended => Reading::Ended,
+        };
+    }
 }
 
 impl Session for SshSession {
     fn on_received(&mut self, new: &[u8], send: &mut Vec<u8>) -> bool {
         self.received.extend_from_slice(new);
-        if self.received.len() > MAX_REPLY {
+        if self.consumed + self.received.len() > MAX_REPLY {
             return true;
         }
-        match read(&self.received).stage {
-            Stage::Greeting => false,
-            Stage::Ended => true,
-            Stage::KexReply if self.kex_sent => false,
-            Stage::KexReply => match kex_init_packets() {
+        let mut passed = Reply {
+            banner: None,
+            kexinit: None,
+            host_key: None,
+        };
+        self.reading = read_on(&self.received, self.consumed, self.reading, &mut passed);
+        self.forget_what_is_read();
+        match self.reading {
+            Reading::Identification { .. } | Reading::Kexinit { .. } => false,
+            Reading::Ended => true,
+            Reading::KexReply { .. } if self.kex_sent => false,
+            Reading::KexReply { .. } => match kex_init_packets() {
                 Some(packets) => {
                     send.extend_from_slice(&packets);
                     self.kex_sent = true;
@@ -723,5 +787,35 @@ mod tests {
                 converse(&[&framed], 1 + len % 13);
             }
         }
+    }
+
+    /// A reply fed one byte at a time is read on from where the last segment stopped: the
+    /// bytes examined stay within a small multiple of the reply (counted, not timed), even
+    /// with the longest preamble and many IGNORE packets before the KEX reply.
+    #[test]
+    fn a_reply_in_one_byte_segments_is_read_once() {
+        let mut flights = Vec::new();
+        let line = b"a line before the identification, as RFC 4253 allows\r\n";
+        for _ in 0..(MAX_PREAMBLE - 100) / line.len() {
+            flights.extend_from_slice(line);
+        }
+        flights.extend_from_slice(&greeting(OPENSSH_KEX));
+        let greeting_len = flights.len();
+        for _ in 0..500 {
+            flights.extend_from_slice(&packet(&[SSH_MSG_IGNORE, 0, 0, 0, 1, b'x']));
+        }
+        flights.extend_from_slice(&ecdh_reply(&unhex(HOST_KEY)));
+        let (first, second) = flights.split_at(greeting_len);
+        crate::progress::take_looked_at();
+        let (_, taken) = converse(&[first, second], 1);
+        let examined = crate::progress::take_looked_at();
+        assert_eq!(taken, flights.len());
+        // Each byte once, and per segment the header of the packet still cut.
+        let bound = 6 * flights.len() as u64;
+        assert!(
+            examined <= bound,
+            "{examined} bytes examined for a reply of {}",
+            flights.len()
+        );
     }
 }

@@ -9,6 +9,7 @@ use anyhow::{bail, Context};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use sonde_apps::{AnyApp, AppKind, AppOptions, TlsVersion};
+use sonde_engine::grab::rounds::Retry;
 use sonde_engine::grab::{all_fields, GrabPlan, GrabSummary};
 use sonde_engine::status::{human_seconds, per_second, to_stderr};
 use sonde_engine::stop::Stop;
@@ -115,6 +116,11 @@ pub struct GrabArgs {
     /// Connections open at once at most; new SYNs wait when the table is full.
     #[arg(long, default_value_t = 100_000)]
     max_outstanding: usize,
+    /// MiB that the sessions of tls, https, ssh, smtp, imap, pop3 and ftp may hold at once:
+    /// fewer connections are open at once than --max-outstanding when their sessions would
+    /// hold more (a TLS session is planned at 16 KiB: 32768 at once by default).
+    #[arg(long, default_value_t = 512)]
+    session_memory: usize,
     /// Extra SYNs to a target that has not answered (1 s, then 2 s, 4 s, …).
     #[arg(long, default_value_t = 2, value_parser = crate::runargs::number_from(0u8, 8))]
     syn_retries: u8,
@@ -156,6 +162,8 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
         Some(names) => app.with_names(Arc::new(names.round(0))),
         None => app,
     };
+    // A name is a session's SNI and Host: its sessions must still fit.
+    app.check_sessions().map_err(anyhow::Error::msg)?;
     if args.list_fields {
         for f in all_fields(&app) {
             crate::say(format!("{:<22} {}", f.name, f.help));
@@ -166,7 +174,8 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
     let fields = select(&app, args.fields.as_deref())?;
     runargs::check_input(&args.run, false)?;
     let place = Place::enter(&args.run)?;
-    let (plan, notes) = grab_plan(&args, &args.run, &place, app.clone(), fields.clone())?;
+    let ports = args.ports.as_deref();
+    let (plan, notes) = grab_plan(&args, &args.run, ports, &place, app.clone(), fields.clone())?;
     let mode = runargs::output_mode(
         &args.run,
         &plan.run,
@@ -193,25 +202,38 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
             let summary = run_plan(&args, plan, writer, &stop, &metrics)?;
             return finish(&args, &summary, metrics);
         }
-        // A TLS 1.0/1.1-only server refuses the full handshake's hello (protocol_version):
-        // its row waits, and a second connection with the first-flight hello alone reads it.
+        // A server that refuses the full handshake's hello has its row wait for a second
+        // connection with another hello: the first-flight hello alone for a TLS 1.0/1.1-only
+        // server (protocol_version), a TLS 1.2 hello for a TLS 1.3 server whose groups rustls
+        // lacks (handshake_failure before any ServerHello).
         let writer = names::SharedWriter::new(writer);
         let refused = names::Refused::default();
         let mut summary = run_plan(&args, plan, writer.holding_back(&refused), &stop, &metrics)?;
-        let targets = refused.take();
-        if !stop.is_set() && !targets.is_empty() {
-            let (round_args, _list) = names::target_file(&args.run, &targets, "legacy")?;
+        let retries: Vec<_> = [
+            (Retry::FirstFlight, TlsVersion::Tls11, "legacy"),
+            (Retry::Tls12, TlsVersion::Tls12, "tls12"),
+        ]
+        .into_iter()
+        .map(|(retry, tls_max, label)| (refused.take(retry), retry, tls_max, label))
+        .filter(|(targets, ..)| !targets.is_empty() && !stop.is_set())
+        .collect();
+        if retries.is_empty() {
+            writer.round(1, true).finish()?;
+        }
+        for (i, (targets, retry, tls_max, label)) in retries.iter().enumerate() {
+            let (round_args, _list) = names::target_file(&args.run, targets, label)?;
             let options = AppOptions {
-                tls_max: TlsVersion::Tls11,
+                tls_max: *tls_max,
+                tls_retry: *retry == Retry::Tls12,
                 ..app_options(&args)?
             };
-            let legacy = AnyApp::build(AppKind::Tls, &options).map_err(anyhow::Error::msg)?;
-            let (plan, _) = grab_plan(&args, &round_args, &place, legacy, fields.clone())?;
+            let again = AnyApp::build(AppKind::Tls, &options).map_err(anyhow::Error::msg)?;
+            // The held-back targets' own ports only (the file's address:port lines), not -p.
+            let (plan, _) = grab_plan(&args, &round_args, None, &place, again, fields.clone())?;
             // Round 0 of the writer: its rows carry no name, and none is held back.
-            let last = run_plan(&args, plan, writer.round(0, true), &stop, &metrics)?;
-            summary.add_round(&last);
-        } else {
-            writer.round(1, true).finish()?;
+            let last = i + 1 == retries.len();
+            let round = run_plan(&args, plan, writer.round(0, last), &stop, &metrics)?;
+            summary.add_round(&round);
         }
         return finish(&args, &summary, metrics);
     };
@@ -226,7 +248,7 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
         }
         let (round_args, _list) = names::round_targets(&args.run, &names, round)?;
         let app = app.clone().with_names(Arc::new(names.round(round)));
-        let (plan, _) = grab_plan(&args, &round_args, &place, app, fields.clone())?;
+        let (plan, _) = grab_plan(&args, &round_args, ports, &place, app, fields.clone())?;
         let last = run_plan(
             &args,
             plan,
@@ -264,17 +286,19 @@ fn run_plan(
 }
 
 /// The plan of a grab of the targets `run_args` names (the command line's, or one round's of
-/// several names per target), with `app`.
+/// several names per target, or a retry's) over `ports` (`-p`; `None`: the input's), with
+/// `app`.
 fn grab_plan(
     args: &GrabArgs,
     run_args: &RunArgs,
+    ports: Option<&str>,
     place: &Place,
     app: AnyApp,
     fields: Vec<&'static Field>,
 ) -> anyhow::Result<(GrabPlan<AnyApp>, Vec<String>)> {
-    let ports = runargs::Ports::Given(args.ports.as_deref(), args.app.default_port());
+    let ports = runargs::Ports::Given(ports, args.app.default_port());
     let resolved = runargs::resolve(run_args, place, ports, false)?;
-    let notes = resolved.notes.clone();
+    let mut notes = resolved.notes.clone();
     let v6 = resolved.space.ipv6_addresses() > 0;
     let arp_for = match args.backend {
         GrabBackend::Ring if resolved.host.source_is_local => bail!(
@@ -299,6 +323,17 @@ fn grab_plan(
     tcp.src_ip6 = run.src_ip6;
     tcp.ports = run.ports;
     tcp.max_outstanding = args.max_outstanding;
+    if let Some(sessions) = Sessions::of(args).filter(|s| s.at_once < args.max_outstanding) {
+        tcp.max_outstanding = sessions.at_once;
+        notes.push(format!(
+            "at most {} connections open at once, not --max-outstanding {}: their {} sessions take about {} KiB each, and --session-memory allows {} MiB",
+            sessions.at_once,
+            args.max_outstanding,
+            args.app,
+            sessions.bytes_each / 1024,
+            args.session_memory
+        ));
+    }
     tcp.max_bytes = args.max_bytes;
     tcp.request_in_ack = args.request_in_ack;
     tcp.close = args.close;
@@ -360,7 +395,43 @@ fn check_limits(args: &GrabArgs) -> anyhow::Result<()> {
     if args.max_bytes == 0 {
         bail!("--max-bytes 0 would keep nothing of any reply: give 1 or more");
     }
+    if args.session_memory == 0 && args.app.session_bytes(args.starttls).is_some() {
+        bail!(
+            "--session-memory 0 would hold no {} session: give 1 (MiB) or more",
+            args.app
+        );
+    }
     Ok(())
+}
+
+/// The sessions a grab keeps at once, for an app that talks in turns: what one holds while
+/// it waits, and how many `--session-memory` holds.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+struct Sessions {
+    bytes_each: usize,
+    at_once: usize,
+    budget_bytes: usize,
+}
+
+impl Sessions {
+    fn of(args: &GrabArgs) -> Option<Sessions> {
+        let bytes_each = args.app.session_bytes(args.starttls)?;
+        let budget_bytes = args.session_memory.saturating_mul(1024 * 1024);
+        Some(Sessions {
+            bytes_each,
+            at_once: (budget_bytes / bytes_each).clamp(1, args.max_outstanding),
+            budget_bytes,
+        })
+    }
+}
+
+/// The summary as `--summary-json` writes it: the engine's, and the sessions' bound.
+#[derive(serde::Serialize)]
+struct SummaryJson<'a> {
+    #[serde(flatten)]
+    summary: &'a GrabSummary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sessions: Option<Sessions>,
 }
 
 fn seconds_us(seconds: f64, flag: &str) -> anyhow::Result<u64> {
@@ -481,6 +552,15 @@ fn report(args: &GrabArgs, s: &GrabSummary) -> anyhow::Result<()> {
             s.cpu_us_per_conn,
             s.peak_outstanding
         ));
+        if let Some(sessions) = Sessions::of(args) {
+            to_stderr(format_args!(
+                "grab: at most {} {} sessions at once, about {} KiB each ({} MiB in all, --session-memory)",
+                sessions.at_once,
+                args.app,
+                sessions.bytes_each / 1024,
+                sessions.at_once * sessions.bytes_each / (1024 * 1024)
+            ));
+        }
     }
     if s.left_open > 0 {
         to_stderr(format_args!(
@@ -494,7 +574,11 @@ fn report(args: &GrabArgs, s: &GrabSummary) -> anyhow::Result<()> {
         ));
     }
     if let Some(path) = &args.run.summary_json {
-        crate::cmd::blast::write_json(path, s, IfExists::force(args.run.force))?;
+        let json = SummaryJson {
+            summary: s,
+            sessions: Sessions::of(args),
+        };
+        crate::cmd::blast::write_json(path, &json, IfExists::force(args.run.force))?;
     }
     Ok(())
 }

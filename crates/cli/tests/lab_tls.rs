@@ -379,3 +379,257 @@ fn a_tls_1_0_only_server_yields_its_certificate_by_a_second_connection() {
         assert_eq!(r["tls_cert_sha256"], want.as_str(), "{r}");
     }
 }
+
+/// `openssl s_client` in the lab's scanner namespace, to 198.18.0.1:`port` with SNI `sni`:
+/// the version, the cipher (IANA name) and the SHA-256 of the leaf it got, each if any. A
+/// try that gets no certificate is made again (at most three in all: `s_server` serves one
+/// connection at a time, and a loaded machine may keep it past the first try's time).
+fn s_client(lab: &Lab, port: u16, sni: &str) -> [Option<String>; 3] {
+    let mut got = s_client_once(lab, port, sni);
+    for _ in 0..2 {
+        if got[2].is_some() {
+            break;
+        }
+        got = s_client_once(lab, port, sni);
+    }
+    got
+}
+
+fn s_client_once(lab: &Lab, port: u16, sni: &str) -> [Option<String>; 3] {
+    let scanner = format!("sonde-{}-scan", lab.name);
+    let out = std::process::Command::new("ip")
+        .args([
+            "netns", "exec", &scanner, "timeout", "10", "openssl", "s_client",
+        ])
+        .args([
+            "-connect",
+            &format!("198.18.0.1:{port}"),
+            "-servername",
+            sni,
+        ])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let after = |key: &str| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(key).map(|v| v.trim().to_string()))
+            .filter(|v| !v.is_empty() && v != "(NONE)" && v != "0000")
+    };
+    let version = after("Protocol  :");
+    let cipher = after("Cipher    :").map(|name| {
+        let std = std::process::Command::new("openssl")
+            .args(["ciphers", "-stdname", &name])
+            .output()
+            .unwrap();
+        // Lines of "IANA-NAME - OPENSSL-NAME VERSION …" (TLS 1.3's suites listed too).
+        let std = String::from_utf8_lossy(&std.stdout).into_owned();
+        std.lines()
+            .map(|line| line.split_whitespace().collect::<Vec<_>>())
+            .find(|words| words.get(2) == Some(&name.as_str()))
+            .map_or(name.clone(), |words| words[0].to_string())
+    });
+    let pem = text.find("-----BEGIN CERTIFICATE-----").and_then(|start| {
+        let end = text[start..].find("-----END CERTIFICATE-----")?;
+        Some(text[start..start + end + "-----END CERTIFICATE-----".len()].to_string())
+    });
+    let sha = pem.map(|pem| {
+        let mut x509 = std::process::Command::new("openssl")
+            .args(["x509", "-outform", "DER"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        x509.stdin
+            .take()
+            .unwrap()
+            .write_all(pem.as_bytes())
+            .unwrap();
+        sonde_lab::sha256_hex(&x509.wait_with_output().unwrap().stdout)
+    });
+    [version, cipher, sha]
+}
+
+/// A server in the lab's network namespace (all its addresses), ended when dropped.
+fn serve(lab: &Lab, command: &[&str]) -> OldServer {
+    let namespace = format!("sonde-{}-net", lab.name);
+    OldServer(
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &namespace])
+            .args(command)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// lighttpd's configuration: TLS 1.2 on `dhe_port` with DHE suites only, and on `cbc_port`
+/// with AES-CBC suites of SHA-256 MACs only.
+fn lighttpd_conf(lab: &Lab, cert: &str, key: &str, dhe_port: u16, cbc_port: u16) -> String {
+    let conf = lab.file("lighttpd.conf");
+    let tls = |ciphers: &str| {
+        format!(
+            "ssl.engine = \"enable\"\nssl.pemfile = \"{cert}\"\nssl.privkey = \"{key}\"\n\
+             ssl.openssl.ssl-conf-cmd = (\"MinProtocol\" => \"TLSv1.2\", \
+             \"MaxProtocol\" => \"TLSv1.2\", \"CipherString\" => \"{ciphers}\")\n"
+        )
+    };
+    let text = format!(
+        "server.document-root = \"{}\"\nserver.port = {dhe_port}\nserver.modules = (\"mod_openssl\")\n{}\
+         $SERVER[\"socket\"] == \":{cbc_port}\" {{\n{}}}\n",
+        lab.dir.display(),
+        tls("DHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-SHA256"),
+        tls("ECDHE-RSA-AES128-SHA256:AES256-SHA256"),
+    );
+    std::fs::write(&conf, text).unwrap();
+    conf
+}
+
+/// TLS as servers speak it, each row compared with `openssl s_client` from the same namespace:
+/// a warning alert before the ServerHello (unrecognized_name, `s_server -servername`), DHE
+/// suites only and AES-CBC-SHA256 suites only (lighttpd), FFDHE groups only (`s_server
+/// -groups ffdhe2048`: with TLS 1.2 allowed a TLS 1.2 hello gets the certificate; TLS 1.3 only
+/// is the limit the row names). And the bound on sessions at once (`--session-memory`), over
+/// the lab's nginx. One lab for all.
+#[test]
+fn servers_of_warnings_dhe_cbc_sha256_and_ffdhe_show_what_openssl_sees() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&[
+        "--population",
+        "198.18.0.0/25",
+        "--responsive",
+        "1",
+        "--http",
+        "--tcp-open",
+        "443",
+    ]);
+    let (key, cert, rsa_sha) = self_signed(&lab, "rsa", &["rsa:2048"]);
+    let (ec_key, ec_cert, _) = self_signed(
+        &lab,
+        "ec",
+        &["ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"],
+    );
+    let s_server = |port: &str, extra: &[&str]| {
+        let mut command = vec!["openssl", "s_server", "-quiet", "-accept", port];
+        command.extend_from_slice(&["-cert", &cert, "-key", &key]);
+        command.extend_from_slice(extra);
+        serve(&lab, &command)
+    };
+    let _warning = s_server(
+        "7001",
+        &[
+            "-tls1_2",
+            "-servername",
+            "good.sonde.test",
+            "-cert2",
+            &ec_cert,
+            "-key2",
+            &ec_key,
+        ],
+    );
+    let _ffdhe = s_server("7002", &["-groups", "ffdhe2048"]);
+    let _ffdhe13 = s_server("7003", &["-tls1_3", "-groups", "ffdhe2048"]);
+    let conf = lighttpd_conf(&lab, &cert, &key, 7004, 7005);
+    let _lighttpd = serve(&lab, &["lighttpd", "-D", "-f", &conf]);
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+
+    let out_file = lab.file("servers.ndjson");
+    let out = grab(
+        &lab,
+        &[
+            "198.18.0.1",
+            "-p",
+            "7001-7005",
+            "-M",
+            "tls",
+            "--tls-sni",
+            "bad.sonde.test",
+            "-o",
+            &out_file,
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows = rows(&out_file);
+    assert_eq!(rows.len(), 5, "one row per port: {rows:?}");
+    let row = |port: u16| rows.iter().find(|r| r["dport"] == port).unwrap();
+    let sees = |port| s_client(&lab, port, "bad.sonde.test");
+    let str_of = |v: &serde_json::Value| v.as_str().map(str::to_string);
+
+    // Each server whose certificate openssl gets: the same certificate, version and cipher.
+    for port in [7001, 7004, 7005] {
+        let r = row(port);
+        let [version, cipher, sha] = sees(port);
+        assert_eq!(sha.as_deref(), Some(rsa_sha.as_str()), "{port}: openssl");
+        assert_eq!(str_of(&r["tls_cert_sha256"]), sha, "{port}: {r}");
+        assert_eq!(str_of(&r["tls_version"]), version, "{port}: {r}");
+        assert_eq!(str_of(&r["tls_cipher"]), cipher, "{port}: {r}");
+        assert!(r["tls_ja3s"].is_string(), "{port}: {r}");
+    }
+    // The warning did not stop the full handshake, and is named.
+    assert_eq!(row(7001)["tls_path"], "rustls");
+    assert_eq!(row(7001)["tls_alert"], "unrecognized_name");
+    assert!(row(7004)["tls_cipher"]
+        .as_str()
+        .is_some_and(|c| c.starts_with("TLS_DHE_RSA_")));
+    assert!(row(7005)["tls_cipher"]
+        .as_str()
+        .is_some_and(|c| c.ends_with("_CBC_SHA256")));
+    // FFDHE only, TLS 1.2 allowed: the TLS 1.2 hello of the second connection gets the
+    // certificate openssl gets (over TLS 1.3 with FFDHE).
+    let [_, _, sha] = sees(7002);
+    assert_eq!(str_of(&row(7002)["tls_cert_sha256"]), sha, "{}", row(7002));
+    assert_eq!(row(7002)["tls_version"], "TLSv1.2", "{}", row(7002));
+    // TLS 1.3 with FFDHE only: openssl gets a certificate, sonde cannot, and says why.
+    let [version, _, sha] = sees(7003);
+    assert_eq!((version.as_deref(), sha.is_some()), (Some("TLSv1.3"), true));
+    let r = row(7003);
+    assert_eq!(r["tls_cert_sha256"], serde_json::Value::Null, "{r}");
+    assert!(
+        r["tls_error"].as_str().is_some_and(|e| e.contains("FFDHE")),
+        "{r}"
+    );
+
+    // Sessions at once: 1 MiB of 16 KiB sessions is 64, under 128 live hosts.
+    let out_file = lab.file("bounded.ndjson");
+    let summary = lab.file("bounded.json");
+    let out = sonde(&[
+        "grab",
+        "--lab",
+        &lab.name,
+        "-r",
+        "0",
+        "198.18.0.0/25",
+        "-p",
+        "443",
+        "-M",
+        "tls",
+        "--session-memory",
+        "1",
+        "-o",
+        &out_file,
+        "--summary-json",
+        &summary,
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("at most 64 connections open at once"), "{err}");
+    assert!(
+        err.contains("at most 64 tls sessions at once, about 16 KiB each"),
+        "{err}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    assert_eq!(summary["sessions"]["at_once"], 64, "{summary}");
+    assert_eq!(summary["sessions"]["bytes_each"], 16384, "{summary}");
+    let peak = summary["peak_outstanding"].as_u64().unwrap();
+    assert!(peak > 0 && peak <= 64, "{summary}");
+    let bounded = self::rows(&out_file);
+    assert_eq!(bounded.len(), 128);
+    assert!(bounded.iter().all(|r| r["tls_cert_sha256"].is_string()));
+}

@@ -62,8 +62,14 @@ pub static HTTP_FIELDS: &[Field] = &[
     },
 ];
 
+/// The port `http` leaves out of the Host header.
+const HTTP_PORT: u16 = 80;
+
+/// Longest `:port` after a name in the Host header.
+const PORT_LEN: usize = ":65535".len();
+
 /// Longest text of a target address in the Host header: `[v6]:port`.
-const MAX_ADDR_HOST_LEN: usize = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535".len();
+pub(crate) const MAX_ADDR_HOST_LEN: usize = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535".len();
 
 /// The request, rendered once: `before_host` + host + `after_host`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -244,7 +250,7 @@ impl App for HttpApp {
         let name = self.names().and_then(|names| names.name_of(addr, port));
         let written = out.write_all(&self.before_host).is_ok()
             && match name.or(self.host.as_deref()) {
-                Some(host) => out.write_all(host.as_bytes()).is_ok(),
+                Some(host) => write_name_host(&mut out, host, port, HTTP_PORT).is_ok(),
                 None => write_addr_host(&mut out, addr, port).is_ok(),
             }
             && out.write_all(&self.after_host).is_ok();
@@ -257,8 +263,11 @@ impl App for HttpApp {
     }
 
     fn max_request_len(&self) -> usize {
-        let host = self.host.as_ref().map_or(MAX_ADDR_HOST_LEN, String::len);
-        let host = host.max(self.names().map_or(0, TargetNames::longest));
+        let host = self
+            .host
+            .as_ref()
+            .map_or(MAX_ADDR_HOST_LEN, |h| h.len() + PORT_LEN);
+        let host = host.max(self.names().map_or(0, |n| n.longest() + PORT_LEN));
         self.before_host.len() + host + self.after_host.len()
     }
 
@@ -301,7 +310,15 @@ impl HttpApp {
     ) -> Vec<u8> {
         let mut out = self.before_host.clone();
         match name.or(self.host.as_deref()) {
-            Some(host) => out.extend_from_slice(host.as_bytes()),
+            Some(host) => {
+                let mut buf = [0u8; PORT_LEN];
+                let mut rest: &mut [u8] = &mut buf;
+                out.extend_from_slice(host.as_bytes());
+                if write_port_of_name(&mut rest, host, port, default_port).is_ok() {
+                    let len = PORT_LEN - rest.len();
+                    out.extend_from_slice(&buf[..len]);
+                }
+            }
             None => {
                 let shown_port = if port == default_port { 80 } else { port };
                 let mut buf = [0u8; MAX_ADDR_HOST_LEN];
@@ -314,6 +331,16 @@ impl HttpApp {
         }
         out.extend_from_slice(&self.after_host);
         out
+    }
+
+    /// The length of the request with a Host value of `host` bytes.
+    pub(crate) fn request_len_with_host(&self, host: usize) -> usize {
+        self.before_host.len() + host + self.after_host.len()
+    }
+
+    /// The length of `--http-host`, when it fixes the Host header.
+    pub(crate) fn fixed_host_len(&self) -> Option<usize> {
+        self.host.as_ref().map(String::len)
     }
 
     /// Whether --http-host fixes the Host header.
@@ -335,6 +362,36 @@ pub(crate) fn is_complete_response(
     cursor: &mut ReplyCursor,
 ) -> bool {
     complete::is_complete_after(received, head_request, cursor)
+}
+
+/// A name as a Host value (`-I`'s, `--http-host`'s, the SNI): with `:port` when the port is
+/// not the scheme's `default_port` and the name has none of its own, as curl sends it.
+fn write_name_host(
+    out: &mut &mut [u8],
+    host: &str,
+    port: u16,
+    default_port: u16,
+) -> std::io::Result<()> {
+    out.write_all(host.as_bytes())?;
+    write_port_of_name(out, host, port, default_port)
+}
+
+/// The `:port` a name's Host value takes (nothing for the default port, or a name that has
+/// a port: `name:8080`, `[2001:2::1]:8080`).
+fn write_port_of_name(
+    out: &mut &mut [u8],
+    host: &str,
+    port: u16,
+    default_port: u16,
+) -> std::io::Result<()> {
+    let has_port = match host.strip_prefix('[') {
+        Some(bracketed) => bracketed.contains("]:"),
+        None => host.contains(':'),
+    };
+    if port != default_port && !has_port {
+        write!(out, ":{port}")?;
+    }
+    Ok(())
 }
 
 /// The target's address as a Host value: IPv6 in brackets, `:port` unless it is 80.

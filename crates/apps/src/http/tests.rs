@@ -88,14 +88,20 @@ fn options_shape_the_request() {
         user_agent: "research-scan (+https://sonde.test/about)".to_string(),
         ..AppOptions::default()
     });
-    let sent = request(&app, "198.18.0.7", 8080);
+    let sent = request(&app, "198.18.0.7", 80);
     assert_eq!(
         sent,
         "HEAD /status?full=1 HTTP/1.1\r\nHost: www.sonde.test\r\n\
          User-Agent: research-scan (+https://sonde.test/about)\r\nAccept: */*\r\n\
          Accept-Language: en\r\nX-Scan:1\r\nConnection: close\r\n\r\n"
     );
-    assert_eq!(sent.len(), app.max_request_len());
+    // On another port the name carries it, as curl sends it; max_request_len has room.
+    let on_65535 = request(&app, "198.18.0.7", 65535);
+    assert!(
+        on_65535.contains("\r\nHost: www.sonde.test:65535\r\n"),
+        "{on_65535}"
+    );
+    assert_eq!(on_65535.len(), app.max_request_len());
     // A reply to HEAD has no body, whatever its Content-Length says.
     let head_of_page = &NGINX_LENGTH[..NGINX_LENGTH.len() - 177];
     assert!(app.is_complete(head_of_page));
@@ -527,4 +533,48 @@ fn what_is_not_http_is_complete_at_its_first_bad_byte() {
     let fed = testing::feed(&app(), bad_header, 1);
     // httparse sees the CR is no line end at the byte after it.
     assert_eq!(fed.complete_at, Some(bad_header.len() - 2));
+}
+
+/// A name in Host (`--http-host`, `-I`'s, `https`'s SNI) carries a port that is not the
+/// scheme's own, unless it has one already (curl sends `name:4439`).
+#[test]
+fn a_name_in_host_carries_a_port_other_than_the_default() {
+    let named = |host: &str| {
+        app_with(AppOptions {
+            http_host: Some(host.to_string()),
+            ..AppOptions::default()
+        })
+    };
+    let host_line = |app: &HttpApp, port| {
+        let sent = request(app, "198.18.0.7", port);
+        sent.lines().nth(1).unwrap().to_string()
+    };
+    assert_eq!(
+        host_line(&named("www.sonde.test"), 4439),
+        "Host: www.sonde.test:4439"
+    );
+    assert_eq!(
+        host_line(&named("www.sonde.test"), 80),
+        "Host: www.sonde.test"
+    );
+    assert_eq!(
+        host_line(&named("www.sonde.test:81"), 4439),
+        "Host: www.sonde.test:81"
+    );
+    assert_eq!(
+        host_line(&named("[2001:2::7]"), 4439),
+        "Host: [2001:2::7]:4439"
+    );
+    assert_eq!(
+        host_line(&named("[2001:2::7]:81"), 4439),
+        "Host: [2001:2::7]:81"
+    );
+    let app = named("www.sonde.test");
+    let https = |port, name| {
+        String::from_utf8(app.request_for("198.18.0.7".parse().unwrap(), port, name, 443)).unwrap()
+    };
+    assert!(https(4439, Some("a.sonde.test")).contains("\r\nHost: a.sonde.test:4439\r\n"));
+    assert!(https(443, Some("a.sonde.test")).contains("\r\nHost: a.sonde.test\r\n"));
+    assert!(https(4439, None).contains("\r\nHost: www.sonde.test:4439\r\n"));
+    assert!(app.request_len_with_host(253 + 6) >= https(65535, Some(&"a".repeat(253))).len());
 }

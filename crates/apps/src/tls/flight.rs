@@ -12,8 +12,10 @@
 
 use std::borrow::Cow;
 
+use sonde_tcp::ReplyCursor;
+
 use super::ja3s::Ja3s;
-use crate::progress::looked_at;
+use crate::progress::{looked_at, Mark};
 use tls_parser::{
     parse_tls_handshake_server_hello, parse_tls_raw_record, parse_tls_server_hello_extension,
     TlsExtension, TlsHandshakeType, TlsMessage, TlsRecordType,
@@ -43,7 +45,7 @@ pub(crate) enum FlightEnd {
     ServerHelloDone,
     /// TLS 1.3: the ServerHello (or HelloRetryRequest) arrived; the rest is encrypted.
     Tls13ServerHello,
-    /// An alert record arrived.
+    /// A fatal alert (or close_notify) arrived.
     Alert,
     /// A ChangeCipherSpec or application data: what follows is encrypted.
     Encrypted,
@@ -69,7 +71,8 @@ pub(crate) struct ServerHello {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Flight<'a> {
     pub server_hello: Option<ServerHello>,
-    /// The alert description of the first alert record.
+    /// The description of the fatal alert that ended the flight, else of the first warning
+    /// read past.
     pub alert: Option<u8>,
     /// The body of the Certificate message (when asked for and whole).
     pub certificate: Option<Cow<'a, [u8]>>,
@@ -132,14 +135,20 @@ pub(crate) fn read_flight_from(
             TlsRecordType::Handshake => messages.feed(record.data, |kind, body| {
                 on_message(&mut flight, kind, body)
             }),
-            TlsRecordType::Alert => {
-                flight.alert = alert_description(record.data);
-                Some(if flight.alert.is_some() {
-                    FlightEnd::Alert
-                } else {
-                    FlightEnd::Garbled
-                })
-            }
+            TlsRecordType::Alert => match alert_of(record.data) {
+                // A warning (unrecognized_name before the ServerHello, as servers of a name
+                // they do not know send it) is read past: the handshake goes on. It is kept
+                // unless a fatal alert follows.
+                Some(alert) if alert.is_warning_that_goes_on() => {
+                    flight.alert.get_or_insert(alert.description);
+                    None
+                }
+                Some(alert) => {
+                    flight.alert = Some(alert.description);
+                    Some(FlightEnd::Alert)
+                }
+                None => Some(FlightEnd::Garbled),
+            },
             TlsRecordType::ChangeCipherSpec | TlsRecordType::ApplicationData => {
                 Some(FlightEnd::Encrypted)
             }
@@ -158,6 +167,30 @@ pub(crate) fn read_flight_from(
     }
     flight.end = FlightEnd::TooManyRecords;
     (flight, boundary)
+}
+
+/// Whether the flight in `received` is complete, reading on from where `cursor` says the last
+/// call stopped: the last record boundary reached with no handshake message open (phase 0), or
+/// that the flight ended (phase 1). `received` extends the bytes of the previous call.
+pub(crate) fn is_complete_after(received: &[u8], cursor: &mut ReplyCursor) -> bool {
+    let mark = Mark::load(*cursor);
+    if mark.phase == 1 {
+        return true;
+    }
+    let start = Boundary {
+        offset: mark.pos,
+        records: usize::from(mark.aux),
+    };
+    let (flight, boundary) = read_flight_from(received, start, false);
+    let complete = flight.end != FlightEnd::Incomplete;
+    *cursor = Mark {
+        phase: u8::from(complete),
+        // At most MAX_RECORDS (256).
+        aux: u16::try_from(boundary.records).unwrap_or(u16::MAX),
+        pos: boundary.offset,
+    }
+    .store();
+    complete
 }
 
 /// Whether `bytes` can start a TLS record, as far as they go: a content type we know and
@@ -220,10 +253,29 @@ fn server_hello(body: &[u8]) -> Option<ServerHello> {
     })
 }
 
-/// The description byte of an alert record.
-fn alert_description(data: &[u8]) -> Option<u8> {
+/// An alert record's level and description.
+#[derive(Clone, Copy, Debug)]
+struct Alert {
+    level: u8,
+    description: u8,
+}
+
+impl Alert {
+    /// A warning other than close_notify (which ends the connection, RFC 5246 §7.2.1).
+    fn is_warning_that_goes_on(self) -> bool {
+        const WARNING: u8 = 1;
+        const CLOSE_NOTIFY: u8 = 0;
+        self.level == WARNING && self.description != CLOSE_NOTIFY
+    }
+}
+
+/// The alert of an alert record.
+fn alert_of(data: &[u8]) -> Option<Alert> {
     match tls_parser::parse_tls_message_alert(data) {
-        Ok((_, TlsMessage::Alert(alert))) => Some(alert.code.0),
+        Ok((_, TlsMessage::Alert(alert))) => Some(Alert {
+            level: alert.severity.0,
+            description: alert.code.0,
+        }),
         _ => None,
     }
 }

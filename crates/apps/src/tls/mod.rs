@@ -23,10 +23,11 @@ use sonde_tcp::{App, ReplyCursor, Session, MAX_SESSION_SEND};
 use tls_parser::{TlsAlertDescription, TlsCipherSuite};
 
 use crate::http::HttpApp;
-use crate::progress::Mark;
 use crate::text::lossy;
 use crate::{AppOptions, TargetNames, TlsVersion};
-use flight::{read_flight, read_flight_from, Boundary, FlightEnd};
+use flight::read_flight;
+#[cfg(test)]
+use flight::FlightEnd;
 use full::{FullTls, TlsSession};
 use hello::ClientHello;
 
@@ -47,7 +48,7 @@ pub static TLS_FIELDS: &[Field] = &[
     Field {
         name: "tls_alert",
         kind: FieldType::Str,
-        help: "alert the server sent instead (e.g. handshake_failure)",
+        help: "the fatal alert the server sent instead (e.g. handshake_failure), else a warning it sent and went on after (e.g. unrecognized_name)",
     },
     Field {
         name: "tls_cert_subject",
@@ -127,12 +128,12 @@ pub static TLS_FIELDS: &[Field] = &[
     Field {
         name: "tls_chain_valid",
         kind: FieldType::Bool,
-        help: "the chain validates against the root store (webpki roots, or --root-cas), and for the name sent when there is one",
+        help: "the chain validates against the root store (webpki roots, or --root-cas), and for the SNI name sent when there is one (an address-only connection checks no name)",
     },
     Field {
         name: "tls_chain_error",
         kind: FieldType::Str,
-        help: "why the chain does not validate",
+        help: "why the chain does not validate (at most 256 bytes: a name mismatch counts the certificate's names and shows the first three)",
     },
     Field {
         name: "tls_error",
@@ -154,6 +155,8 @@ pub struct TlsApp {
     roots: Arc<rustls::RootCertStore>,
     /// Names per target: a target's name is its SNI (and Host).
     names: Option<Arc<TargetNames>>,
+    /// The second connection after a handshake_failure (`AppOptions::tls_retry`).
+    retry: bool,
 }
 
 impl TlsApp {
@@ -171,6 +174,66 @@ impl TlsApp {
             ));
         }
         TlsApp::build(options, Some(HttpApp::new(options)?))
+    }
+
+    /// The longest SNI name a connection of this app sends (the run-wide one, a target's own),
+    /// 0 for none.
+    fn longest_sni(&self) -> usize {
+        let names = self.names().map_or(0, TargetNames::longest);
+        self.full.as_ref().map_or(0, |full| full.longest_sni(names))
+    }
+
+    /// `https`: the longest request of any target (its Host: `--http-host`, else a target's
+    /// name or the SNI or the address, with a port).
+    fn longest_request(&self) -> Option<usize> {
+        let http = self.full.as_ref()?.http.as_ref()?;
+        const PORT: usize = ":65535".len();
+        let host = match http.fixed_host_len() {
+            Some(len) => len + PORT,
+            None => {
+                let names = self.names().map_or(0, TargetNames::longest);
+                crate::http::MAX_ADDR_HOST_LEN.max(self.longest_sni().max(names) + PORT)
+            }
+        };
+        Some(http.request_len_with_host(host))
+    }
+
+    /// The most bytes a session of this app sends when the server follows the protocol (see
+    /// [`full::FullTls::handshake_most`]) with the longest SNI name and, for `https`, the
+    /// longest request in a record; `None` on the first-flight path (no session).
+    pub(crate) fn full_most_sent(&self) -> Option<usize> {
+        let handshake = self.full.as_ref()?.handshake_most(self.longest_sni());
+        let request = self
+            .longest_request()
+            .map_or(0, |len| len + full::RECORD_OVERHEAD);
+        Some(handshake + request)
+    }
+
+    /// As [`TlsApp::full_most_sent`], the first-flight hello's length when there is no session.
+    pub(crate) fn most_sent(&self) -> usize {
+        self.full_most_sent().unwrap_or(self.hello.bytes.len())
+    }
+
+    /// Whether every session fits what the engine keeps of one ([`MAX_SESSION_SEND`]); else
+    /// why not, in one line.
+    pub(crate) fn check_sessions(&self) -> Result<(), String> {
+        let Some(most) = self.full_most_sent().filter(|&m| m > MAX_SESSION_SEND) else {
+            return Ok(());
+        };
+        let Some(request) = self.longest_request() else {
+            return Err(format!(
+                "a tls session would send up to {most} bytes, more than the {MAX_SESSION_SEND} \
+                 sonde keeps of one"
+            ));
+        };
+        let handshake = most - request - full::RECORD_OVERHEAD;
+        let room = MAX_SESSION_SEND - handshake - full::RECORD_OVERHEAD;
+        Err(format!(
+            "the https request takes up to {request} bytes (with the longest Host), and with \
+             the TLS handshake's {handshake} a session would send {most}, more than the \
+             {MAX_SESSION_SEND} sonde keeps of one: shorten --http-path or the headers (or the \
+             names) so that the request fits in {room} bytes"
+        ))
     }
 
     fn build(options: &AppOptions, http: Option<HttpApp>) -> Result<TlsApp, String> {
@@ -195,6 +258,7 @@ impl TlsApp {
             full,
             roots: Arc::new(roots),
             names: None,
+            retry: options.tls_retry,
         })
     }
 
@@ -225,7 +289,20 @@ impl TlsApp {
         name: Option<&str>,
         first: &mut Vec<u8>,
     ) -> Option<Box<dyn Session>> {
-        let session = self.full.as_ref()?.open(addr, port, name, first)?;
+        self.open_within(addr, port, name, first, MAX_SESSION_SEND)
+    }
+
+    /// As [`TlsApp::open_named`], for a session that may send at most `budget` bytes (the
+    /// rest of [`MAX_SESSION_SEND`] after what a STARTTLS exchange sent before it).
+    pub(crate) fn open_within(
+        &self,
+        addr: IpAddr,
+        port: u16,
+        name: Option<&str>,
+        first: &mut Vec<u8>,
+        budget: usize,
+    ) -> Option<Box<dyn Session>> {
+        let session = self.full.as_ref()?.open(addr, port, name, first, budget)?;
         Some(Box::new(session))
     }
 
@@ -271,10 +348,9 @@ impl TlsApp {
         let done = session.filter(|s| s.done);
         values.push(hello.map_or(Value::Null, |h| Value::Str(version_name(h.version))));
         values.push(hello.map_or(Value::Null, |h| Value::Str(cipher_name(h.cipher))));
-        let alert = match session.and_then(|s| s.failure.as_ref()) {
-            Some(rustls::Error::AlertReceived(alert)) => Some(u8::from(*alert)),
-            _ => flight.alert,
-        };
+        let alert = session
+            .and_then(|s| s.failure.as_ref()?.alert())
+            .or(flight.alert);
         values.push(alert.map_or(Value::Null, |a| Value::Str(alert_name(a))));
         // The chain rustls received, else the clear one (only a whole Certificate message is
         // read; a cut one tells nothing reliable).
@@ -303,32 +379,47 @@ impl TlsApp {
         cert::describe_key(&chain, values);
         match (
             chain.is_empty(),
-            self.validate(&chain, session.map(|s| &s.name)),
+            self.validate(&chain, session.and_then(|s| s.sni.as_ref())),
         ) {
             (true, _) => values.extend([Value::Null, Value::Null]),
             (false, Ok(())) => values.extend([Value::Bool(true), Value::Null]),
             (false, Err(why)) => values.extend([Value::Bool(false), Value::Str(why)]),
         }
-        values.push(
-            session
-                .and_then(|s| s.failure.as_ref())
-                .map_or(Value::Null, |e| Value::Str(e.to_string())),
-        );
+        let why = session.and_then(|s| s.failure.as_ref()).map(|stop| {
+            let limit = if self.retry && chain.is_empty() {
+                RETRY_LIMIT
+            } else if hello.is_none() && stop.alert() == Some(HANDSHAKE_FAILURE) {
+                GROUPS_LIMIT
+            } else {
+                ""
+            };
+            Value::Str(format!("{stop}{limit}"))
+        });
+        values.push(why.unwrap_or(Value::Null));
     }
 
-    /// Whether `chain` leads to one of the roots, and names `name` when it is given; else why
-    /// not.
+    /// Whether `chain` leads to one of the roots, and names `name` when it is given (the SNI
+    /// sent; an address-only connection checks no name); else why not, in at most
+    /// [`MAX_CHAIN_ERROR_LEN`] bytes.
     fn validate(&self, chain: &[&[u8]], name: Option<&ServerName<'_>>) -> Result<(), String> {
+        self.validate_in_full(chain, name)
+            .map_err(|e| bounded_error(&e))
+    }
+
+    fn validate_in_full(
+        &self,
+        chain: &[&[u8]],
+        name: Option<&ServerName<'_>>,
+    ) -> Result<(), rustls::Error> {
         let Some((leaf, intermediates)) = chain.split_first() else {
-            return Err("no certificate".into());
+            return Err(rustls::Error::NoCertificatesPresented);
         };
         let leaf = CertificateDer::from(*leaf);
         let intermediates: Vec<CertificateDer<'_>> = intermediates
             .iter()
             .map(|&der| CertificateDer::from(der))
             .collect();
-        let parsed =
-            rustls::server::ParsedCertificate::try_from(&leaf).map_err(|e| e.to_string())?;
+        let parsed = rustls::server::ParsedCertificate::try_from(&leaf)?;
         let algorithms = rustls::crypto::ring::default_provider().signature_verification_algorithms;
         rustls::client::verify_server_cert_signed_by_trust_anchor(
             &parsed,
@@ -336,14 +427,64 @@ impl TlsApp {
             &intermediates,
             UnixTime::now(),
             algorithms.all,
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         if let Some(name) = name {
-            rustls::client::verify_server_name(&parsed, name).map_err(|e| e.to_string())?;
+            rustls::client::verify_server_name(&parsed, name)?;
         }
         Ok(())
     }
 }
+
+/// The most bytes of `tls_chain_error`: a certificate of many names would otherwise copy them
+/// all into every row.
+const MAX_CHAIN_ERROR_LEN: usize = 256;
+
+/// Why a chain does not validate, in at most [`MAX_CHAIN_ERROR_LEN`] bytes: a name mismatch
+/// says how many names the certificate has and the first few, anything else is cut there.
+fn bounded_error(error: &rustls::Error) -> String {
+    use rustls::CertificateError::NotValidForNameContext;
+    const SHOWN: usize = 3;
+    let text = match error {
+        rustls::Error::InvalidCertificate(NotValidForNameContext {
+            expected,
+            presented,
+        }) if presented.len() > SHOWN => format!(
+            "invalid peer certificate: certificate not valid for name {:?}; it has {} names: {}, …",
+            expected.to_str(),
+            presented.len(),
+            presented[..SHOWN].join(", ")
+        ),
+        other => other.to_string(),
+    };
+    cut_to(text, MAX_CHAIN_ERROR_LEN)
+}
+
+/// `text` in at most `max` bytes, cut at a character boundary and ended with `…` when cut.
+fn cut_to(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let ellipsis = '…';
+    let mut end = max - ellipsis.len_utf8();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push(ellipsis);
+    text
+}
+
+/// The handshake_failure alert's description.
+const HANDSHAKE_FAILURE: u8 = 40;
+
+/// What `tls_error` adds to a handshake_failure before any ServerHello: the limit it may be.
+const GROUPS_LIMIT: &str = " (nothing in common with the hello: a TLS 1.3 server of FFDHE or \
+     P-521 groups only answers so, as rustls has neither; -M tls tries it again with a TLS 1.2 hello)";
+
+/// What `tls_error` adds to a row of that second try that still has no certificate.
+const RETRY_LIMIT: &str = " (a TLS 1.2 hello, after a handshake_failure at TLS 1.3: a server of \
+     TLS 1.3 only whose groups are FFDHE or P-521 only shows sonde no certificate, as rustls has \
+     neither)";
 
 /// The SNI to send: `tls_sni`, else `http_host` when it is a name; never an IP address
 /// (RFC 6066 §3 does not allow them).
@@ -455,27 +596,9 @@ impl App for TlsApp {
         self.is_complete_after(received, &mut ReplyCursor::default())
     }
 
-    /// The cursor holds the last record boundary reached with no handshake message open
-    /// (phase 0), or that the flight ended (phase 1): each call reads on from that boundary.
+    /// Reads on from the cursor (see [`flight::is_complete_after`]).
     fn is_complete_after(&self, received: &[u8], cursor: &mut ReplyCursor) -> bool {
-        let mark = Mark::load(*cursor);
-        if mark.phase == 1 {
-            return true;
-        }
-        let start = Boundary {
-            offset: mark.pos,
-            records: usize::from(mark.aux),
-        };
-        let (flight, boundary) = read_flight_from(received, start, false);
-        let complete = flight.end != FlightEnd::Incomplete;
-        *cursor = Mark {
-            phase: u8::from(complete),
-            // At most MAX_RECORDS (256).
-            aux: u16::try_from(boundary.records).unwrap_or(u16::MAX),
-            pos: boundary.offset,
-        }
-        .store();
-        complete
+        flight::is_complete_after(received, cursor)
     }
 }
 

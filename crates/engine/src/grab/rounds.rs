@@ -2,24 +2,62 @@
 //! keys its table and cookies by them), so one target's names (`sonde grab -I` lines
 //! `address[:port],name`) cannot be open at once: round k grabs the targets that have a k-th
 //! name, with that name, into the same output. The same rounds give `-M tls` its second
-//! connection to servers that refused the full handshake's hello (TLS 1.0/1.1 only): see
-//! [`SharedWriter::holding_back`].
+//! connection to servers that refused the full handshake's hello (TLS 1.0/1.1 only, or TLS 1.3
+//! with groups rustls lacks): see [`SharedWriter::holding_back`].
 
 use std::sync::{Arc, Mutex};
 
 use sonde_scan::output::{Row, RowWriter};
 use sonde_scan::reply::Value;
 
+/// Which second connection may answer a server that refused the full handshake's hello.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retry {
+    /// A protocol_version alert and no certificate: a server of TLS 1.0/1.1 only, which the
+    /// first-flight hello alone reaches.
+    FirstFlight,
+    /// A handshake_failure alert before any ServerHello: nothing in common at TLS 1.3 (a
+    /// server of FFDHE or P-521 groups only, which rustls lacks); a TLS 1.2 hello, whose DHE
+    /// and RSA suites need no elliptic curve, may reach it.
+    Tls12,
+}
+
+impl Retry {
+    /// The retry a row asks for, if any (only rows without a certificate).
+    fn of(row: &dyn Row) -> Option<Retry> {
+        if !matches!(row.get("tls_cert_sha256"), Value::Null) {
+            return None;
+        }
+        match row.get("tls_alert") {
+            Value::Str(a) if a == "protocol_version" => Some(Retry::FirstFlight),
+            Value::Str(a)
+                if a == "handshake_failure" && matches!(row.get("tls_version"), Value::Null) =>
+            {
+                Some(Retry::Tls12)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Targets whose rows a round held back for another try (see [`SharedWriter::holding_back`]).
 #[derive(Clone, Default)]
-pub struct Refused(Arc<Mutex<Vec<(std::net::IpAddr, u16)>>>);
+pub struct Refused(Arc<Mutex<Vec<(std::net::IpAddr, u16, Retry)>>>);
 
 impl Refused {
-    pub fn take(&self) -> Vec<(std::net::IpAddr, u16)> {
-        self.0
-            .lock()
-            .map(|mut v| std::mem::take(&mut *v))
-            .unwrap_or_default()
+    /// The targets held back for `retry`, taken out.
+    pub fn take(&self, retry: Retry) -> Vec<(std::net::IpAddr, u16)> {
+        let Ok(mut held) = self.0.lock() else {
+            return Vec::new();
+        };
+        let (taken, kept) = std::mem::take(&mut *held)
+            .into_iter()
+            .partition::<Vec<_>, _>(|held| held.2 == retry);
+        *held = kept;
+        taken
+            .into_iter()
+            .map(|(addr, port, _)| (addr, port))
+            .collect()
     }
 }
 
@@ -34,8 +72,8 @@ impl SharedWriter {
     }
 
     /// The first round's writer for `-M tls`: a row whose server refused the full handshake's
-    /// hello (a protocol_version alert, no certificate) is not written; its target goes to
-    /// `refused`, for a second connection with the first-flight hello.
+    /// hello (see [`Retry`]) is not written; its target goes to `refused`, for a second
+    /// connection with another hello.
     pub fn holding_back(&self, refused: &Refused) -> Box<dyn RowWriter + Send> {
         Box::new(RoundWriter {
             shared: self.clone(),
@@ -88,16 +126,12 @@ impl RowWriter for RoundWriter {
         if !self.first && matches!(row.get("name"), Value::Null) {
             return Ok(());
         }
-        if let Some(refused) = &self.refused {
-            let alert = row.get("tls_alert");
-            let no_cert = matches!(row.get("tls_cert_sha256"), Value::Null);
-            if matches!(&alert, Value::Str(a) if a == "protocol_version") && no_cert {
-                if let (Value::Str(addr), Value::Int(port)) = (row.get("saddr"), row.get("dport")) {
-                    if let (Ok(addr), Ok(port)) = (addr.parse(), u16::try_from(port)) {
-                        if let Ok(mut held) = refused.0.lock() {
-                            held.push((addr, port));
-                            return Ok(());
-                        }
+        if let Some((refused, retry)) = self.refused.as_ref().zip(Retry::of(row)) {
+            if let (Value::Str(addr), Value::Int(port)) = (row.get("saddr"), row.get("dport")) {
+                if let (Ok(addr), Ok(port)) = (addr.parse(), u16::try_from(port)) {
+                    if let Ok(mut held) = refused.0.lock() {
+                        held.push((addr, port, retry));
+                        return Ok(());
                     }
                 }
             }
