@@ -13,7 +13,7 @@ pub static BANNER_FIELDS: &[Field] = &[
     Field {
         name: "banner",
         kind: FieldType::Str,
-        help: "what the server sent first, as text (invalid UTF-8 replaced)",
+        help: "what the server sent first, as text, line end included (invalid UTF-8 replaced): its bytes as they came, where the protocol apps' *_banner fields leave the last line end out",
     },
     Field {
         name: "banner_len",

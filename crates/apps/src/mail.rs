@@ -26,10 +26,12 @@ const MAX_REPLY: usize = 16 * 1024;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Framing {
     /// SMTP (RFC 5321 §4.2.1): every line starts with the code; `ddd-` goes on, any other line
-    /// ends the reply. Replies are kept whole, line ends included.
+    /// ends the reply. Replies are kept whole, but for the last line end (see
+    /// [`Framing::keep`]).
     Smtp,
     /// FTP (RFC 959 §4.2): `ddd-` opens a reply of free lines that a line starting with the
-    /// same code and a space ends. Replies are kept whole; FEAT's features one per line.
+    /// same code and a space ends. Replies are kept whole, but for the last line end; FEAT's
+    /// features one per line.
     Ftp,
     /// IMAP (RFC 9051): the greeting is one line; a command's reply is untagged lines up to the
     /// tagged one (the command's tag), which says yes or no and is what is kept.
@@ -77,14 +79,17 @@ pub(crate) static SMTP: LineProtocol = LineProtocol {
     upgrade_ok: b"2",
     quit: b"QUIT\r\n",
     fields: [
-        ("smtp_banner", "the server's greeting (all its lines)"),
+        (
+            "smtp_banner",
+            "the server's greeting: all its lines, without the last line end",
+        ),
         (
             "smtp_ehlo",
-            "the server's reply to EHLO: its name and extensions",
+            "the server's reply to EHLO: its name and extensions, without the last line end",
         ),
         (
             "smtp_starttls",
-            "the server's reply to STARTTLS (--starttls)",
+            "the server's reply to STARTTLS (--starttls), without its last line end",
         ),
     ],
 };
@@ -161,14 +166,17 @@ pub(crate) static FTP: LineProtocol = LineProtocol {
     upgrade_ok: b"234",
     quit: b"QUIT\r\n",
     fields: [
-        ("ftp_banner", "the server's greeting (all its lines)"),
+        (
+            "ftp_banner",
+            "the server's greeting: all its lines, without the last line end",
+        ),
         (
             "ftp_features",
             "the features the reply to FEAT lists, one per line (LF-separated)",
         ),
         (
             "ftp_starttls",
-            "the server's reply to AUTH TLS (--starttls)",
+            "the server's reply to AUTH TLS (--starttls), without its last line end",
         ),
     ],
 };
@@ -416,10 +424,12 @@ impl Framing {
         }
     }
 
-    /// What a row keeps of the greeting or of the reply to the upgrade.
+    /// What a row keeps of the greeting or of the reply to the upgrade: the reply without its
+    /// last line end, as every `*_banner` field is (`ssh_banner` too): the lines of a
+    /// multi-line reply keep the line ends between them.
     fn keep(self, reply: &[u8]) -> Vec<u8> {
         match self {
-            Framing::Smtp | Framing::Ftp => reply.to_vec(),
+            Framing::Smtp | Framing::Ftp => trim_line_end(reply).to_vec(),
             Framing::Imap | Framing::Pop3 => self.status(reply).to_vec(),
         }
     }
@@ -428,7 +438,7 @@ impl Framing {
     fn capabilities(self, reply: &[u8], ok: bool) -> Option<Vec<u8>> {
         let mut list = Vec::new();
         match self {
-            Framing::Smtp => return Some(reply.to_vec()),
+            Framing::Smtp => return Some(trim_line_end(reply).to_vec()),
             Framing::Imap => {
                 const UNTAGGED: &[u8] = b"* CAPABILITY ";
                 let mut any = false;
