@@ -31,7 +31,8 @@ pub struct ScoreRequest {
     pub answer: Option<Answer>,
     /// Count only the truth inside these prefixes (results outside them are left out).
     pub within: Vec<IpNet>,
-    /// The results' format.
+    /// The results' format; `None`: read from the content (`sonde lab score` first reads it
+    /// from the file's name, as `sonde_scan::output::OutputFormat::from_extension` does).
     pub format: Option<Format>,
     /// The results file.
     pub results: PathBuf,
@@ -262,18 +263,9 @@ fn read_results(path: &Path, format: Option<Format>) -> Result<Results> {
     Ok(results)
 }
 
-/// By extension, else by content: parquet's magic, a JSON object, or CSV.
+/// By content (the caller reads the file's name first, as `sonde scan -o` does): parquet's
+/// magic, a JSON object, or CSV.
 fn sniff_format(path: &Path) -> Result<Format> {
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
-    match ext.as_deref() {
-        Some("csv") => return Ok(Format::Csv),
-        Some("ndjson" | "jsonl" | "json") => return Ok(Format::Ndjson),
-        Some("parquet" | "pq") => return Ok(Format::Parquet),
-        _ => {}
-    }
     let mut head = Vec::with_capacity(64);
     std::fs::File::open(path)
         .and_then(|f| f.take(64).read_to_end(&mut head))

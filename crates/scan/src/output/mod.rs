@@ -111,6 +111,51 @@ impl FromStr for OutputFormat {
     }
 }
 
+impl OutputFormat {
+    /// The format a file's name says, from its extension (any case): `.csv`; `.ndjson`,
+    /// `.jsonl`, `.json`; `.parquet`, `.pq`. `None` for another extension, for none, and for
+    /// `-` (stdout). The one reading of a results file's name: `sonde lab score` uses it too.
+    pub fn from_extension(path: &Path) -> Option<OutputFormat> {
+        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+        match ext.as_str() {
+            "csv" => Some(Self::Csv),
+            "ndjson" | "jsonl" | "json" => Some(Self::Ndjson),
+            "parquet" | "pq" => Some(Self::Parquet),
+            _ => None,
+        }
+    }
+
+    /// The format rows are written in: `given` (`-O`) when there is one, else what the name of
+    /// `path` (`-o`) says, else `default`. A `-O` that contradicts the name is refused: a
+    /// `h.parquet` holding csv would fail every reader later.
+    pub fn resolve(
+        given: Option<OutputFormat>,
+        path: Option<&Path>,
+        default: OutputFormat,
+    ) -> Result<OutputFormat> {
+        let named = path.and_then(Self::from_extension);
+        match (given, named) {
+            (Some(given), Some(named)) if given != named => bail!(
+                "-O {given} contradicts -o {}, a {named} name: drop -O, or give the file a .{} name",
+                path.map_or(String::new(), |p| p.display().to_string()),
+                given.extension()
+            ),
+            (Some(given), _) => Ok(given),
+            (None, Some(named)) => Ok(named),
+            (None, None) => Ok(default),
+        }
+    }
+
+    /// The usual extension of files in this format.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Self::Csv => "csv",
+            Self::Ndjson => "ndjson",
+            Self::Parquet => "parquet",
+        }
+    }
+}
+
 impl fmt::Display for OutputFormat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -252,6 +297,42 @@ fn open_file(path: &Path, mode: OpenMode) -> Result<std::fs::File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_format_follows_the_file_name_unless_o_says_otherwise() {
+        use OutputFormat::{Csv, Ndjson, Parquet};
+        let path = |p: &'static str| Some(Path::new(p));
+        let resolve = |given, p, default| OutputFormat::resolve(given, p, default).unwrap();
+        for (name, format) in [
+            ("h.parquet", Parquet),
+            ("h.PQ", Parquet),
+            ("dir.d/h.csv", Csv),
+            ("h.ndjson", Ndjson),
+            ("h.jsonl", Ndjson),
+            ("h.json", Ndjson),
+        ] {
+            assert_eq!(OutputFormat::from_extension(Path::new(name)), Some(format));
+            // The name decides when -O is absent, whatever the command's default.
+            for default in [Csv, Ndjson] {
+                assert_eq!(resolve(None, path(name), default), format, "{name}");
+            }
+            assert_eq!(resolve(Some(format), path(name), Csv), format, "{name}");
+        }
+        // No name to go by: -O, else the default.
+        for name in [None, path("-"), path("hits"), path("hits.txt"), path("/dev/null")] {
+            assert_eq!(resolve(None, name, Ndjson), Ndjson, "{name:?}");
+            assert_eq!(resolve(None, name, Csv), Csv, "{name:?}");
+            assert_eq!(resolve(Some(Parquet), name, Csv), Parquet, "{name:?}");
+        }
+        let err = OutputFormat::resolve(Some(Csv), path("h.parquet"), Csv)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("-O csv") && err.contains("h.parquet") && err.contains(".csv"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1);
+    }
 
     #[test]
     fn appending_to_csv_writes_no_second_header() {
