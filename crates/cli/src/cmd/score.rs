@@ -20,8 +20,8 @@ pub struct ScoreArgs {
     /// column: grab; tcp_syn when it has neither).
     #[arg(long, value_enum)]
     module: Option<ModuleArg>,
-    /// Ports to score (default: the ports the results name: sport for scans, dport for grab;
-    /// 0, ICMP, for icmp_echo).
+    /// Ports to score (default: the ports the results name: sport, the target's, for scans and
+    /// grabs alike (a `port` column in other tools' rows); 0, ICMP, for icmp_echo).
     #[arg(long, value_delimiter = ',')]
     port: Vec<u16>,
     /// The answer that counts as found (default: the module's: synack for tcp_syn, echo for

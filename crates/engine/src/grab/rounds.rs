@@ -92,7 +92,7 @@ impl RowWriter for RoundWriter {
             let alert = row.get("tls_alert");
             let no_cert = matches!(row.get("tls_cert_sha256"), Value::Null);
             if matches!(&alert, Value::Str(a) if a == "protocol_version") && no_cert {
-                if let (Value::Str(addr), Value::Int(port)) = (row.get("saddr"), row.get("dport")) {
+                if let (Value::Str(addr), Value::Int(port)) = (row.get("saddr"), row.get("sport")) {
                     if let (Ok(addr), Ok(port)) = (addr.parse(), u16::try_from(port)) {
                         if let Ok(mut held) = refused.0.lock() {
                             held.push((addr, port));
@@ -107,6 +107,10 @@ impl RowWriter for RoundWriter {
 
     fn flush_rows(&mut self) -> anyhow::Result<()> {
         self.with(|w| w.flush_rows())
+    }
+
+    fn end_batch(&mut self) -> anyhow::Result<()> {
+        self.with(|w| w.end_batch())
     }
 
     fn finish(self: Box<Self>) -> anyhow::Result<()> {
