@@ -18,7 +18,8 @@ def rows(path):
         except ValueError:
             continue
         if row.get("status") == "success":
-            out[(row.get("saddr"), row.get("dport"))] = row
+            # The target's port: sport in sonde's rows (and grab-rows.py's).
+            out[(row.get("saddr"), row.get("sport"))] = row
     return out
 
 

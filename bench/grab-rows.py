@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Turns a grab tool's output into sonde grab's row format (ndjson: saddr, dport, status,
+"""Turns a grab tool's output into sonde grab's row format (ndjson: saddr, sport (the target's
+port, as sonde names it in scan and grab rows), status (ZGrab2's words, which sonde's status uses),
 http_status, http_body, and for compare-grab's service modes the fields sonde's module of
 that name records: tls_cert_sha256, tls_version, tls_cipher, ssh_banner, ssh_host_key_type,
 ssh_host_key_sha256, smtp_banner, imap_banner), so `sonde lab score --module grab` scores
@@ -29,8 +30,8 @@ def zgrab2():
         status = http.get("status", "unknown")
         yield {
             "saddr": rec.get("ip"),
-            "dport": 80,
-            "status": "success" if status == "success" else status,
+            "sport": 80,
+            "status": status,
             "http_status": response.get("status_code"),
             "http_body": response.get("body"),
         }
@@ -59,7 +60,7 @@ def zgrab2_service():
             continue
         grab = rec.get("data", {}).get(module, {})
         result = grab.get("result") or {}
-        row = {"saddr": rec.get("ip"), "dport": port, "status": grab.get("status", "unknown")}
+        row = {"saddr": rec.get("ip"), "sport": port, "status": grab.get("status", "unknown")}
         if mode == "https":
             response = result.get("response") or {}
             row.update(http_status=response.get("status_code"), http_body=response.get("body"))
@@ -97,7 +98,7 @@ def masscan():
             body = banner.split("\r\n\r\n", 1)[1] if "\r\n\r\n" in banner else None
             best[rec["ip"]] = {
                 "saddr": rec["ip"],
-                "dport": 80,
+                "sport": 80,
                 "status": "success",
                 "http_status": int(m.group(1)) if m else None,
                 "http_body": body,

@@ -7,13 +7,14 @@ use sonde_tcp::{App, ReplyCursor};
 
 use crate::progress::{find, Mark};
 use crate::text::{int, lossy};
+use crate::AppOutcome;
 
 /// Fields of the `banner` app.
 pub static BANNER_FIELDS: &[Field] = &[
     Field {
         name: "banner",
         kind: FieldType::Str,
-        help: "what the server sent first, as text (invalid UTF-8 replaced)",
+        help: "what the server sent first, as text, line end included (invalid UTF-8 replaced): its bytes as they came, where the protocol apps' *_banner fields leave the last line end out",
     },
     Field {
         name: "banner_len",
@@ -27,12 +28,13 @@ pub static BANNER_FIELDS: &[Field] = &[
 pub struct BannerApp;
 
 impl BannerApp {
-    pub fn describe_into(&self, received: &[u8], values: &mut Vec<Value>) {
+    pub fn describe_into(&self, received: &[u8], values: &mut Vec<Value>) -> AppOutcome {
         if received.is_empty() {
             values.extend([Value::Null, int(0)]);
         } else {
             values.extend([lossy(received), int(received.len())]);
         }
+        AppOutcome::of_any_reply(received)
     }
 }
 

@@ -56,6 +56,47 @@ pub use payload::{PayloadApp, PAYLOAD_FIELDS};
 pub use ssh::{SshApp, SSH_FIELDS};
 pub use tls::{TlsApp, TLS_FIELDS};
 
+/// What a reply says of its protocol: a grab row's `status` when the connection ended well, in
+/// ZGrab2's words. Each app says it as it reads the reply ([`AnyApp::describe_reply`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AppOutcome {
+    /// The reply is the app's protocol and reports no error (for `banner` and `payload`, which
+    /// speak no protocol of their own: any reply).
+    Success,
+    /// The reply is the protocol, and in it the server refuses or reports an error: a TLS
+    /// alert instead of a ServerHello, an SMTP or FTP greeting that is not 2xx, IMAP's `* NO`
+    /// or `* BYE`, POP3's `-ERR`, a refused STARTTLS.
+    ApplicationError,
+    /// The reply is not this protocol: HTTP bytes to a TLS hello, no `SSH-` line, the 400 an
+    /// HTTPS port sends to plain HTTP, a head that never ends.
+    ProtocolError,
+    /// sonde could not finish the exchange for a reason of its own: a session the server led
+    /// past the bytes a session may send (`tls_error` says so). ZGrab2's word for an error
+    /// that is none of the others.
+    UnknownError,
+}
+
+impl AppOutcome {
+    /// The name in rows: success, application-error, protocol-error, unknown-error (ZGrab2's).
+    pub fn name(self) -> &'static str {
+        match self {
+            AppOutcome::Success => "success",
+            AppOutcome::ApplicationError => "application-error",
+            AppOutcome::ProtocolError => "protocol-error",
+            AppOutcome::UnknownError => "unknown-error",
+        }
+    }
+
+    /// Success when any bytes came (`banner`, `payload`: no protocol to check).
+    pub(crate) fn of_any_reply(received: &[u8]) -> AppOutcome {
+        if received.is_empty() {
+            AppOutcome::ProtocolError
+        } else {
+            AppOutcome::Success
+        }
+    }
+}
+
 /// The engine sends a request as one segment of at most this many bytes; longer requests are
 /// refused when the app is built.
 pub const MAX_REQUEST_LEN: usize = 1400;
@@ -413,18 +454,28 @@ impl AnyApp {
 
     /// As [`AnyApp::describe`], with the connection's session (apps that talk in turns).
     pub fn describe_session(&self, received: &[u8], session: Option<&dyn Session>) -> Vec<Value> {
-        let mut values = Vec::with_capacity(self.fields().len());
-        self.describe_into(received, session, &mut values);
-        values
+        self.describe_reply(received, session).0
     }
 
-    /// As [`AnyApp::describe_session`], appending the values to `values`.
+    /// The values of [`AnyApp::describe_session`], and whether the reply was the app's
+    /// protocol: what a grab row's `status` says.
+    pub fn describe_reply(
+        &self,
+        received: &[u8],
+        session: Option<&dyn Session>,
+    ) -> (Vec<Value>, AppOutcome) {
+        let mut values = Vec::with_capacity(self.fields().len());
+        let outcome = self.describe_into(received, session, &mut values);
+        (values, outcome)
+    }
+
+    /// As [`AnyApp::describe_reply`], appending the values to `values`.
     pub fn describe_into(
         &self,
         received: &[u8],
         session: Option<&dyn Session>,
         values: &mut Vec<Value>,
-    ) {
+    ) -> AppOutcome {
         match self {
             AnyApp::Http(app) => app.describe_into(received, values),
             AnyApp::Banner(app) => app.describe_into(received, values),
@@ -604,16 +655,63 @@ mod tests {
                 let values = app.describe(reply);
                 assert_eq!(values.len(), app.fields().len(), "{kind}");
                 for (field, value) in app.fields().iter().zip(&values) {
-                    let ok = matches!(
-                        (field.kind, value),
-                        (_, Value::Null)
-                            | (FieldType::Bool, Value::Bool(_))
-                            | (FieldType::Int, Value::Int(_))
-                            | (FieldType::Str, Value::Str(_))
-                    );
+                    let ok = match (field.kind, value) {
+                        (_, Value::Null) | (FieldType::Bool, Value::Bool(_)) => true,
+                        (kind, Value::Int(n)) => kind.is_int() && Some(*n) <= kind.int_max(),
+                        (FieldType::Str, Value::Str(_)) => true,
+                        (FieldType::Map, Value::Json(json)) => json.is_object(),
+                        (FieldType::Records(_), Value::Json(json)) => json.is_array(),
+                        _ => false,
+                    };
                     assert!(ok, "{kind}: {} = {value:?}", field.name);
                 }
             }
+        }
+    }
+
+    /// Whether a reply was the app's protocol, as each app reads it (the mail apps' greetings
+    /// are in mail_tests.rs): a grab row's `status` when the connection ended well.
+    #[test]
+    fn each_app_says_whether_the_reply_was_its_protocol() {
+        use AppOutcome::{ApplicationError, ProtocolError, Success};
+        let nginx_400 = b"HTTP/1.1 400 Bad Request\r\nServer: nginx\r\nContent-Length: 62\r\n\r\n\
+            <center>The plain HTTP request was sent to HTTPS port</center>";
+        let not_found = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
+        // A TLS alert record: handshake_failure.
+        let alert = b"\x15\x03\x03\x00\x02\x02\x28";
+        let cases: [(AppKind, &[u8], AppOutcome); 12] = [
+            (
+                AppKind::Http,
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+                Success,
+            ),
+            // As ZGrab2 reads it: any whole response is HTTP, errors too …
+            (AppKind::Http, not_found, Success),
+            // … but for the 400 an HTTPS port answers plain HTTP with.
+            (AppKind::Http, nginx_400, ProtocolError),
+            (AppKind::Http, alert, ProtocolError),
+            (
+                AppKind::Http,
+                b"HTTP/1.1 200 OK\r\nServer: x",
+                ProtocolError,
+            ),
+            (AppKind::Tls, nginx_400, ProtocolError),
+            (AppKind::Tls, alert, ApplicationError),
+            (AppKind::Ssh, b"SSH-2.0-OpenSSH_9.6\r\n", Success),
+            (AppKind::Ssh, not_found, ProtocolError),
+            (AppKind::Banner, b"anything\r\n", Success),
+            (AppKind::Payload, b"\x00\x01", Success),
+            (AppKind::Payload, b"", ProtocolError),
+        ];
+        let options = AppOptions {
+            payload: b"hello\n".to_vec(),
+            ..AppOptions::default()
+        };
+        for (kind, reply, want) in cases {
+            let app = AnyApp::build(kind, &options).unwrap();
+            let (values, outcome) = app.describe_reply(reply, None);
+            assert_eq!(values.len(), app.fields().len(), "{kind}");
+            assert_eq!(outcome, want, "{kind}: {}", String::from_utf8_lossy(reply));
         }
     }
 

@@ -14,7 +14,7 @@ use sonde_scan::reply::{Field, FieldType, Value};
 use sonde_tcp::{App, Session, MAX_SESSION_SEND};
 
 use crate::text::lossy;
-use crate::{AppOptions, TargetNames, TlsApp, TLS_FIELDS};
+use crate::{AppOptions, AppOutcome, TargetNames, TlsApp, TLS_FIELDS};
 
 /// A line longer than this, or a reply longer than [`MAX_REPLY`], is not one of these protocols
 /// talking to a client that has not logged in (SMTP lines have at most 512 bytes, RFC 5321
@@ -26,10 +26,12 @@ const MAX_REPLY: usize = 16 * 1024;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Framing {
     /// SMTP (RFC 5321 §4.2.1): every line starts with the code; `ddd-` goes on, any other line
-    /// ends the reply. Replies are kept whole, line ends included.
+    /// ends the reply. Replies are kept whole, but for the last line end (see
+    /// [`Framing::keep`]).
     Smtp,
     /// FTP (RFC 959 §4.2): `ddd-` opens a reply of free lines that a line starting with the
-    /// same code and a space ends. Replies are kept whole; FEAT's features one per line.
+    /// same code and a space ends. Replies are kept whole, but for the last line end; FEAT's
+    /// features one per line.
     Ftp,
     /// IMAP (RFC 9051): the greeting is one line; a command's reply is untagged lines up to the
     /// tagged one (the command's tag), which says yes or no and is what is kept.
@@ -77,14 +79,17 @@ pub(crate) static SMTP: LineProtocol = LineProtocol {
     upgrade_ok: b"2",
     quit: b"QUIT\r\n",
     fields: [
-        ("smtp_banner", "the server's greeting (all its lines)"),
+        (
+            "smtp_banner",
+            "the server's greeting: all its lines, without the last line end",
+        ),
         (
             "smtp_ehlo",
-            "the server's reply to EHLO: its name and extensions",
+            "the server's reply to EHLO: its name and extensions, without the last line end",
         ),
         (
             "smtp_starttls",
-            "the server's reply to STARTTLS (--starttls)",
+            "the server's reply to STARTTLS (--starttls), without its last line end",
         ),
     ],
 };
@@ -161,14 +166,17 @@ pub(crate) static FTP: LineProtocol = LineProtocol {
     upgrade_ok: b"234",
     quit: b"QUIT\r\n",
     fields: [
-        ("ftp_banner", "the server's greeting (all its lines)"),
+        (
+            "ftp_banner",
+            "the server's greeting: all its lines, without the last line end",
+        ),
         (
             "ftp_features",
             "the features the reply to FEAT lists, one per line (LF-separated)",
         ),
         (
             "ftp_starttls",
-            "the server's reply to AUTH TLS (--starttls)",
+            "the server's reply to AUTH TLS (--starttls), without its last line end",
         ),
     ],
 };
@@ -185,6 +193,31 @@ impl LineProtocol {
             })
             .chain(TLS_FIELDS.iter().copied())
             .collect()
+    }
+
+    /// What the greeting `banner` (as kept) says: the protocol and yes; the protocol and no (a
+    /// reply code other than 2xx, `* NO`, `* BAD`, `* BYE`, `-ERR`: the server turns us away);
+    /// or not the protocol (no greeting, or a line none of its replies starts).
+    fn outcome(&self, banner: Option<&[u8]>) -> AppOutcome {
+        let Some(status) = banner.map(|b| self.framing.status(b)) else {
+            return AppOutcome::ProtocolError;
+        };
+        let starts =
+            |prefixes: &[&[u8]]| prefixes.iter().any(|p| starts_with_ignore_case(status, p));
+        let (yes, no) = match self.framing {
+            Framing::Smtp | Framing::Ftp if !has_reply_code(status) => (false, false),
+            Framing::Smtp | Framing::Ftp => (status[0] == b'2', status[0] != b'2'),
+            Framing::Imap => (
+                starts(&[b"* OK", b"* PREAUTH"]),
+                starts(&[b"* NO", b"* BAD", b"* BYE"]),
+            ),
+            Framing::Pop3 => (starts(&[b"+OK"]), starts(&[b"-ERR"])),
+        };
+        match (yes, no) {
+            (true, _) => AppOutcome::Success,
+            (false, true) => AppOutcome::ApplicationError,
+            (false, false) => AppOutcome::ProtocolError,
+        }
     }
 
     /// The step's command that the reply answers, whose tag ends an IMAP reply.
@@ -256,20 +289,33 @@ impl LineApp {
     }
 
     /// Values of the protocol's fields for the raw reply `received` and the connection's
-    /// session.
+    /// session, and the outcome: the greeting's (see [`LineProtocol::outcome`]), then a
+    /// refused upgrade's, then the TLS handshake's.
     pub fn describe_session_into(
         &self,
         received: &[u8],
         session: Option<&dyn Session>,
         values: &mut Vec<Value>,
-    ) {
+    ) -> AppOutcome {
         let session = session.and_then(|s| s.as_any().downcast_ref::<LineSession>());
         let text = |v: Option<&Vec<u8>>| v.map_or(Value::Null, |t| lossy(t));
-        values.push(text(session.and_then(|s| s.banner.as_ref())));
+        let banner = session.and_then(|s| s.banner.as_ref());
+        let starttls = session.and_then(|s| s.starttls.as_ref());
+        values.push(text(banner));
         values.push(text(session.and_then(|s| s.capabilities.as_ref())));
-        values.push(text(session.and_then(|s| s.starttls.as_ref())));
+        values.push(text(starttls));
         let upgrade = session.and_then(|s| s.tls.as_deref().map(|tls| (s.tls_from, tls)));
-        TlsApp::describe_upgrade_into(self.tls.as_ref(), received, upgrade, values);
+        let tls = TlsApp::describe_upgrade_into(self.tls.as_ref(), received, upgrade, values);
+        let p = self.protocol;
+        match (p.outcome(banner.map(Vec::as_slice)), starttls, tls) {
+            (AppOutcome::Success, Some(reply), None)
+                if !starts_with_ignore_case(p.framing.status(reply), p.upgrade_ok) =>
+            {
+                AppOutcome::ApplicationError
+            }
+            (AppOutcome::Success, _, Some(tls)) => tls,
+            (greeting, _, _) => greeting,
+        }
     }
 }
 
@@ -351,6 +397,14 @@ pub(crate) struct LineSession {
     starttls: Option<Vec<u8>>,
     tls: Option<Box<dyn Session>>,
     tls_from: usize,
+}
+
+/// Whether `line` starts with a reply code (RFC 5321 §4.2, RFC 959 §4.2): three digits, then a
+/// space, a hyphen or the end.
+fn has_reply_code(line: &[u8]) -> bool {
+    line.len() >= 3
+        && line[..3].iter().all(u8::is_ascii_digit)
+        && line.get(3).is_none_or(|&b| b == b' ' || b == b'-')
 }
 
 /// `line` without its line end (LF or CR LF).
@@ -436,10 +490,12 @@ impl Framing {
         }
     }
 
-    /// What a row keeps of the greeting or of the reply to the upgrade.
+    /// What a row keeps of the greeting or of the reply to the upgrade: the reply without its
+    /// last line end, as every `*_banner` field is (`ssh_banner` too): the lines of a
+    /// multi-line reply keep the line ends between them.
     fn keep(self, reply: &[u8]) -> Vec<u8> {
         match self {
-            Framing::Smtp | Framing::Ftp => reply.to_vec(),
+            Framing::Smtp | Framing::Ftp => trim_line_end(reply).to_vec(),
             Framing::Imap | Framing::Pop3 => self.status(reply).to_vec(),
         }
     }
@@ -448,7 +504,7 @@ impl Framing {
     fn capabilities(self, reply: &[u8], ok: bool) -> Option<Vec<u8>> {
         let mut list = Vec::new();
         match self {
-            Framing::Smtp => return Some(reply.to_vec()),
+            Framing::Smtp => return Some(trim_line_end(reply).to_vec()),
             Framing::Imap => {
                 const UNTAGGED: &[u8] = b"* CAPABILITY ";
                 let mut any = false;

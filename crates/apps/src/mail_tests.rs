@@ -8,7 +8,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::*;
-use crate::{AnyApp, AppKind};
+use crate::{AnyApp, AppKind, AppOutcome};
 
 const LEAF_PEM: &[u8] = include_bytes!("../testdata/session_leaf.pem");
 const LEAF_KEY: &[u8] = include_bytes!("../testdata/session_leaf.key");
@@ -339,15 +339,15 @@ fn smtp_starttls_upgrades_and_the_certificate_is_read_at_any_cut() {
         let field = |name| field(&app, &values, name);
         assert_eq!(
             field("smtp_banner"),
-            &text("220-mail.test ESMTP\r\n220 hello\r\n")
+            &text("220-mail.test ESMTP\r\n220 hello")
         );
         assert_eq!(
             field("smtp_ehlo"),
-            &text(std::str::from_utf8(SMTP_EHLO).unwrap())
+            &text(std::str::from_utf8(trim_line_end(SMTP_EHLO)).unwrap())
         );
         assert_eq!(
             field("smtp_starttls"),
-            &text("220 2.0.0 Ready to start TLS\r\n")
+            &text("220 2.0.0 Ready to start TLS")
         );
         assert_eq!(field("tls_version"), &text("TLSv1.3"));
         assert_eq!(field("tls_path"), &text("rustls"));
@@ -384,17 +384,14 @@ fn ftp_auth_tls_upgrades_and_the_certificate_is_read_at_any_cut() {
         client.handshake();
         let values = client.values(&app);
         let field = |name| field(&app, &values, name);
-        assert_eq!(
-            field("ftp_banner"),
-            &text("220-sonde lab\r\n220 welcome\r\n")
-        );
+        assert_eq!(field("ftp_banner"), &text("220-sonde lab\r\n220 welcome"));
         assert_eq!(
             field("ftp_features"),
             &text("AUTH SSL\nAUTH TLS\nEPRT\n200 x\nREST STREAM\nUTF8")
         );
         assert_eq!(
             field("ftp_starttls"),
-            &text("234 Proceed with negotiation.\r\n")
+            &text("234 Proceed with negotiation.")
         );
         assert_eq!(field("tls_version"), &text("TLSv1.3"));
         assert_eq!(field("tls_path"), &text("rustls"));
@@ -458,7 +455,7 @@ fn ftp_refusals_and_endless_replies_end_it() {
     let values = client.values(&app);
     assert_eq!(
         field(&app, &values, "ftp_banner"),
-        &text("421 Too many connections.\r\n")
+        &text("421 Too many connections.")
     );
     // AUTH TLS refused (RFC 4217: 431, 504, 534): no handshake.
     for refusal in [
@@ -470,7 +467,7 @@ fn ftp_refusals_and_endless_replies_end_it() {
         assert!(client.feed(refusal));
         assert!(client.sent.is_empty());
         let values = client.values(&app);
-        let refusal = std::str::from_utf8(refusal).unwrap();
+        let refusal = std::str::from_utf8(trim_line_end(refusal)).unwrap();
         assert_eq!(field(&app, &values, "ftp_starttls"), &text(refusal));
         assert_eq!(field(&app, &values, "tls_version"), &Value::Null);
     }
@@ -482,4 +479,84 @@ fn ftp_refusals_and_endless_replies_end_it() {
     assert!(client.feed(&endless));
     let mut client = Client::open(&app, 1000);
     assert!(client.feed(&vec![b'2'; MAX_LINE + 2]));
+}
+
+/// What a greeting says of the protocol (a grab row's `status`): yes, no (the server turns us
+/// away in its own words), or not the protocol at all.
+#[test]
+fn the_greeting_says_success_application_error_or_protocol_error() {
+    use AppOutcome::{ApplicationError, ProtocolError, Success};
+    let cases: [(AppKind, &[u8], AppOutcome); 16] = [
+        (AppKind::Smtp, b"220 mail.test ESMTP\r\n", Success),
+        (AppKind::Smtp, b"554 go away\r\n", ApplicationError),
+        (
+            AppKind::Smtp,
+            b"421-busy\r\n421 try later\r\n",
+            ApplicationError,
+        ),
+        (AppKind::Smtp, b"SSH-2.0-OpenSSH_9.6\r\n", ProtocolError),
+        (
+            AppKind::Smtp,
+            b"HTTP/1.1 400 Bad Request\r\n",
+            ProtocolError,
+        ),
+        (AppKind::Ftp, b"220-sonde lab\r\n220 welcome\r\n", Success),
+        (
+            AppKind::Ftp,
+            b"421 Too many connections.\r\n",
+            ApplicationError,
+        ),
+        (AppKind::Ftp, b"hello\r\n", ProtocolError),
+        (AppKind::Imap, b"* OK ready\r\n", Success),
+        (AppKind::Imap, b"* PREAUTH welcome\r\n", Success),
+        (AppKind::Imap, b"* BYE too busy\r\n", ApplicationError),
+        (AppKind::Imap, b"* NO not you\r\n", ApplicationError),
+        (AppKind::Imap, b"220 mail.test ESMTP\r\n", ProtocolError),
+        (AppKind::Pop3, b"+OK sonde lab\r\n", Success),
+        (AppKind::Pop3, b"-ERR too busy\r\n", ApplicationError),
+        (AppKind::Pop3, b"* OK ready\r\n", ProtocolError),
+    ];
+    for (kind, greeting, want) in cases {
+        let app = build(kind, false);
+        let mut client = Client::open(&app, 3);
+        client.feed(greeting);
+        let (values, outcome) = app.describe_reply(&client.raw, Some(client.session.as_ref()));
+        assert_eq!(values.len(), app.fields().len());
+        assert_eq!(
+            outcome,
+            want,
+            "{kind}: {}",
+            String::from_utf8_lossy(greeting)
+        );
+    }
+    // Nothing said, no session: not the protocol.
+    let app = build(AppKind::Smtp, false);
+    assert_eq!(app.describe_reply(b"", None).1, ProtocolError);
+}
+
+/// A refused upgrade is the server's no; a completed one is TLS's success.
+#[test]
+fn the_upgrade_s_outcome_follows_the_greeting_s() {
+    let app = build(AppKind::Smtp, true);
+    let mut client = Client::open(&app, 7);
+    client.script(&[
+        (b"220 mail.test ESMTP\r\n", b"EHLO sonde.invalid\r\n"),
+        (SMTP_EHLO, b"STARTTLS\r\n"),
+    ]);
+    assert!(client.feed(b"454 TLS not available now\r\n"));
+    let outcome = app
+        .describe_reply(&client.raw, Some(client.session.as_ref()))
+        .1;
+    assert_eq!(outcome, AppOutcome::ApplicationError);
+    let mut client = Client::open(&app, 7);
+    client.script(&[
+        (b"220 mail.test ESMTP\r\n", b"EHLO sonde.invalid\r\n"),
+        (SMTP_EHLO, b"STARTTLS\r\n"),
+    ]);
+    assert!(!client.feed(b"220 2.0.0 Ready to start TLS\r\n"));
+    client.handshake();
+    let outcome = app
+        .describe_reply(&client.raw, Some(client.session.as_ref()))
+        .1;
+    assert_eq!(outcome, AppOutcome::Success);
 }

@@ -6,7 +6,7 @@ use sonde_scan::reply::{Field, FieldType, Value};
 use sonde_tcp::App;
 
 use crate::text::{hex, int};
-use crate::AppOptions;
+use crate::{AppOptions, AppOutcome};
 
 /// Fields of the `payload` app.
 pub static PAYLOAD_FIELDS: &[Field] = &[
@@ -43,13 +43,14 @@ impl PayloadApp {
         })
     }
 
-    pub fn describe_into(&self, received: &[u8], values: &mut Vec<Value>) {
+    pub fn describe_into(&self, received: &[u8], values: &mut Vec<Value>) -> AppOutcome {
         let reply = if received.is_empty() {
             Value::Null
         } else {
             Value::Str(hex(received))
         };
         values.extend([reply, int(received.len())]);
+        AppOutcome::of_any_reply(received)
     }
 }
 

@@ -16,6 +16,7 @@ use sonde_tcp::{App, Session};
 
 use crate::progress::{find, looked_at};
 use crate::text::{lossy, sha256_hex};
+use crate::AppOutcome;
 
 /// What sonde says it is.
 const IDENTIFICATION: &[u8] =
@@ -364,9 +365,13 @@ fn kex_init_packets() -> Option<Vec<u8>> {
 
 impl SshApp {
     /// Values of [`SSH_FIELDS`] for the reply `received` (read from the bytes alone: the
-    /// session only decides what to send).
-    pub fn describe_into(&self, received: &[u8], values: &mut Vec<Value>) {
+    /// session only decides what to send); SSH is what an identification line starts.
+    pub fn describe_into(&self, received: &[u8], values: &mut Vec<Value>) -> AppOutcome {
         let (reply, _) = read(received);
+        let outcome = match reply.banner {
+            Some(_) => AppOutcome::Success,
+            None => AppOutcome::ProtocolError,
+        };
         values.push(reply.banner.map_or(Value::Null, lossy));
         let lists = reply.kexinit.and_then(name_lists);
         // The languages lists are almost always empty: not fields.
@@ -376,6 +381,7 @@ impl SshApp {
         let key = reply.host_key;
         values.push(key.and_then(host_key_type).map_or(Value::Null, lossy));
         values.push(key.map_or(Value::Null, |k| Value::Str(sha256_hex(k))));
+        outcome
     }
 }
 

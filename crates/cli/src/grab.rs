@@ -15,7 +15,7 @@ use sonde_engine::status::{human_seconds, per_second, to_stderr};
 use sonde_engine::stop::Stop;
 use sonde_io::BackendKind;
 use sonde_meter::output_file::IfExists;
-use sonde_scan::output::{open_writer_with, OutputFormat};
+use sonde_scan::output::{open_writer_with_metadata, OutputFormat};
 use sonde_scan::Field;
 use sonde_tcp::CloseMode;
 
@@ -150,9 +150,11 @@ pub struct GrabArgs {
     /// List the output fields of the chosen app and exit.
     #[arg(long)]
     list_fields: bool,
-    /// Output format: ndjson, csv, parquet.
-    #[arg(short = 'O', long, default_value = "ndjson")]
-    output_format: OutputFormat,
+    /// Output format: ndjson, csv, parquet. Default: the one -o's name says (.csv; .ndjson,
+    /// .jsonl, .json; .parquet, .pq), else ndjson (stdout, -, or another name). A -O that
+    /// contradicts the name is refused.
+    #[arg(short = 'O', long)]
+    output_format: Option<OutputFormat>,
 }
 
 pub fn run(args: GrabArgs) -> anyhow::Result<()> {
@@ -171,21 +173,24 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     check_limits(&args)?;
+    let format = OutputFormat::resolve(
+        args.output_format,
+        args.run.output.as_deref(),
+        OutputFormat::Ndjson,
+    )?;
     let fields = select(&app, args.fields.as_deref())?;
     runargs::check_input(&args.run, false)?;
     let place = Place::enter(&args.run)?;
     let ports = args.ports.as_deref();
     let (plan, notes) = grab_plan(&args, &args.run, ports, &place, app.clone(), fields.clone())?;
-    let mode = runargs::output_mode(
-        &args.run,
-        &plan.run,
-        args.output_format == OutputFormat::Parquet,
-    )?;
-    let writer = open_writer_with(
-        args.output_format,
+    let mode = runargs::output_mode(&args.run, &plan.run, format == OutputFormat::Parquet)?;
+    let metadata = crate::scan::run_metadata(&plan.run);
+    let writer = open_writer_with_metadata(
+        format,
         args.run.output.as_deref(),
         fields.clone(),
         mode,
+        &metadata.key_values(),
     )?;
     if !args.run.quiet {
         announce(&args, &plan, &notes);

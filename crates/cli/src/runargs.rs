@@ -32,7 +32,9 @@ pub fn rx_backend_parser() -> impl TypedValueParser<Value = BackendKind> {
 pub struct RunArgs {
     /// Targets: CIDR prefixes, ranges (a.b.c.d-e.f.g.h) and addresses, IPv4 or IPv6.
     pub targets: Vec<String>,
-    /// Read targets from a file, one per line (# comments). IPv6 is scanned from such lists.
+    /// Read targets from a file, one per line (# comments), or from sonde's scan or grab rows
+    /// (csv or ndjson; their sport is the port); `-` reads standard input (sonde scan -o - |
+    /// sonde grab -I -). IPv6 is scanned from such lists.
     #[arg(short = 'I', long = "input-file")]
     pub input_file: Option<PathBuf>,
     /// Allowlist file: only these prefixes are probed.

@@ -28,7 +28,7 @@ fn one_row_per_target(path: &str, count: usize) {
     let rows = rows(path);
     let targets: HashSet<(String, String)> = rows
         .iter()
-        .map(|r| (r["saddr"].to_string(), r["dport"].to_string()))
+        .map(|r| (r["saddr"].to_string(), r["sport"].to_string()))
         .collect();
     assert_eq!((rows.len(), targets.len()), (count, count), "{path}");
 }

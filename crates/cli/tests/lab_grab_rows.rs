@@ -59,7 +59,7 @@ fn assert_one_row_per_target(name: &str, rows: &[serde_json::Value], count: usiz
     let mut seen: HashMap<String, usize> = HashMap::new();
     for r in rows {
         *seen
-            .entry(format!("{}:{}", r["saddr"], r["dport"]))
+            .entry(format!("{}:{}", r["saddr"], r["sport"]))
             .or_default() += 1;
     }
     let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
@@ -70,8 +70,9 @@ fn assert_one_row_per_target(name: &str, rows: &[serde_json::Value], count: usiz
     assert_eq!(rows.len(), count, "{name}: one row per target");
 }
 
+/// Rows whose connection ended `status` (the TCP outcome, which the summary counts).
 fn count(rows: &[serde_json::Value], status: &str) -> usize {
-    rows.iter().filter(|r| r["status"] == status).count()
+    rows.iter().filter(|r| r["tcp_status"] == status).count()
 }
 
 fn in_net_ns(lab: &Lab, args: &[&str]) -> Output {
@@ -303,7 +304,7 @@ fn a_corrupted_segment_injected_into_the_scanners_interface_is_counted_and_not_d
         assert!(injector.join().unwrap(), "{name}: no handshake seen on nx0");
         let row = &rows[0];
         assert_eq!(row["saddr"], IpAddr::V4(target).to_string());
-        assert_eq!(row["status"], "success", "{name}: {row}");
+        assert_eq!(row["tcp_status"], "success", "{name}: {row}");
         assert_eq!(
             row["banner"],
             String::from_utf8_lossy(GOOD).as_ref(),

@@ -21,7 +21,7 @@ fn rows(path: &str) -> Vec<serde_json::Value> {
 }
 
 fn count(rows: &[serde_json::Value], status: &str) -> u64 {
-    rows.iter().filter(|r| r["status"] == status).count() as u64
+    rows.iter().filter(|r| r["tcp_status"] == status).count() as u64
 }
 
 /// The addresses of `rows`, checking that none comes twice.

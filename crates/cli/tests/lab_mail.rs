@@ -117,7 +117,7 @@ fn ftp_upgrades_with_auth_tls_and_shows_the_truth_s_certificate() {
         let rows = successes(&file);
         assert_eq!(rows.len() as u64, live, "{family}");
         for row in rows {
-            assert_eq!(row["dport"], 21, "{row}");
+            assert_eq!(row["sport"], 21, "{row}");
             let features = row["ftp_features"].as_str().unwrap();
             assert!(features.lines().any(|f| f == "AUTH TLS"), "{row}");
             assert!(row["ftp_starttls"].as_str().unwrap().starts_with("234 "));

@@ -366,7 +366,7 @@ fn grab_results_score_completed_bodies_silence_and_certificates() {
     let mut lines = Vec::new();
     let mut grab = |addr: &str, port: u16, status: &str, extra: String| {
         lines.push(format!(
-            "{{\"saddr\":\"{addr}\",\"dport\":{port},\"status\":\"{status}\"{extra}}}"
+            "{{\"saddr\":\"{addr}\",\"sport\":{port},\"status\":\"{status}\"{extra}}}"
         ));
     };
     // Port 80: every live host but one completes; one body is wrong; one fetched /big.
@@ -425,7 +425,7 @@ fn grab_results_score_completed_bodies_silence_and_certificates() {
     );
     assert_eq!(line, want);
 
-    // Both ports from the file's dport column.
+    // Both ports from the file's sport column.
     let line = score_line(&lab, &[&path]);
     let live = n80 + https.len();
     let done = live - 1;

@@ -557,7 +557,7 @@ fn servers_of_warnings_dhe_cbc_sha256_and_ffdhe_show_what_openssl_sees() {
     assert!(out.status.success(), "{}", stderr(&out));
     let rows = rows(&out_file);
     assert_eq!(rows.len(), 5, "one row per port: {rows:?}");
-    let row = |port: u16| rows.iter().find(|r| r["dport"] == port).unwrap();
+    let row = |port: u16| rows.iter().find(|r| r["sport"] == port).unwrap();
     let sees = |port| s_client(&lab, port, "bad.sonde.test");
     let str_of = |v: &serde_json::Value| v.as_str().map(str::to_string);
 

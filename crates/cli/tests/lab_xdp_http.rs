@@ -290,7 +290,7 @@ fn what_it_cannot_serve_is_reset(lab: &Lab, live: &[IpAddr]) {
         let rows = rows(&out_file);
         assert_eq!(rows.len(), some.len(), "{what}");
         for r in rows {
-            assert_eq!(r["status"], status, "{what}: {r}");
+            assert_eq!(r["tcp_status"], status, "{what}: {r}");
         }
     }
 }

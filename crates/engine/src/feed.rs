@@ -21,6 +21,10 @@ pub struct Feed {
     probes: usize,
 }
 
+/// Up to this many cycle positions left, [`Feed::left`] walks them to count the targets
+/// exactly (a few milliseconds at most).
+pub const EXACT_COUNT_POSITIONS: u64 = 1 << 22;
+
 /// What identifies a thread's part of a run.
 #[derive(Clone, Copy, Debug)]
 pub struct FeedSpec {
@@ -108,10 +112,17 @@ impl Feed {
         self.pending.is_empty() && (self.cursor.is_done() || !self.quota_left())
     }
 
-    /// About how many probes this feed has still to hand out (the cursor counts cycle
-    /// positions, of which a prime gap's worth are skipped: a few hundred at most).
+    /// How many probes this feed has still to hand out: exact when at most
+    /// [`EXACT_COUNT_POSITIONS`] cycle positions are left (they are walked: a lab, a hit list),
+    /// else the positions left, which overcount by the skipped ones (a prime gap's worth over
+    /// the whole cycle: a few hundred at most, in millions).
     pub fn left(&self) -> u64 {
         let positions = self.cursor.positions() - self.cursor.consumed();
+        let positions = if positions <= EXACT_COUNT_POSITIONS {
+            self.cursor.clone().count() as u64
+        } else {
+            positions
+        };
         let targets = match self.limit {
             Some(l) => positions.min(l.saturating_sub(self.taken)),
             None => positions,
@@ -198,6 +209,29 @@ mod tests {
         rest.extend(first);
         rest.sort_unstable();
         assert_eq!(rest, (0..1000).collect::<Vec<_>>());
+    }
+
+    /// The count a status line shows as "of N": exact, though the cycle has more positions
+    /// than the space has targets (6596 targets walk a cycle of 6598).
+    #[test]
+    fn what_is_left_is_exact() {
+        for (targets, threads) in [(6596, 1), (6596, 3), (1000, 2), (257, 1)] {
+            let spec = FeedSpec {
+                targets,
+                threads,
+                ..spec(threads, None, 1)
+            };
+            let mut feeds: Vec<Feed> = (0..threads)
+                .map(|t| Feed::open(&spec, t, None).unwrap())
+                .collect();
+            let left: u64 = feeds.iter().map(Feed::left).sum();
+            assert_eq!(left, targets, "{targets} targets, {threads} threads");
+            // Part way through, too (what a resumed run announces).
+            feeds[0].fill(64);
+            feeds[0].accept(10);
+            let left: u64 = feeds.iter().map(Feed::left).sum();
+            assert_eq!(left, targets - 10, "{targets} targets, {threads} threads");
+        }
     }
 
     #[test]

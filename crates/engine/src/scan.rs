@@ -184,11 +184,10 @@ pub fn run(
     let (writer, dedup) = match rx_result {
         Ok(done) => done,
         Err(e) => {
-            let at = plan.run.checkpoint.display();
-            return Err(e.context(format!(
-                "the receiver failed, so sending stopped after {} probes (checkpoint: {at})",
-                counts.sent.get()
-            )));
+            // The checkpoint was written above only if sending was stopped.
+            let at = plan.run.checkpoint.display().to_string();
+            let line = receiver_failure(&e, counts.sent.get(), total, interrupted.then_some(&at));
+            return Err(e.context(line));
         }
     };
     writer.finish().context("finishing the output")?;
@@ -429,6 +428,36 @@ fn cooldown(
     Ok(())
 }
 
+/// What a failed receiver did to the run, in one true line: why (the output's reader went
+/// away, or another failure), whether every probe had been sent or where sending stopped, and
+/// the checkpoint when one was written.
+fn receiver_failure(
+    error: &anyhow::Error,
+    sent: u64,
+    total: u64,
+    checkpoint: Option<&String>,
+) -> String {
+    let broken_pipe = error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    });
+    let why = if broken_pipe {
+        "the output's reader went away (broken pipe)"
+    } else {
+        "the receiver failed"
+    };
+    let sending = if sent >= total {
+        format!("all {sent} probes had been sent")
+    } else {
+        format!("sending stopped after {sent} of {total} probes")
+    };
+    match checkpoint {
+        Some(at) => format!("{why}; {sending}; checkpoint written to {at} (--resume {at} goes on)"),
+        None => format!("{why}; {sending}"),
+    }
+}
+
 fn save_checkpoint(
     plan: &ScanPlan,
     threads: &[ThreadCheckpoint],
@@ -569,6 +598,10 @@ impl Receiver {
         })?;
         if let Some(e) = error {
             return Err(e);
+        }
+        if handled > 0 {
+            // Rows to a pipe leave now, one write per batch (a file's stay buffered).
+            self.writer.end_batch()?;
         }
         self.counts.received.add(handled as u64);
         self.send_resets()?;
@@ -845,8 +878,35 @@ impl StatusSource for ScanStatus {
 
 #[cfg(test)]
 mod tests {
-    use super::{arrival, link_drops_text, loss_line};
+    use super::{arrival, link_drops_text, loss_line, receiver_failure};
     use sonde_io::{BackendKind, LinkDrops};
+
+    /// A receiver that failed says why in words that are true: a reader that went away is
+    /// named, a run that had sent everything does not say sending stopped, and a checkpoint is
+    /// named only when one was written.
+    #[test]
+    fn a_failed_receiver_s_line_is_true() {
+        let gone = anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+            .context("writing the output");
+        let line = receiver_failure(&gone, 256, 256, None);
+        assert_eq!(
+            line,
+            "the output's reader went away (broken pipe); all 256 probes had been sent"
+        );
+        let at = "scan.checkpoint.json".to_string();
+        let line = receiver_failure(&gone, 100, 256, Some(&at));
+        assert!(
+            line.contains("sending stopped after 100 of 256 probes"),
+            "{line}"
+        );
+        assert!(
+            line.contains("checkpoint written to scan.checkpoint.json"),
+            "{line}"
+        );
+        let full = anyhow::anyhow!("No space left on device");
+        let line = receiver_failure(&full, 256, 256, None);
+        assert!(line.starts_with("the receiver failed;") && !line.contains("checkpoint"));
+    }
 
     #[test]
     fn the_loss_line_names_each_cause_that_counted_and_nothing_else() {

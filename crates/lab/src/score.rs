@@ -31,7 +31,8 @@ pub struct ScoreRequest {
     pub answer: Option<Answer>,
     /// Count only the truth inside these prefixes (results outside them are left out).
     pub within: Vec<IpNet>,
-    /// The results' format.
+    /// The results' format; `None`: read from the content (`sonde lab score` first reads it
+    /// from the file's name, as `sonde_scan::output::OutputFormat::from_extension` does).
     pub format: Option<Format>,
     /// The results file.
     pub results: PathBuf,
@@ -171,11 +172,16 @@ fn covering_prefixes(addrs: impl Iterator<Item = IpAddr>) -> String {
 #[derive(Clone, Debug, Default, PartialEq)]
 struct Row {
     addr: Option<IpAddr>,
+    /// The target's port: a scan's and a grab's rows both name it `sport` (the reply's source).
     sport: Option<u16>,
-    dport: Option<u16>,
+    /// A `port` column (other tools' rows, as bench/grab-rows.py writes them).
+    port: Option<u16>,
     classification: Option<String>,
     success: Option<bool>,
+    /// A grab's `status` (the protocol's outcome: success, io-timeout, …) and `tcp_status`
+    /// (the connection's: success, data-timeout, …).
     status: Option<String>,
+    tcp_status: Option<String>,
     /// The HTTP path fetched (`http_path` or `path`), if the file says.
     path: Option<String>,
     /// SHA-256 of the body: the `http_body_sha256` column, else computed from `http_body`.
@@ -187,6 +193,16 @@ struct Row {
 }
 
 impl Row {
+    /// A grab's connection that waited for a reply in vain: `tcp_status` data-timeout, or
+    /// (files without it: other tools' rows, older sonde's) `status` io-timeout (ZGrab2's word)
+    /// or data-timeout.
+    fn timed_out(&self) -> bool {
+        match &self.tcp_status {
+            Some(tcp) => tcp == "data-timeout",
+            None => matches!(self.status.as_deref(), Some("io-timeout" | "data-timeout")),
+        }
+    }
+
     fn field(&self, name: &str) -> Option<&str> {
         self.fields
             .iter()
@@ -262,18 +278,9 @@ fn read_results(path: &Path, format: Option<Format>) -> Result<Results> {
     Ok(results)
 }
 
-/// By extension, else by content: parquet's magic, a JSON object, or CSV.
+/// By content (the caller reads the file's name first, as `sonde scan -o` does): parquet's
+/// magic, a JSON object, or CSV.
 fn sniff_format(path: &Path) -> Result<Format> {
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
-    match ext.as_deref() {
-        Some("csv") => return Ok(Format::Csv),
-        Some("ndjson" | "jsonl" | "json") => return Ok(Format::Ndjson),
-        Some("parquet" | "pq") => return Ok(Format::Parquet),
-        _ => {}
-    }
     let mut head = Vec::with_capacity(64);
     std::fs::File::open(path)
         .and_then(|f| f.take(64).read_to_end(&mut head))
@@ -316,10 +323,11 @@ fn make_row(get: impl Fn(&str) -> Option<String>, line: usize) -> Result<Row> {
     Ok(Row {
         addr,
         sport: port("sport")?,
-        dport: port("dport")?.or(port("port")?),
+        port: port("port")?,
         classification: nonempty("classification"),
         success,
         status: nonempty("status"),
+        tcp_status: nonempty("tcp_status"),
         path: nonempty("http_path").or_else(|| nonempty("path")),
         body_sha256,
         tls_cert_sha256: nonempty("tls_cert_sha256").map(|s| s.to_ascii_lowercase()),
@@ -374,13 +382,15 @@ fn read_parquet(file: std::fs::File) -> Result<Results> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
     use parquet::record::Field;
     let reader = SerializedFileReader::new(file)?;
+    // The top-level fields: a nested one (a MAP, a LIST) is one column by its own name.
     let columns: HashSet<String> = reader
         .metadata()
         .file_metadata()
         .schema_descr()
-        .columns()
+        .root_schema()
+        .get_fields()
         .iter()
-        .map(|c| c.name().to_string())
+        .map(|f| f.name().to_string())
         .collect();
     let mut rows = Vec::new();
     for (i, row) in reader.get_row_iter(None)?.enumerate() {
@@ -785,13 +795,18 @@ fn grab_targets(truth: &Truth, scope: &Scope, ports: &[u16]) -> (Targets, Target
     (live, silent)
 }
 
-/// The ports of a grab: --port, else the results' dport (or port) column.
+/// The target's port of a grab's row: `sport` (sonde's rows, as a scan's), else `port`.
+fn grab_port(row: &Row) -> Option<u16> {
+    row.sport.or(row.port)
+}
+
+/// The ports of a grab: --port, else the results' sport (or port) column.
 fn grab_ports(args: &ScoreRequest, results: &Results) -> Result<Vec<u16>> {
     if !args.port.is_empty() {
         return Ok(args.port.clone());
     }
-    let column = if results.has("dport") {
-        "dport"
+    let column = if results.has("sport") {
+        "sport"
     } else {
         "port"
     };
@@ -800,7 +815,7 @@ fn grab_ports(args: &ScoreRequest, results: &Results) -> Result<Vec<u16>> {
         results,
         &args.results,
         column,
-        |r| r.dport,
+        grab_port,
         &[Answer::Synack],
         has_status,
     )
@@ -829,7 +844,7 @@ impl GrabTally {
             return;
         }
         if !success {
-            if row.status.as_deref() == Some("data-timeout") && lab.silent.contains(&key) {
+            if row.timed_out() && lab.silent.contains(&key) {
                 self.silent_timeouts.insert(key);
             }
             return;
@@ -933,7 +948,7 @@ fn score_grab(
         let Some(addr) = row.addr.filter(|a| scope.scores(*a)) else {
             continue;
         };
-        let port = row_port(row.dport, &ports, &args.results, "dport")?;
+        let port = row_port(grab_port(row), &ports, &args.results, "sport")?;
         if ports.contains(&port) {
             tally.add(row, (addr, port), &lab);
         }
@@ -1055,6 +1070,42 @@ mod tests {
              (75.000 %), wrong fields 1, missing fields 4 (tls_cert_sha256 0/0 missing 4, \
              tls_version 3/4) [grab: port 8443 within 198.18.0.0/30]"
         );
+    }
+
+    /// A grab's row: the target's port is `sport` (dport is ours), and a reply waited for in
+    /// vain is `tcp_status` data-timeout, or for rows without it, `status` io-timeout.
+    #[test]
+    fn grab_rows_name_the_target_s_port_sport_and_time_out_either_way() {
+        let row = |cells: &'static [(&'static str, &'static str)]| {
+            make_row(
+                |c| {
+                    cells
+                        .iter()
+                        .find(|(n, _)| *n == c)
+                        .map(|(_, v)| v.to_string())
+                },
+                2,
+            )
+            .unwrap()
+        };
+        let sonde = row(&[
+            ("saddr", "198.18.0.7"),
+            ("sport", "443"),
+            ("dport", "61000"),
+            ("status", "io-timeout"),
+            ("tcp_status", "data-timeout"),
+        ]);
+        assert_eq!(grab_port(&sonde), Some(443));
+        assert!(sonde.timed_out());
+        let closed = row(&[("status", "io-timeout"), ("tcp_status", "closed")]);
+        assert!(!closed.timed_out());
+        let other_tool = row(&[
+            ("saddr", "198.18.0.7"),
+            ("port", "80"),
+            ("status", "io-timeout"),
+        ]);
+        assert_eq!(grab_port(&other_tool), Some(80));
+        assert!(other_tool.timed_out());
     }
 
     #[test]

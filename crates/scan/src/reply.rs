@@ -46,12 +46,22 @@ pub enum Value {
     Bool(bool),
     Int(u64),
     Str(String),
+    /// A structured value (a [`FieldType::Map`] or [`FieldType::Records`] field): nested JSON
+    /// in ndjson, its JSON text in csv, a MAP or a LIST of structs in parquet.
+    Json(serde_json::Value),
 }
 
 /// The type a field always has (parquet needs it up front). Text formats write the narrow
 /// integers and times as `Int`, and addresses as `Str`; parquet gives each its own column type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FieldType {
+    /// A JSON object of text values (HTTP headers): a `Value::Json` object, MAP<STRING,
+    /// STRING> in parquet.
+    Map,
+    /// A JSON array of objects with these members (a certificate chain): a `Value::Json`
+    /// array, a LIST of structs in parquet. Members are of the plain types (no address, no
+    /// nesting).
+    Records(&'static [Field]),
     Bool,
     /// An unsigned integer of up to 64 bits.
     Int,
@@ -82,7 +92,11 @@ impl FieldType {
             FieldType::U16 => Some(u16::MAX.into()),
             FieldType::U32 => Some(u32::MAX.into()),
             FieldType::Int | FieldType::Micros => Some(u64::MAX),
-            FieldType::Bool | FieldType::Str | FieldType::Addr => None,
+            FieldType::Bool
+            | FieldType::Str
+            | FieldType::Addr
+            | FieldType::Map
+            | FieldType::Records(_) => None,
         }
     }
 
@@ -90,10 +104,15 @@ impl FieldType {
     pub fn is_text(self) -> bool {
         matches!(self, FieldType::Str | FieldType::Addr)
     }
+
+    /// Whether values are `Value::Json` (a map or a list of records).
+    pub fn is_nested(self) -> bool {
+        matches!(self, FieldType::Map | FieldType::Records(_))
+    }
 }
 
 /// A named output field.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Field {
     pub name: &'static str,
     pub kind: FieldType,

@@ -212,6 +212,31 @@ fn target_lists_carry_ports_from_addr_port_lines_and_scan_csv() {
     .unwrap();
     let list = read_target_list(&scan).unwrap();
     assert_eq!((list.tokens.len(), list.ports.as_slice()), (2, &[80][..]));
+    // A grab's rows name the target's port sport too (dport is ours), in csv and ndjson.
+    let grab = dir.join("grab.csv");
+    std::fs::write(
+        &grab,
+        "saddr,sport,name,dport,status\n198.18.0.7,443,,61000,success\n",
+    )
+    .unwrap();
+    let list = read_target_list(&grab).unwrap();
+    assert_eq!(
+        (list.tokens, list.ports),
+        (vec!["198.18.0.7".to_string()], vec![443])
+    );
+    let rows = dir.join("grab.ndjson");
+    std::fs::write(
+        &rows,
+        "{\"saddr\":\"198.18.0.7\",\"sport\":443,\"dport\":61000}\n\n\
+         {\"saddr\":\"2001:2::1\",\"sport\":22,\"status\":\"success\"}\n",
+    )
+    .unwrap();
+    let list = read_target_list(&rows).unwrap();
+    assert_eq!(list.tokens, ["198.18.0.7", "2001:2::1"]);
+    assert_eq!(list.ports, [22, 443]);
+    std::fs::write(&rows, "{\"saddr\":\"198.18.0.7\"}\n{\"sport\":80}\n").unwrap();
+    let err = read_target_list(&rows).unwrap_err().to_string();
+    assert!(err.contains(":2:") && err.contains("saddr"), "{err}");
     std::fs::write(&plain, "198.18.0.1:99999\n").unwrap();
     let err = read_target_list(&plain).unwrap_err().to_string();
     assert!(err.contains(":1:") && err.contains("99999"), "{err}");

@@ -14,7 +14,7 @@ use sonde_scan::reply::{Field, FieldType, Value};
 use sonde_tcp::{App, ReplyCursor};
 
 use crate::text::{hex, int, lossy, sha256_hex};
-use crate::{AppOptions, TargetNames};
+use crate::{AppOptions, AppOutcome, TargetNames};
 use chunked::ChunkedEnd;
 use response::{final_head, parser_config, Framing, HeadParse};
 
@@ -27,7 +27,7 @@ pub static HTTP_FIELDS: &[Field] = &[
     },
     Field {
         name: "http_status",
-        kind: FieldType::Int,
+        kind: FieldType::U16,
         help: "status code of the final response (after any 1xx)",
     },
     Field {
@@ -37,8 +37,8 @@ pub static HTTP_FIELDS: &[Field] = &[
     },
     Field {
         name: "http_headers",
-        kind: FieldType::Str,
-        help: "response headers as a JSON object: lower-case name to value, repeats joined by \", \"",
+        kind: FieldType::Map,
+        help: "response headers: lower-case name to value, repeats joined by \", \" (an object in ndjson, its JSON text in csv, a MAP in parquet)",
     },
     Field {
         name: "http_body",
@@ -135,8 +135,10 @@ impl HttpApp {
         })
     }
 
-    /// Values of [`HTTP_FIELDS`] for the reply `received`.
-    pub fn describe_into(&self, received: &[u8], values: &mut Vec<Value>) {
+    /// Values of [`HTTP_FIELDS`] for the reply `received`, and whether it was HTTP: a whole
+    /// head is, but for the 400 an HTTPS port answers plain HTTP with (ZGrab2's
+    /// `--fail-http-to-https` rule, always on: sonde retries nothing).
+    pub fn describe_into(&self, received: &[u8], values: &mut Vec<Value>) -> AppOutcome {
         values.push(Value::Str(self.path.clone()));
         let (offset, head) = final_head(received, self.head_request);
         let reply = &received[offset..];
@@ -150,15 +152,23 @@ impl HttpApp {
                 };
                 values.extend([Value::Null, Value::Null, Value::Null, body]);
                 values.extend([int(reply.len()), Value::Str(sha256_hex(reply)), Value::Null]);
+                AppOutcome::ProtocolError
             }
             HeadParse::Partial { status } => {
                 let status = status.map_or(Value::Null, |code| Value::Int(code.into()));
                 values.extend([status, Value::Null, Value::Null, Value::Null]);
                 values.extend([Value::Null, Value::Null, Value::Bool(true)]);
+                // The head never ended: not a response a client could read.
+                AppOutcome::ProtocolError
             }
             HeadParse::Complete(head) => {
                 let (reason, headers) = reason_and_headers(&reply[..head.len]);
                 let (body, complete) = decoded_body(&reply[head.len..], head.framing);
+                let outcome = if head.status == 400 && is_plain_http_to_tls(&body) {
+                    AppOutcome::ProtocolError
+                } else {
+                    AppOutcome::Success
+                };
                 values.extend([Value::Int(head.status.into()), reason, headers]);
                 values.extend([
                     lossy(&body),
@@ -166,9 +176,29 @@ impl HttpApp {
                     Value::Str(hex(&Sha256::digest(&body))),
                 ]);
                 values.push(Value::Bool(!complete));
+                outcome
             }
         }
     }
+}
+
+/// What web servers say, in the body of a 400, to plain HTTP on a port that speaks TLS (nginx,
+/// Apache httpd, Caddy, Go's net/http): looked for in the body's first bytes.
+const PLAIN_HTTP_TO_TLS: &[&[u8]] = &[
+    b"The plain HTTP request was sent to HTTPS port",
+    b"You're speaking plain HTTP to an SSL-enabled server port",
+    b"Client sent an HTTP request to an HTTPS server",
+    b"combination of host and port requires TLS",
+];
+
+/// How far into a 400's body [`PLAIN_HTTP_TO_TLS`] is looked for.
+const PLAIN_HTTP_TO_TLS_WITHIN: usize = 512;
+
+fn is_plain_http_to_tls(body: &[u8]) -> bool {
+    let start = &body[..body.len().min(PLAIN_HTTP_TO_TLS_WITHIN)];
+    PLAIN_HTTP_TO_TLS
+        .iter()
+        .any(|phrase| start.windows(phrase.len()).any(|w| w == *phrase))
 }
 
 /// Token characters of RFC 9110 §5.6.2 (method and header names).
@@ -192,7 +222,7 @@ fn check_header(header: &str) -> Result<(), String> {
     }
 }
 
-/// The reason phrase and the headers as a JSON object, parsed again from the complete `head`
+/// The reason phrase and the headers as an object, parsed again from the complete `head`
 /// with as many header slots as it has lines (a header takes at least one).
 fn reason_and_headers(head: &[u8]) -> (Value, Value) {
     let mut slots = vec![httparse::EMPTY_HEADER; head.iter().filter(|&&b| b == b'\n').count() + 1];
@@ -220,10 +250,7 @@ fn reason_and_headers(head: &[u8]) -> (Value, Value) {
     let reason = response
         .reason
         .map_or(Value::Null, |r| Value::Str(r.to_string()));
-    (
-        reason,
-        Value::Str(serde_json::Value::Object(object).to_string()),
-    )
+    (reason, Value::Json(serde_json::Value::Object(object)))
 }
 
 /// The decoded body and whether it is whole.

@@ -41,10 +41,10 @@ fn text(value: &str) -> Value {
 }
 
 fn headers(values: &[Value]) -> serde_json::Value {
-    let Value::Str(json) = field(values, "http_headers") else {
+    let Value::Json(headers) = field(values, "http_headers") else {
         panic!("{values:?}")
     };
-    serde_json::from_str(json).unwrap()
+    headers.clone()
 }
 
 /// Asserts the reply is incomplete at every cut before its end and complete at the end.

@@ -46,7 +46,7 @@ pub(crate) fn describe_chain(chain: &[&[u8]], values: &mut Vec<Value>) {
     values.push(Value::Str(sha256_hex(leaf)));
     values.push(int(chain.len()));
     let entries: Vec<serde_json::Value> = chain.iter().map(|der| chain_entry(der)).collect();
-    values.push(Value::Str(serde_json::Value::Array(entries).to_string()));
+    values.push(Value::Json(serde_json::Value::Array(entries)));
 }
 
 /// `{subject, issuer, sans, not_before, not_after, key_type, key_bits, sha256}` of one

@@ -24,7 +24,7 @@ use tls_parser::{TlsAlertDescription, TlsCipherSuite};
 
 use crate::http::HttpApp;
 use crate::text::lossy;
-use crate::{AppOptions, TargetNames, TlsVersion};
+use crate::{AppOptions, AppOutcome, TargetNames, TlsVersion};
 use flight::read_flight;
 #[cfg(test)]
 use flight::FlightEnd;
@@ -32,6 +32,50 @@ use full::{FullTls, TlsSession};
 use hello::ClientHello;
 
 pub(crate) use full::{default_roots, roots_from_pem};
+
+/// The members of each certificate of `tls_chain`, as the leaf's own fields say them.
+const CHAIN_MEMBERS: &[Field] = &[
+    Field {
+        name: "subject",
+        kind: FieldType::Str,
+        help: "subject",
+    },
+    Field {
+        name: "issuer",
+        kind: FieldType::Str,
+        help: "issuer",
+    },
+    Field {
+        name: "sans",
+        kind: FieldType::Str,
+        help: "DNS names and IP addresses, comma-separated",
+    },
+    Field {
+        name: "not_before",
+        kind: FieldType::Str,
+        help: "start of validity, RFC 3339",
+    },
+    Field {
+        name: "not_after",
+        kind: FieldType::Str,
+        help: "end of validity, RFC 3339",
+    },
+    Field {
+        name: "key_type",
+        kind: FieldType::Str,
+        help: "key type",
+    },
+    Field {
+        name: "key_bits",
+        kind: FieldType::Int,
+        help: "key size in bits",
+    },
+    Field {
+        name: "sha256",
+        kind: FieldType::Str,
+        help: "SHA-256 of the DER, hex",
+    },
+];
 
 /// Fields of the `tls` app.
 pub static TLS_FIELDS: &[Field] = &[
@@ -87,8 +131,8 @@ pub static TLS_FIELDS: &[Field] = &[
     },
     Field {
         name: "tls_chain",
-        kind: FieldType::Str,
-        help: "JSON array of {subject, issuer, sans, not_before, not_after, key_type, key_bits, sha256} for each certificate sent",
+        kind: FieldType::Records(CHAIN_MEMBERS),
+        help: "each certificate sent, leaf first: {subject, issuer, sans, not_before, not_after, key_type, key_bits, sha256} (an array in ndjson, its JSON text in csv, a LIST of structs in parquet)",
     },
     Field {
         name: "tls_path",
@@ -308,41 +352,48 @@ impl TlsApp {
 
     /// Values of [`TLS_FIELDS`] after a STARTTLS upgrade (smtp, imap, pop3): `upgrade` is where
     /// the TLS records start in `received` and the TLS session, if the exchange got that far;
-    /// with no upgrade (or no `--starttls`, `app` none) every field is null.
+    /// with no upgrade (or no `--starttls`, `app` none) every field is null. The outcome is
+    /// the TLS handshake's, `None` without one.
     pub fn describe_upgrade_into(
         app: Option<&TlsApp>,
         received: &[u8],
         upgrade: Option<(usize, &dyn Session)>,
         values: &mut Vec<Value>,
-    ) {
+    ) -> Option<AppOutcome> {
         match (app, upgrade) {
-            (Some(app), Some((from, tls))) => app.describe_session_into(
+            (Some(app), Some((from, tls))) => Some(app.describe_session_into(
                 received.get(from..).unwrap_or_default(),
                 Some(tls),
                 values,
-            ),
-            _ => values.extend(std::iter::repeat_n(Value::Null, TLS_FIELDS.len())),
+            )),
+            _ => {
+                values.extend(std::iter::repeat_n(Value::Null, TLS_FIELDS.len()));
+                None
+            }
         }
     }
 
     /// Values of [`TLS_FIELDS`] for the reply `received` (first-flight path).
-    pub fn describe_into(&self, received: &[u8], values: &mut Vec<Value>) {
-        self.describe_session_into(received, None, values);
+    pub fn describe_into(&self, received: &[u8], values: &mut Vec<Value>) -> AppOutcome {
+        self.describe_session_into(received, None, values)
     }
 
     /// Values of the app's fields (`https`: [`crate::HTTP_FIELDS`] first) for the raw reply
-    /// `received` and the connection's session, if it had one.
+    /// `received` and the connection's session, if it had one; and the outcome: TLS when a
+    /// ServerHello came (then, for `https`, the HTTP response's), the server's refusal when an
+    /// alert came instead, else not TLS.
     pub fn describe_session_into(
         &self,
         received: &[u8],
         session: Option<&dyn Session>,
         values: &mut Vec<Value>,
-    ) {
+    ) -> AppOutcome {
         let session = session.and_then(|s| s.as_any().downcast_ref::<TlsSession>());
-        if let Some(http) = self.full.as_ref().and_then(|full| full.http.as_ref()) {
+        let http = self.full.as_ref().and_then(|full| full.http.as_ref());
+        let http_outcome = http.map(|http| {
             let plaintext = session.map_or(&[][..], |s| s.plaintext.as_slice());
-            http.describe_into(plaintext, values);
-        }
+            http.describe_into(plaintext, values)
+        });
         let flight = read_flight(received, true);
         let hello = flight.server_hello;
         let done = session.filter(|s| s.done);
@@ -352,6 +403,11 @@ impl TlsApp {
             .and_then(|s| s.failure.as_ref()?.alert())
             .or(flight.alert);
         values.push(alert.map_or(Value::Null, |a| Value::Str(alert_name(a))));
+        let outcome = match (hello, alert) {
+            (Some(_), _) => http_outcome.unwrap_or(AppOutcome::Success),
+            (None, Some(_)) => AppOutcome::ApplicationError,
+            (None, None) => AppOutcome::ProtocolError,
+        };
         // The chain rustls received, else the clear one (only a whole Certificate message is
         // read; a cut one tells nothing reliable).
         let chain: Vec<&[u8]> = match done.and_then(|s| s.conn.peer_certificates()) {
@@ -385,7 +441,13 @@ impl TlsApp {
             (false, Ok(())) => values.extend([Value::Bool(true), Value::Null]),
             (false, Err(why)) => values.extend([Value::Bool(false), Value::Str(why)]),
         }
-        let why = session.and_then(|s| s.failure.as_ref()).map(|stop| {
+        let stop = session.and_then(|s| s.failure.as_ref());
+        // A session cut short by sonde's own send budget did not finish: no success.
+        let outcome = match stop {
+            Some(full::Stop::SendBudget(_)) => AppOutcome::UnknownError,
+            _ => outcome,
+        };
+        let why = stop.map(|stop| {
             let limit = if self.retry && chain.is_empty() {
                 RETRY_LIMIT
             } else if hello.is_none() && stop.alert() == Some(HANDSHAKE_FAILURE) {
@@ -396,6 +458,7 @@ impl TlsApp {
             Value::Str(format!("{stop}{limit}"))
         });
         values.push(why.unwrap_or(Value::Null));
+        outcome
     }
 
     /// Whether `chain` leads to one of the roots, and names `name` when it is given (the SNI

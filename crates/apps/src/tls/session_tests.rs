@@ -175,10 +175,9 @@ fn https_over_tls_1_3_in_segments_of_any_size() {
         assert_eq!(get(&row, "tls_cert_key_bits"), &Value::Int(256));
         assert_eq!(get(&row, "tls_chain_valid"), &Value::Bool(true));
         assert_eq!(get(&row, "tls_error"), &Value::Null);
-        let Value::Str(chain) = get(&row, "tls_chain") else {
+        let Value::Json(chain) = get(&row, "tls_chain") else {
             panic!("no chain");
         };
-        let chain: serde_json::Value = serde_json::from_str(chain).unwrap();
         assert_eq!(chain[1]["sha256"], CA_SHA256);
         assert_eq!(chain[0]["sans"], "sonde.test,www.sonde.test,198.18.0.7");
         assert_eq!(chain[0]["key_bits"], 256);

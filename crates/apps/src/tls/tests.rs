@@ -277,10 +277,9 @@ fn the_rsa_chain_is_described_in_full() {
     );
     assert_eq!(field(&v, "tls_cert_sha256"), &text(LEAF_SHA256));
     assert_eq!(field(&v, "tls_chain_len"), &Value::Int(2));
-    let Value::Str(chain) = field(&v, "tls_chain") else {
+    let Value::Json(chain) = field(&v, "tls_chain") else {
         panic!()
     };
-    let chain: serde_json::Value = serde_json::from_str(chain).unwrap();
     assert_eq!(chain[0]["sha256"], LEAF_SHA256);
     assert_eq!(chain[0]["subject"], "C=DE, O=Sonde Lab, CN=sonde.test");
     assert_eq!(chain[1]["sha256"], CA_SHA256);

@@ -72,7 +72,7 @@ enum LabCommand {
     /// answer, N are in the results; F result pairs are not in the truth. When the truth holds
     /// nothing to find, it says so and fails instead.
     ///
-    /// Grab results (a status column, with saddr, dport, http_body or http_body_sha256,
+    /// Grab results (a status column, with saddr, sport, http_body or http_body_sha256,
     /// http_path, tls_cert_sha256) print: `completed N of M live (P %), bodies correct B of C
     /// (P %), wrong bodies W, silent seen as data-timeout S of T (P %), false positives F[,
     /// certificates correct X of Y][, fields correct R of N (P %), wrong fields W, missing fields

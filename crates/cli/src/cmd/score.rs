@@ -8,6 +8,7 @@ use clap::{Args, ValueEnum};
 use ipnet::IpNet;
 use sonde_lab::score::{self, Format, Module, ScoreRequest};
 use sonde_lab::Answer;
+use sonde_scan::output::OutputFormat;
 
 #[derive(Args)]
 pub struct ScoreArgs {
@@ -19,8 +20,8 @@ pub struct ScoreArgs {
     /// column: grab; tcp_syn when it has neither).
     #[arg(long, value_enum)]
     module: Option<ModuleArg>,
-    /// Ports to score (default: the ports the results name: sport for scans, dport for grab;
-    /// 0, ICMP, for icmp_echo).
+    /// Ports to score (default: the ports the results name: sport, the target's, for scans and
+    /// grabs alike (a `port` column in other tools' rows); 0, ICMP, for icmp_echo).
     #[arg(long, value_delimiter = ',')]
     port: Vec<u16>,
     /// The answer that counts as found (default: the module's: synack for tcp_syn, echo for
@@ -101,6 +102,15 @@ impl From<FormatArg> for Format {
     }
 }
 
+/// The format a results file's name says, read as `scan -o` and `grab -o` write it.
+fn named_format(results: &std::path::Path) -> Option<Format> {
+    OutputFormat::from_extension(results).map(|format| match format {
+        OutputFormat::Csv => Format::Csv,
+        OutputFormat::Ndjson => Format::Ndjson,
+        OutputFormat::Parquet => Format::Parquet,
+    })
+}
+
 pub fn run(args: ScoreArgs) -> Result<()> {
     let status = sonde_lab::status(&args.name)?;
     let request = ScoreRequest {
@@ -108,7 +118,10 @@ pub fn run(args: ScoreArgs) -> Result<()> {
         port: args.port,
         answer: args.answer.map(Answer::from),
         within: args.within,
-        format: args.format.map(Format::from),
+        format: args
+            .format
+            .map(Format::from)
+            .or_else(|| named_format(&args.results)),
         results: args.results,
     };
     let scored = score::score(&status, &request)?;

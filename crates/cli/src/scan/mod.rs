@@ -56,9 +56,11 @@ pub struct ScanArgs {
     /// List the output fields (and each module's default set) and exit.
     #[arg(long)]
     list_fields: bool,
-    /// Output format: csv, ndjson, parquet.
-    #[arg(short = 'O', long, default_value = "csv")]
-    output_format: OutputFormat,
+    /// Output format: csv, ndjson, parquet. Default: the one -o's name says (.csv; .ndjson,
+    /// .jsonl, .json; .parquet, .pq), else csv (stdout, -, or another name). A -O that
+    /// contradicts the name is refused.
+    #[arg(short = 'O', long)]
+    output_format: Option<OutputFormat>,
     /// Which replies to write, e.g. "success = 1 && repeat = 0"; default "success = 1".
     #[arg(long)]
     output_filter: Option<String>,
@@ -80,6 +82,7 @@ pub fn run(args: ScanArgs) -> anyhow::Result<()> {
     if args.list_fields {
         return list_fields();
     }
+    output_format(&args)?;
     runargs::check_input(&args.run, args.dryrun)?;
     // A dry run in a lab (--lab, or through `lab exec`) is held to the lab's population too.
     let place = Place::enter(&args.run)?;
@@ -169,14 +172,11 @@ fn execute(
     fields: Vec<&'static sonde_scan::Field>,
     notes: &[String],
 ) -> anyhow::Result<ScanSummary> {
-    let mode = runargs::output_mode(
-        &args.run,
-        &plan.run,
-        args.output_format == OutputFormat::Parquet,
-    )?;
+    let format = output_format(args)?;
+    let mode = runargs::output_mode(&args.run, &plan.run, format == OutputFormat::Parquet)?;
     let metadata = run_metadata(&plan.run);
     let writer = open_writer_with_metadata(
-        args.output_format,
+        format,
         args.run.output.as_deref(),
         fields,
         mode,
@@ -189,8 +189,17 @@ fn execute(
     sonde_engine::scan::run(plan, writer, &stop)
 }
 
+/// The rows' format: -O, else -o's name, else csv.
+fn output_format(args: &ScanArgs) -> anyhow::Result<OutputFormat> {
+    OutputFormat::resolve(
+        args.output_format,
+        args.run.output.as_deref(),
+        OutputFormat::Csv,
+    )
+}
+
 /// What the output file records about this run (parquet keeps it in its footer).
-fn run_metadata(run: &RunPlan) -> RunMetadata {
+pub(crate) fn run_metadata(run: &RunPlan) -> RunMetadata {
     let start_time_us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64);

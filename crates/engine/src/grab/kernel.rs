@@ -116,6 +116,7 @@ pub fn run<A: GrabApp>(
             pool.on_event(event.data() as usize, &mut writer, &counts)?;
         }
         pool.expire(Instant::now(), &mut writer, &counts)?;
+        writer.end_batch().context("writing the output")?;
         counts.outstanding.set(pool.open as u64);
         let done = status.source().done_fraction();
         status.tick(Phase::Sending { done }, false)?;
@@ -484,15 +485,18 @@ impl<'p, A: GrabApp> Pool<'p, A> {
             ooo_segments: 0,
             icmp: None,
         };
-        let values = if conn.data.is_empty() {
-            Vec::new()
-        } else {
-            self.plan
+        let (values, app_outcome) = if status == Status::Success || !conn.data.is_empty() {
+            let (values, said) = self
+                .plan
                 .app
-                .describe_session(&conn.data, conn.session.as_deref())
+                .describe_reply(&conn.data, conn.session.as_deref());
+            (values, Some(said))
+        } else {
+            (Vec::new(), None)
         };
         let row = GrabRow {
             outcome: &outcome,
+            app_outcome,
             name: self.plan.app.target_name(outcome.addr, outcome.port),
             app_fields: self.plan.app.fields(),
             app_values: &values,

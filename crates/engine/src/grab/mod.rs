@@ -21,11 +21,11 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use serde::Serialize;
-use sonde_apps::AnyApp;
+use sonde_apps::{AnyApp, AppOutcome};
 use sonde_meter::Counter;
 use sonde_scan::output::Row;
 use sonde_scan::reply::{Field, FieldType, Value};
-use sonde_tcp::{App, Outcome, Session};
+use sonde_tcp::{App, Outcome, Session, Status};
 
 use crate::plan::RunPlan;
 use crate::status::{per_second, StatusSource, Tick};
@@ -35,15 +35,15 @@ pub use user::{run, run_on, GrabIo};
 /// An application as grab uses it: the engine's request/complete seam plus its output fields.
 pub trait GrabApp: App + Send + Sync {
     fn name(&self) -> &'static str;
-    /// The app's output fields, in the order `describe` fills them.
+    /// The app's output fields, in the order `describe_reply` fills them.
     fn fields(&self) -> &'static [Field];
-    /// The app's field values for a reply's bytes.
-    fn describe(&self, received: &[u8]) -> Vec<Value>;
-    /// As `describe`, with the connection's session when the app talks in turns.
-    fn describe_session(&self, received: &[u8], session: Option<&dyn Session>) -> Vec<Value> {
-        let _ = session;
-        self.describe(received)
-    }
+    /// The app's field values for a reply's bytes (with the connection's session when the app
+    /// talks in turns), and whether the reply was the app's protocol.
+    fn describe_reply(
+        &self,
+        received: &[u8],
+        session: Option<&dyn Session>,
+    ) -> (Vec<Value>, AppOutcome);
     /// The name of the target (`-I address[:port],name`), for the row's `name`.
     fn target_name(&self, addr: IpAddr, port: u16) -> Option<&str> {
         let _ = (addr, port);
@@ -58,11 +58,12 @@ impl GrabApp for AnyApp {
     fn fields(&self) -> &'static [Field] {
         AnyApp::fields(self)
     }
-    fn describe(&self, received: &[u8]) -> Vec<Value> {
-        AnyApp::describe(self, received)
-    }
-    fn describe_session(&self, received: &[u8], session: Option<&dyn Session>) -> Vec<Value> {
-        AnyApp::describe_session(self, received, session)
+    fn describe_reply(
+        &self,
+        received: &[u8],
+        session: Option<&dyn Session>,
+    ) -> (Vec<Value>, AppOutcome) {
+        AnyApp::describe_reply(self, received, session)
     }
     fn target_name(&self, addr: IpAddr, port: u16) -> Option<&str> {
         AnyApp::target_name(self, addr, port)
@@ -87,20 +88,35 @@ const fn field(name: &'static str, kind: FieldType, help: &'static str) -> Field
     Field { name, kind, help }
 }
 
-/// The fields every grab row has, before the app's.
+/// The fields every grab row has, before the app's. Addresses and ports are named from the
+/// reply's side, as in a scan's rows (ZMap's): `saddr` and `sport` are the target's, `dport`
+/// ours, so a scan's rows and a grab's join on (saddr, sport).
 pub const FIELDS: &[Field] = &[
     field("saddr", FieldType::Addr, "the target's address"),
-    field("dport", FieldType::U16, "the target's port"),
+    field(
+        "sport",
+        FieldType::U16,
+        "the target's port (the reply's source, as in scan rows)",
+    ),
     field(
         "name",
         FieldType::Str,
         "the target's name from -I address[:port],name (its Host and SNI)",
     ),
-    field("sport", FieldType::U16, "our source port"),
+    field(
+        "dport",
+        FieldType::U16,
+        "our source port (the reply's destination)",
+    ),
     field(
         "status",
         FieldType::Str,
-        "success, refused, syn-timeout, data-timeout, reset, closed, unreachable",
+        "how the protocol went, in ZGrab2's words: success, application-error (the server said no in its protocol), protocol-error (the reply is not the app's protocol), unknown-error (sonde could not finish the exchange: a session past its send budget), connection-refused, connection-timeout (no SYN-ACK), io-timeout (no whole reply in time), connection-closed (reset or closed early), unreachable (an ICMP error answered the SYN)",
+    ),
+    field(
+        "tcp_status",
+        FieldType::Str,
+        "how the connection ended: success (a whole reply), refused, syn-timeout, data-timeout, reset, closed, unreachable",
     ),
     field("rtt_us", FieldType::Int, "SYN to SYN-ACK, microseconds"),
     field(
@@ -354,9 +370,30 @@ pub fn all_fields<A: GrabApp>(app: &A) -> impl Iterator<Item = &'static Field> {
     FIELDS.iter().chain(app.fields())
 }
 
+/// A row's `status`: the protocol's outcome in ZGrab2's words. A connection that ended well
+/// (`tcp` success) takes the app's word; one that did not takes the TCP outcome's ZGrab2 name,
+/// unless the bytes that came already told the protocol apart (a TLS alert before a reset, an
+/// HTTP reply to a TLS hello before a timeout). ZGrab2 has no word for an ICMP error
+/// answering the SYN (it files every failed dial under connection-timeout): `unreachable`.
+pub fn row_status(tcp: Status, app: Option<AppOutcome>) -> &'static str {
+    match (tcp, app) {
+        (Status::Success, Some(app)) => app.name(),
+        (_, Some(app @ (AppOutcome::ApplicationError | AppOutcome::ProtocolError))) => app.name(),
+        (Status::Success, None) => AppOutcome::Success.name(),
+        (Status::Refused, _) => "connection-refused",
+        (Status::SynTimeout, _) => "connection-timeout",
+        (Status::DataTimeout, _) => "io-timeout",
+        (Status::Reset | Status::Closed, _) => "connection-closed",
+        (Status::Unreachable, _) => "unreachable",
+    }
+}
+
 /// One output row: the connection's outcome and the app's fields.
 pub(crate) struct GrabRow<'a> {
     pub outcome: &'a Outcome,
+    /// What the app read of the reply, when it was asked (a reply came, or the connection
+    /// ended well).
+    pub app_outcome: Option<AppOutcome>,
     /// The target's name, when the input gives names.
     pub name: Option<&'a str>,
     pub app_fields: &'static [Field],
@@ -370,10 +407,11 @@ impl Row for GrabRow<'_> {
         let int = |v: Option<u64>| v.map_or(Value::Null, Value::Int);
         match name {
             "saddr" => Value::Str(o.addr.to_string()),
-            "dport" => Value::Int(o.port.into()),
+            "sport" => Value::Int(o.port.into()),
             "name" => self.name.map_or(Value::Null, |n| Value::Str(n.to_string())),
-            "sport" => Value::Int(o.sport.into()),
-            "status" => Value::Str(o.status.name().into()),
+            "dport" => Value::Int(o.sport.into()),
+            "status" => Value::Str(row_status(o.status, self.app_outcome).into()),
+            "tcp_status" => Value::Str(o.status.name().into()),
             "rtt_us" => int(o.rtt_us),
             "t_first_byte_us" => int(o.t_first_byte_us),
             "t_total_us" => Value::Int(o.t_total_us),

@@ -127,7 +127,7 @@ impl RowWriter for RoundWriter {
             return Ok(());
         }
         if let Some((refused, retry)) = self.refused.as_ref().zip(Retry::of(row)) {
-            if let (Value::Str(addr), Value::Int(port)) = (row.get("saddr"), row.get("dport")) {
+            if let (Value::Str(addr), Value::Int(port)) = (row.get("saddr"), row.get("sport")) {
                 if let (Ok(addr), Ok(port)) = (addr.parse(), u16::try_from(port)) {
                     if let Ok(mut held) = refused.0.lock() {
                         held.push((addr, port, retry));
@@ -141,6 +141,10 @@ impl RowWriter for RoundWriter {
 
     fn flush_rows(&mut self) -> anyhow::Result<()> {
         self.with(|w| w.flush_rows())
+    }
+
+    fn end_batch(&mut self) -> anyhow::Result<()> {
+        self.with(|w| w.end_batch())
     }
 
     fn finish(self: Box<Self>) -> anyhow::Result<()> {

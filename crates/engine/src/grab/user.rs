@@ -1041,7 +1041,8 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             }
             None => {
                 let mut writer = shared.writer()?;
-                self.each_row(|row| writer.write(row))
+                let rows = self.each_row(|row| writer.write(row));
+                rows.and_then(|rows| writer.end_batch().map(|()| rows))
             }
         };
         written.context("writing the output")
@@ -1066,13 +1067,18 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             ..
         } = self;
         engine.drain_replies(|outcome, bytes, session| {
-            *app_values = if outcome.status == Status::Success || !bytes.is_empty() {
-                plan.app.describe_session(bytes, session)
+            let described = outcome.status == Status::Success || !bytes.is_empty();
+            let mut app_outcome = None;
+            *app_values = if described {
+                let (values, said) = plan.app.describe_reply(bytes, session);
+                app_outcome = Some(said);
+                values
             } else {
                 Vec::new()
             };
             let row = GrabRow {
                 outcome,
+                app_outcome,
                 name: plan.app.target_name(outcome.addr, outcome.port),
                 app_fields: plan.app.fields(),
                 app_values,
@@ -1105,6 +1111,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             };
             let row = GrabRow {
                 outcome: &outcome,
+                app_outcome: None,
                 name: self.plan.app.target_name(addr, port),
                 app_fields: self.plan.app.fields(),
                 app_values: &[],

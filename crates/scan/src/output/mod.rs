@@ -2,6 +2,10 @@
 //! become rows ([`OutputFilter`]), and how rows reach a file or stdout ([`open_writer`]: csv,
 //! ndjson or parquet).
 //!
+//! Rows to a file are buffered (64 KiB at a time); rows to a pipe, a terminal or standard output
+//! leave at the end of each batch of rows ([`RowWriter::end_batch`]), so a reader downstream
+//! (`sonde scan -o - | sonde grab -I -`) sees them while the run goes on.
+//!
 //! Durability contract: a writer only ever hands whole rows to the OS, so a scan that is killed
 //! leaves a csv/ndjson file that ends at a row boundary; on Ctrl-C the scan calls
 //! [`RowWriter::flush_rows`] (or [`RowWriter::finish`]) so no buffered row is lost. A parquet
@@ -62,6 +66,13 @@ pub trait RowWriter {
     /// possibly a short one). Meant for shutdown paths such as Ctrl-C, not for every row.
     fn flush_rows(&mut self) -> Result<()>;
 
+    /// Ends a batch of rows (a receiver's pass): a text writer to a pipe, a terminal or
+    /// standard output hands what it holds to the OS now, in one write, so whoever reads it
+    /// sees the rows as they are found; one to a regular file (or parquet) keeps buffering.
+    fn end_batch(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// Writes what is still buffered (for parquet: the last row group and the footer) and
     /// flushes. Dropping a writer without calling this may lose rows and, for parquet, leaves
     /// an unreadable file.
@@ -75,7 +86,8 @@ pub trait RowWriter {
         None
     }
 
-    /// Appends rows a [`RowWriter::renderer`] of this writer rendered: whole rows only.
+    /// Appends rows a [`RowWriter::renderer`] of this writer rendered: whole rows only, a
+    /// batch of them (it ends the batch: see [`RowWriter::end_batch`]).
     fn write_rendered(&mut self, rows: &[u8]) -> Result<()> {
         let _ = rows;
         bail!("this output format takes its rows one by one")
@@ -107,6 +119,51 @@ impl FromStr for OutputFormat {
             _ => {
                 bail!("unknown output format `{s}`; choose one of: csv, ndjson (or json), parquet")
             }
+        }
+    }
+}
+
+impl OutputFormat {
+    /// The format a file's name says, from its extension (any case): `.csv`; `.ndjson`,
+    /// `.jsonl`, `.json`; `.parquet`, `.pq`. `None` for another extension, for none, and for
+    /// `-` (stdout). The one reading of a results file's name: `sonde lab score` uses it too.
+    pub fn from_extension(path: &Path) -> Option<OutputFormat> {
+        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+        match ext.as_str() {
+            "csv" => Some(Self::Csv),
+            "ndjson" | "jsonl" | "json" => Some(Self::Ndjson),
+            "parquet" | "pq" => Some(Self::Parquet),
+            _ => None,
+        }
+    }
+
+    /// The format rows are written in: `given` (`-O`) when there is one, else what the name of
+    /// `path` (`-o`) says, else `default`. A `-O` that contradicts the name is refused: a
+    /// `h.parquet` holding csv would fail every reader later.
+    pub fn resolve(
+        given: Option<OutputFormat>,
+        path: Option<&Path>,
+        default: OutputFormat,
+    ) -> Result<OutputFormat> {
+        let named = path.and_then(Self::from_extension);
+        match (given, named) {
+            (Some(given), Some(named)) if given != named => bail!(
+                "-O {given} contradicts -o {}, a {named} name: drop -O, or give the file a .{} name",
+                path.map_or(String::new(), |p| p.display().to_string()),
+                given.extension()
+            ),
+            (Some(given), _) => Ok(given),
+            (None, Some(named)) => Ok(named),
+            (None, None) => Ok(default),
+        }
+    }
+
+    /// The usual extension of files in this format.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Self::Csv => "csv",
+            Self::Ndjson => "ndjson",
+            Self::Parquet => "parquet",
         }
     }
 }
@@ -210,18 +267,50 @@ fn check_fields(fields: &[&'static Field]) -> Result<()> {
     Ok(())
 }
 
-/// Buffered destination of the text formats.
-type Sink = BufWriter<Box<dyn Write + Send>>;
+/// Buffered destination of the text formats, and whether it is a stream (see
+/// [`RowWriter::end_batch`]).
+struct Sink {
+    out: BufWriter<Box<dyn Write + Send>>,
+    stream: bool,
+}
+
+impl Sink {
+    /// Hands the buffered rows to the OS if the destination is a stream.
+    fn end_batch(&mut self) -> io::Result<()> {
+        if self.stream && !self.out.buffer().is_empty() {
+            self.out.flush()?;
+        }
+        Ok(())
+    }
+}
 
 fn open_sink(path: Option<&Path>, mode: OpenMode) -> Result<Sink> {
-    let out: Box<dyn Write + Send> = match path {
-        Some(p) => Box::new(output_file::open(p, mode.if_exists())?),
-        None => Box::new(io::stdout()),
+    let (out, stream): (Box<dyn Write + Send>, bool) = match path {
+        Some(p) => match output_file::open(p, mode.if_exists())? {
+            Output::File(file) => {
+                let regular = file.metadata().is_ok_and(|m| m.is_file());
+                (Box::new(file), !regular)
+            }
+            stdout @ Output::Stdout(_) => (Box::new(stdout), !stdout_is_a_file()),
+        },
+        None => (Box::new(io::stdout()), !stdout_is_a_file()),
     };
-    Ok(BufWriter::with_capacity(
-        SINK_BUFFER,
-        Box::new(TimedWrites(out)),
-    ))
+    Ok(Sink {
+        out: BufWriter::with_capacity(SINK_BUFFER, Box::new(TimedWrites(out))),
+        stream,
+    })
+}
+
+/// Whether standard output is a regular file (`> rows.csv`): buffered as one; anything else
+/// (a pipe, a terminal) is a stream.
+fn stdout_is_a_file() -> bool {
+    use std::os::fd::AsFd;
+    io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(std::fs::File::from)
+        .and_then(|f| f.metadata())
+        .is_ok_and(|m| m.is_file())
 }
 
 /// What lies under the buffer: its writes are system calls, which `sonde profile` times as
@@ -252,6 +341,48 @@ fn open_file(path: &Path, mode: OpenMode) -> Result<std::fs::File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_format_follows_the_file_name_unless_o_says_otherwise() {
+        use OutputFormat::{Csv, Ndjson, Parquet};
+        let path = |p: &'static str| Some(Path::new(p));
+        let resolve = |given, p, default| OutputFormat::resolve(given, p, default).unwrap();
+        for (name, format) in [
+            ("h.parquet", Parquet),
+            ("h.PQ", Parquet),
+            ("dir.d/h.csv", Csv),
+            ("h.ndjson", Ndjson),
+            ("h.jsonl", Ndjson),
+            ("h.json", Ndjson),
+        ] {
+            assert_eq!(OutputFormat::from_extension(Path::new(name)), Some(format));
+            // The name decides when -O is absent, whatever the command's default.
+            for default in [Csv, Ndjson] {
+                assert_eq!(resolve(None, path(name), default), format, "{name}");
+            }
+            assert_eq!(resolve(Some(format), path(name), Csv), format, "{name}");
+        }
+        // No name to go by: -O, else the default.
+        for name in [
+            None,
+            path("-"),
+            path("hits"),
+            path("hits.txt"),
+            path("/dev/null"),
+        ] {
+            assert_eq!(resolve(None, name, Ndjson), Ndjson, "{name:?}");
+            assert_eq!(resolve(None, name, Csv), Csv, "{name:?}");
+            assert_eq!(resolve(Some(Parquet), name, Csv), Parquet, "{name:?}");
+        }
+        let err = OutputFormat::resolve(Some(Csv), path("h.parquet"), Csv)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("-O csv") && err.contains("h.parquet") && err.contains(".csv"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1);
+    }
 
     #[test]
     fn appending_to_csv_writes_no_second_header() {
@@ -312,6 +443,73 @@ mod tests {
         }
         assert_eq!(std::fs::read_to_string(&kept).unwrap(), "old rows\n");
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Rows to a pipe leave at the end of each batch, while the writer is still open (so
+    /// `scan -o - | grab -I -` sees the first row when it is found, not at the end); rows to a
+    /// regular file stay in the buffer until it fills or the writer finishes.
+    #[test]
+    fn rows_to_a_pipe_leave_at_each_batch_s_end_and_to_a_file_when_the_buffer_fills() {
+        use std::io::Read;
+        use std::sync::mpsc;
+        let dir = std::env::temp_dir().join(format!("sonde-stream-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fields = select_fields(Some("saddr,sport"), crate::probe::ModuleKind::TcpSyn).unwrap();
+        let fifo = dir.join("rows");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        for format in [OutputFormat::Csv, OutputFormat::Ndjson] {
+            let (tx, rx) = mpsc::channel();
+            let reader = {
+                let fifo = fifo.clone();
+                std::thread::spawn(move || {
+                    let mut pipe = std::fs::File::open(&fifo).unwrap();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        match pipe.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => tx.send(buf[..n].to_vec()).unwrap(),
+                        }
+                    }
+                })
+            };
+            let mut w = open_writer(format, Some(&fifo), fields.clone()).unwrap();
+            let mut seen = Vec::new();
+            let mut take = |what: &str| {
+                while !String::from_utf8_lossy(&seen).contains("198.18.0.7") {
+                    let got = rx.recv_timeout(std::time::Duration::from_secs(5));
+                    seen.extend(got.unwrap_or_else(|_| panic!("{format}: no {what} yet")));
+                }
+                std::mem::take(&mut seen)
+            };
+            w.write(&Reply::example()).unwrap();
+            w.end_batch().unwrap();
+            let first = take("row after the batch");
+            assert!(String::from_utf8_lossy(&first).ends_with('\n'), "{format}");
+            // Rendered apart (grab's threads): the batch ends with the copy.
+            let mut renderer = w.renderer().unwrap();
+            let mut rows = Vec::new();
+            renderer.render(&Reply::example(), &mut rows).unwrap();
+            w.write_rendered(&rows).unwrap();
+            take("rendered row");
+            w.finish().unwrap();
+            reader.join().unwrap();
+        }
+        let file = dir.join("rows.csv");
+        let mut w = open_writer(OutputFormat::Csv, Some(&file), fields).unwrap();
+        w.write(&Reply::example()).unwrap();
+        w.end_batch().unwrap();
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().len(),
+            0,
+            "a file is buffered"
+        );
+        w.finish().unwrap();
+        assert!(std::fs::read_to_string(&file)
+            .unwrap()
+            .contains("198.18.0.7"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

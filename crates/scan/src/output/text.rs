@@ -1,11 +1,12 @@
-//! The text formats: csv (ZMap style: header, bools as 1/0, Null as an empty cell) and ndjson
-//! (one typed JSON object per line, fields in selection order).
+//! The text formats: csv (ZMap style: header, bools as 1/0, Null as an empty cell, a structured
+//! value as its JSON text) and ndjson (one typed JSON object per line, fields in selection
+//! order, a structured value nested).
 
 use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use super::{Row, RowRenderer, RowWriter, Sink};
 use crate::reply::{Field, Value};
@@ -31,7 +32,7 @@ impl RowSink {
 
     /// Hands the rendered row to the buffer and starts the next one.
     fn commit(&mut self) -> io::Result<()> {
-        let written = self.out.get_mut().write_all(&self.row);
+        let written = self.out.get_mut().out.write_all(&self.row);
         // Cleared even on failure, so a retry never repeats this row's bytes.
         self.row.clear();
         written
@@ -49,7 +50,7 @@ impl Write for RowSink {
 
     fn flush(&mut self) -> io::Result<()> {
         if self.row.is_empty() {
-            self.out.get_mut().flush()
+            self.out.get_mut().out.flush()
         } else {
             self.commit()
         }
@@ -70,7 +71,10 @@ impl CsvWriter {
         let mut csv = csv_writer(RowSink::new(out));
         if header {
             csv.write_record(fields.iter().map(|f| f.name))?;
-            csv.flush()?; // commits the header
+            csv.flush().context("writing the csv header")?; // commits the header
+                                                            // A reader downstream sees the header at once, before any row.
+            let sent = csv.get_ref().out.borrow_mut().end_batch();
+            sent.context("writing the csv header")?;
         }
         Ok(CsvWriter {
             csv,
@@ -149,12 +153,19 @@ impl RowWriter for CsvWriter {
 
     fn write_rendered(&mut self, rows: &[u8]) -> Result<()> {
         // The csv writer holds no row between calls (each is flushed): written past it.
-        self.csv.get_ref().out.borrow_mut().write_all(rows)?;
+        let mut sink = self.csv.get_ref().out.borrow_mut();
+        sink.out.write_all(rows)?;
+        sink.end_batch()?;
         Ok(())
     }
 
     fn flush_rows(&mut self) -> Result<()> {
         self.csv.flush()?; // no row pending: flushes to the OS
+        Ok(())
+    }
+
+    fn end_batch(&mut self) -> Result<()> {
+        self.csv.get_ref().out.borrow_mut().end_batch()?;
         Ok(())
     }
 
@@ -169,7 +180,8 @@ fn csv_writer(sink: RowSink) -> csv::Writer<RowSink> {
         .from_writer(sink)
 }
 
-/// ZMap's csv conventions: Null is an empty cell, booleans are 1/0.
+/// ZMap's csv conventions: Null is an empty cell, booleans are 1/0; a structured value is its
+/// JSON text.
 fn csv_cell(value: &Value, cell: &mut String) {
     match value {
         Value::Null => {}
@@ -178,6 +190,9 @@ fn csv_cell(value: &Value, cell: &mut String) {
             let _ = write!(cell, "{n}"); // writing to a String cannot fail
         }
         Value::Str(s) => cell.push_str(s),
+        Value::Json(json) => {
+            let _ = write!(cell, "{json}"); // writing to a String cannot fail
+        }
     }
 }
 
@@ -240,12 +255,19 @@ impl RowWriter for NdjsonWriter {
     }
 
     fn write_rendered(&mut self, rows: &[u8]) -> Result<()> {
-        self.sink.out.get_mut().write_all(rows)?;
+        let sink = self.sink.out.get_mut();
+        sink.out.write_all(rows)?;
+        sink.end_batch()?;
         Ok(())
     }
 
     fn flush_rows(&mut self) -> Result<()> {
-        self.sink.out.get_mut().flush()?;
+        self.sink.out.get_mut().out.flush()?;
+        Ok(())
+    }
+
+    fn end_batch(&mut self) -> Result<()> {
+        self.sink.out.get_mut().end_batch()?;
         Ok(())
     }
 
@@ -260,6 +282,8 @@ fn json_value(value: &Value, out: &mut Vec<u8>) -> Result<()> {
         Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
         Value::Int(n) => write!(out, "{n}")?,
         Value::Str(s) => serde_json::to_writer(out, s)?,
+        // Nested as it is: an object or an array in the row's object.
+        Value::Json(json) => serde_json::to_writer(out, json)?,
     }
     Ok(())
 }

@@ -2,9 +2,10 @@
 //! names the offending token (and the file and line when it came from a file).
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
+use std::sync::OnceLock;
 
 use anyhow::{anyhow, bail, Context, Result};
 
@@ -145,7 +146,7 @@ pub fn read_target_file(path: impl AsRef<Path>) -> Result<Vec<String>> {
     let mut tokens = Vec::new();
     for_each_list_token(path, |line, token| {
         parse_target_block(token)
-            .map_err(|why| anyhow!("{}:{line}: invalid target {token:?}: {why}", path.display()))?;
+            .map_err(|why| anyhow!("{}:{line}: invalid target {token:?}: {why}", shown(path)))?;
         tokens.push(token.to_string());
         Ok(())
     })?;
@@ -205,11 +206,13 @@ fn parse_named(token: &str) -> Result<NamedTarget, String> {
 
 /// Reads targets that may come with ports: what [`read_target_file`] reads, plus `addr:port`
 /// and `[v6addr]:port` lines, each optionally followed by `,name` (ZGrab2's input: the name
-/// goes into Host and SNI; [`TargetList::names`]), plus csv output of `sonde scan` or `sonde grab` (a header naming
-/// `saddr`, and `sport` or `dport` for the port), so a scan's hits can be grabbed directly.
+/// goes into Host and SNI; [`TargetList::names`]), plus the rows of `sonde scan` or
+/// `sonde grab`, csv (a header naming `saddr`) or ndjson (objects with `saddr`), whose `sport`
+/// is the target's port in both, so a scan's hits can be grabbed directly. `-` is standard
+/// input (`sonde scan -o - | sonde grab -I -`).
 pub fn read_target_list(path: impl AsRef<Path>) -> Result<TargetList> {
     let path = path.as_ref();
-    if let Some(list) = read_csv_targets(path)? {
+    if let Some(list) = read_row_targets(path)? {
         return Ok(list);
     }
     let mut list = TargetList::default();
@@ -218,7 +221,7 @@ pub fn read_target_list(path: impl AsRef<Path>) -> Result<TargetList> {
             let named = parse_named(token).map_err(|why| {
                 anyhow!(
                     "{}:{line}: invalid line {token:?}: {why}; lines are address[:port] or address[:port],name",
-                    path.display()
+                    shown(path)
                 )
             })?;
             list.tokens.push(named.addr.to_string());
@@ -227,9 +230,9 @@ pub fn read_target_list(path: impl AsRef<Path>) -> Result<TargetList> {
             return Ok(());
         }
         let (addr, port) = split_port(token)
-            .map_err(|why| anyhow!("{}:{line}: invalid target {token:?}: {why}", path.display()))?;
+            .map_err(|why| anyhow!("{}:{line}: invalid target {token:?}: {why}", shown(path)))?;
         parse_target_block(addr)
-            .map_err(|why| anyhow!("{}:{line}: invalid target {token:?}: {why}", path.display()))?;
+            .map_err(|why| anyhow!("{}:{line}: invalid target {token:?}: {why}", shown(path)))?;
         list.tokens.push(addr.to_string());
         list.ports.extend(port);
         Ok(())
@@ -254,55 +257,126 @@ fn split_port(token: &str) -> Result<(&str, Option<u16>), String> {
     }
 }
 
-/// A csv file whose header names `saddr` (sonde's scan and grab output); `None` for any other
-/// file.
-fn read_csv_targets(path: &Path) -> Result<Option<TargetList>> {
-    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+/// The rows of sonde's scan or grab output: csv whose header names `saddr`, or ndjson objects
+/// with `saddr`; `None` for any other file. The port is `sport`, the target's in both.
+fn read_row_targets(path: &Path) -> Result<Option<TargetList>> {
     let mut first = String::new();
-    BufReader::new(file)
+    open_list(path)?
         .read_line(&mut first)
-        .with_context(|| format!("{}: cannot read", path.display()))?;
+        .with_context(|| format!("{}: cannot read", shown(path)))?;
+    if first.trim_start().starts_with('{') {
+        return read_ndjson_targets(path).map(Some);
+    }
     let header: Vec<&str> = first.trim_end().split(',').collect();
     let Some(saddr) = header.iter().position(|h| *h == "saddr") else {
         return Ok(None);
     };
-    let port_column = header.iter().position(|h| *h == "sport" || *h == "dport");
-    let mut reader =
-        csv::Reader::from_path(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let port_column = header.iter().position(|h| *h == "sport");
+    let mut reader = csv::Reader::from_reader(open_list(path)?);
     let mut list = TargetList::default();
     for (i, record) in reader.records().enumerate() {
         let line = i + 2;
-        let record = record.with_context(|| format!("{}:{line}: not csv", path.display()))?;
-        let addr = record.get(saddr).unwrap_or_default();
-        parse_target_block(addr)
-            .map_err(|why| anyhow!("{}:{line}: invalid saddr {addr:?}: {why}", path.display()))?;
-        list.tokens.push(addr.to_string());
-        if let Some(p) = port_column
-            .and_then(|c| record.get(c))
-            .filter(|p| !p.is_empty())
-        {
-            list.ports.push(
-                parse_port(p)
-                    .ok_or_else(|| anyhow!("{}:{line}: invalid port {p:?}", path.display()))?,
-            );
-        }
+        let record = record.with_context(|| format!("{}:{line}: not csv", shown(path)))?;
+        let port = port_column.and_then(|c| record.get(c));
+        add_row(
+            &mut list,
+            path,
+            line,
+            record.get(saddr).unwrap_or_default(),
+            port,
+        )?;
     }
     list.ports.sort_unstable();
     list.ports.dedup();
     Ok(Some(list))
 }
 
+/// One JSON object a line, each with `saddr` (and `sport`, the port).
+fn read_ndjson_targets(path: &Path) -> Result<TargetList> {
+    let mut list = TargetList::default();
+    for (i, line) in open_list(path)?.lines().enumerate() {
+        let line_number = i + 1;
+        let line = line.with_context(|| format!("{}:{line_number}: cannot read", shown(path)))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let row: serde_json::Value = serde_json::from_str(&line)
+            .map_err(|e| anyhow!("{}:{line_number}: not a JSON object: {e}", shown(path)))?;
+        let Some(addr) = row.get("saddr").and_then(|a| a.as_str()) else {
+            bail!("{}:{line_number}: the row has no saddr", shown(path));
+        };
+        let port = row
+            .get("sport")
+            .filter(|p| !p.is_null())
+            .map(|p| p.to_string());
+        add_row(&mut list, path, line_number, addr, port.as_deref())?;
+    }
+    list.ports.sort_unstable();
+    list.ports.dedup();
+    Ok(list)
+}
+
+/// Adds the target of one output row: its address, and its port when the row has one.
+fn add_row(
+    list: &mut TargetList,
+    path: &Path,
+    line: usize,
+    addr: &str,
+    port: Option<&str>,
+) -> Result<()> {
+    parse_target_block(addr)
+        .map_err(|why| anyhow!("{}:{line}: invalid saddr {addr:?}: {why}", shown(path)))?;
+    list.tokens.push(addr.to_string());
+    if let Some(p) = port.filter(|p| !p.is_empty()) {
+        let port =
+            parse_port(p).ok_or_else(|| anyhow!("{}:{line}: invalid port {p:?}", shown(path)))?;
+        list.ports.push(port);
+    }
+    Ok(())
+}
+
+/// A list to read: the file at `path`, or for `-` standard input, read whole the first time
+/// and kept, since a run reads its targets more than once (checked, then planned; a grab's
+/// names too).
+fn open_list(path: &Path) -> Result<Box<dyn BufRead>> {
+    if path != Path::new("-") {
+        let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        return Ok(Box::new(BufReader::new(file)));
+    }
+    static STDIN: OnceLock<Result<Vec<u8>, String>> = OnceLock::new();
+    let read = STDIN.get_or_init(|| {
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .lock()
+            .read_to_end(&mut bytes)
+            .map(|_| bytes)
+            .map_err(|e| e.to_string())
+    });
+    match read {
+        Ok(bytes) => Ok(Box::new(bytes.as_slice())),
+        Err(e) => bail!("cannot read the targets from standard input: {e}"),
+    }
+}
+
+/// A list's name in messages: its path, or "standard input" for `-`.
+fn shown(path: &Path) -> String {
+    if path == Path::new("-") {
+        "standard input".to_string()
+    } else {
+        path.display().to_string()
+    }
+}
+
 /// Calls `each(line_number, token)` for every token of a list file: one token per line, `#`
-/// starts a comment, blank lines are skipped. Streams, so hit lists of any size fit.
+/// starts a comment, blank lines are skipped. Streams a file, so hit lists of any size fit
+/// (standard input is held whole: see [`open_list`]).
 pub(crate) fn for_each_list_token(
     path: &Path,
     mut each: impl FnMut(usize, &str) -> Result<()>,
 ) -> Result<()> {
-    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    for (i, line) in BufReader::new(file).lines().enumerate() {
+    for (i, line) in open_list(path)?.lines().enumerate() {
         let line_number = i + 1;
-        let line =
-            line.with_context(|| format!("{}:{line_number}: cannot read", path.display()))?;
+        let line = line.with_context(|| format!("{}:{line_number}: cannot read", shown(path)))?;
         let text = line.split('#').next().unwrap_or("").trim();
         if text.is_empty() {
             continue;
@@ -310,7 +384,7 @@ pub(crate) fn for_each_list_token(
         if text.split_whitespace().count() > 1 {
             bail!(
                 "{}:{line_number}: expected one entry per line, found {text:?}",
-                path.display()
+                shown(path)
             );
         }
         each(line_number, text)?;

@@ -2,6 +2,7 @@
 //! arrives late or twice, also across a resume, and corrupted segments counted and dropped.
 
 pub(super) mod peer;
+mod rows;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -67,7 +68,7 @@ impl RowWriter for RowLog {
         };
         let row = Logged {
             saddr: text("saddr").unwrap().parse().unwrap(),
-            status: text("status").unwrap(),
+            status: text("tcp_status").unwrap(),
             banner: text("banner"),
         };
         if let Some(all) = &self.also {
