@@ -640,10 +640,8 @@ fn a_handshake_that_asks_for_more_than_the_budget_stops_and_says_so() {
     let first_len = sent.len();
     assert!(session.on_received(&flight, &mut sent), "the exchange ends");
     assert_eq!(sent.len(), first_len, "nothing past the budget is sent");
-    let row: Vec<_> = {
-        let values = app.describe_session(&flight, Some(session.as_ref()));
-        app.fields().iter().map(|f| f.name).zip(values).collect()
-    };
+    let (values, outcome) = app.describe_reply(&flight, Some(session.as_ref()));
+    let row: Vec<_> = app.fields().iter().map(|f| f.name).zip(values).collect();
     let Value::Str(why) = get(&row, "tls_error") else {
         panic!("no tls_error: {row:?}");
     };
@@ -651,4 +649,6 @@ fn a_handshake_that_asks_for_more_than_the_budget_stops_and_says_so() {
         why.starts_with("session cut") && why.contains("2047"),
         "{why}"
     );
+    // A cut session is no success, though the server's hello came.
+    assert_eq!(outcome, crate::AppOutcome::UnknownError);
 }
