@@ -484,7 +484,7 @@ impl<A: App> App for AppRef<'_, A> {
 }
 
 /// One thread's records of targets, on bitmaps the threads share ([`TargetMarks`]).
-struct Marks {
+pub(in crate::grab) struct Marks {
     /// Targets that answered (SYN-ACK or RST) or were given up on, by index: their SYNs are not
     /// sent again, and a late answer gets an RST (or is ignored), never a second row.
     answered: TargetMarks,
@@ -497,7 +497,10 @@ struct Marks {
 
 impl Marks {
     /// Each of `threads` threads' handles on the run's records.
-    fn for_threads<A: GrabApp>(plan: &GrabPlan<A>, threads: usize) -> Vec<Marks> {
+    pub(in crate::grab) fn for_threads<A: GrabApp>(
+        plan: &GrabPlan<A>,
+        threads: usize,
+    ) -> Vec<Marks> {
         let space = &plan.run.space;
         let fits = space.len() <= Dedup::MAX_BITMAP_TARGETS;
         let mut sent = (plan.run.resume.is_some() && fits)
@@ -513,7 +516,7 @@ impl Marks {
 }
 
 /// One engine thread's state.
-struct Looper<'p, A: GrabApp> {
+pub(in crate::grab) struct Looper<'p, A: GrabApp> {
     plan: &'p GrabPlan<A>,
     /// This thread's index: its port lane, its feed's part, its queue.
     lane: usize,
@@ -617,7 +620,7 @@ impl<A: GrabApp> Taker<'_, '_, A> {
 }
 
 impl<'p, A: GrabApp> Looper<'p, A> {
-    fn new(
+    pub(in crate::grab) fn new(
         plan: &'p GrabPlan<A>,
         lane: usize,
         io: GrabIo,
@@ -689,7 +692,13 @@ impl<'p, A: GrabApp> Looper<'p, A> {
         })
     }
 
-    fn now_us(&self) -> u64 {
+    /// The engine's counters (for the tests).
+    #[cfg(test)]
+    pub(in crate::grab) fn engine_stats(&self) -> &Stats {
+        self.engine.stats()
+    }
+
+    pub(in crate::grab) fn now_us(&self) -> u64 {
         self.clock.elapsed().as_micros() as u64
     }
 
@@ -853,7 +862,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
 
     /// Everything of this pass in one batch: ARP replies, the engine's segments, SYNs due
     /// again, then up to `new` first SYNs.
-    fn transmit(&mut self, new: usize, now: u64) -> anyhow::Result<usize> {
+    pub(in crate::grab) fn transmit(&mut self, new: usize, now: u64) -> anyhow::Result<usize> {
         // Targets a full ring left over from the last pass go first.
         while self.fresh.len() < new {
             match self.feed.next_target() {
@@ -923,7 +932,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
 
     /// Takes what the receivers and the other threads have for this thread: frames of its
     /// own connections go to its engine, the others' are handed to their owners.
-    fn receive(&mut self, open_new: bool) -> anyhow::Result<usize> {
+    pub(in crate::grab) fn receive(&mut self, open_new: bool) -> anyhow::Result<usize> {
         // No more frames than the rings to the other threads have room for: a frame for
         // another thread is never dropped for want of room (back-pressure: the rest wait in
         // the receive queue; this pass still takes what the others handed over).
@@ -1242,79 +1251,4 @@ fn write_arp_reply(buf: &mut [u8], our_mac: MacAddr, request: &arp::Repr) -> usi
         &mut buf[ethernet::HEADER_LEN..len],
     ));
     frame_len
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::grab::tests::{peer, plan, tempdir};
-    use sonde_io::{mem, FrameRx};
-    use sonde_wire::TcpFlags;
-
-    const SERVER_ISS: u32 = 0x5000_0000;
-
-    /// Issue 30: a connection's frames that came in on two queues are taken in the order they
-    /// reached the host. The owner's connection gets its reply in two segments: the first
-    /// came in on another thread's queue (handed over), the second, later, on the owner's own
-    /// queue; the owner reads both in one pass. Taking its own queue's frame first (as before)
-    /// made the first segment look late: an out-of-order segment the network never caused.
-    #[test]
-    fn a_connections_frames_from_two_queues_are_taken_in_arrival_order() {
-        let dir = tempdir::Dir::new("order");
-        let mut plan = plan("198.18.0.0/30", 0.0, &dir);
-        plan.run.threads = 2;
-        let (ours, theirs) = mem::pair(64);
-        let (mut server_rx, mut server_tx) = (theirs.another_handle(), theirs);
-        let mut boxes = Mailbox::for_threads(2, plan.tcp.ports).unwrap();
-        let mut marks = Marks::for_threads(&plan, 2);
-        let (owner_box, mut other) = (boxes.pop().unwrap(), boxes.pop().unwrap());
-        let io = GrabIo {
-            tx: AnyTx::Mem(ours.another_handle()),
-            rxs: vec![AnyRx::Mem(ours)],
-        };
-        let mut owner = Looper::new(&plan, 1, io, owner_box, None, marks.pop().unwrap()).unwrap();
-        // The owner's SYN, the server's SYN-ACK, the owner's ACK.
-        assert_eq!(owner.transmit(1, owner.now_us()).unwrap(), 1);
-        let mut syn = Vec::new();
-        server_rx
-            .rx_batch(1, Duration::from_secs(1), |f| syn = f.to_vec())
-            .unwrap();
-        let (addr, syn, _) = peer::read(&syn);
-        let target = peer::Target {
-            client_port: syn.src_port,
-            client_iss: syn.seq_number,
-            ..Default::default()
-        };
-        let segment = |flags, seq, payload: &[u8]| {
-            let seg = peer::segment(&target, flags, seq, payload.len());
-            peer::frame(addr, &seg, payload, None)
-        };
-        let synack = segment(TcpFlags::SYN | TcpFlags::ACK, SERVER_ISS, b"");
-        send(&mut server_tx, &synack);
-        owner.receive(true).unwrap();
-        assert_eq!(owner.engine.stats().established, 1);
-        // The reply: its first half reached the other thread first, then the second half
-        // reached the owner's queue.
-        let (head, tail) = (&b"SONDE "[..], &b"ordered\r\n"[..]);
-        let data = TcpFlags::ACK | TcpFlags::PSH;
-        let first = segment(data, SERVER_ISS + 1, head);
-        let second = segment(data, SERVER_ISS + 1 + head.len() as u32, tail);
-        assert_eq!(other.other_owner(&first), Some(1));
-        other.hand_over(1, &first, owner.now_us(), false);
-        send(&mut server_tx, &second);
-        owner.receive(true).unwrap();
-        let stats = owner.engine.stats();
-        assert_eq!(stats.ooo_segments, 0, "{stats:?}");
-        assert_eq!(stats.success, 1, "{stats:?}");
-    }
-
-    fn send(port: &mut mem::MemPort, frame: &[u8]) {
-        let sent = port
-            .tx_batch(1, |_, buf| {
-                buf[..frame.len()].copy_from_slice(frame);
-                frame.len()
-            })
-            .unwrap();
-        assert_eq!(sent, 1);
-    }
 }

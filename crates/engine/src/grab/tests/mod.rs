@@ -1,6 +1,7 @@
 //! The grab loop over the `mem` backend against a scripted peer: one row per target whatever
 //! arrives late or twice, also across a resume, and corrupted segments counted and dropped.
 
+mod order;
 pub(super) mod peer;
 mod rows;
 
