@@ -9,6 +9,7 @@
 //! neither). Each row says which path answered (`tls_path`).
 
 mod cert;
+mod errors;
 mod flight;
 mod full;
 mod hello;
@@ -52,7 +53,7 @@ pub static TLS_FIELDS: &[Field] = &[
     Field {
         name: "tls_cert_subject",
         kind: FieldType::Str,
-        help: "subject of the server's certificate (TLS 1.2 and older)",
+        help: "subject of the server's certificate, of any TLS version (TLS 1.3 sends it encrypted: the full handshake, the default, reads it)",
     },
     Field {
         name: "tls_cert_issuer",
@@ -132,7 +133,7 @@ pub static TLS_FIELDS: &[Field] = &[
     Field {
         name: "tls_chain_error",
         kind: FieldType::Str,
-        help: "why the chain does not validate",
+        help: "why the chain does not validate, in a sentence",
     },
     Field {
         name: "tls_error",
@@ -327,8 +328,8 @@ impl TlsApp {
             .iter()
             .map(|&der| CertificateDer::from(der))
             .collect();
-        let parsed =
-            rustls::server::ParsedCertificate::try_from(&leaf).map_err(|e| e.to_string())?;
+        let parsed = rustls::server::ParsedCertificate::try_from(&leaf)
+            .map_err(|e| errors::chain_error(&e))?;
         let algorithms = rustls::crypto::ring::default_provider().signature_verification_algorithms;
         rustls::client::verify_server_cert_signed_by_trust_anchor(
             &parsed,
@@ -337,9 +338,10 @@ impl TlsApp {
             UnixTime::now(),
             algorithms.all,
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| errors::chain_error(&e))?;
         if let Some(name) = name {
-            rustls::client::verify_server_name(&parsed, name).map_err(|e| e.to_string())?;
+            rustls::client::verify_server_name(&parsed, name)
+                .map_err(|e| errors::chain_error(&e))?;
         }
         Ok(())
     }

@@ -78,7 +78,7 @@ pub struct CaptureArgs {
     #[arg(short = 'c', long, value_name = "COUNT")]
     count: Option<u64>,
     /// Stop after this many seconds.
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", allow_negative_numbers = true, value_parser = crate::runargs::seconds_value)]
     duration: Option<f64>,
     /// How packets reach sonde.
     #[arg(long, value_enum, default_value_t = Backend::Ring)]

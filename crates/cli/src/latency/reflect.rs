@@ -34,7 +34,7 @@ pub struct ReflectArgs {
     #[arg(short = 'i', long)]
     iface: Option<String>,
     /// Stop after this many seconds (default: at Ctrl-C).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = crate::runargs::seconds_value)]
     duration: Option<f64>,
     /// Print nothing but errors.
     #[arg(short, long)]

@@ -37,7 +37,7 @@ pub struct RunArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_rate, default_value = "10k,20k,30k,40k", allow_negative_numbers = true)]
     rates: Vec<f64>,
     /// Seconds per rate.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true, value_parser = crate::runargs::seconds_value)]
     duration: f64,
     /// UDP payload bytes per message: at least 24 (the message header), at most 1472 (one
     /// 1500-byte packet).
