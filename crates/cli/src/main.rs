@@ -249,7 +249,17 @@ mod tests {
     #[test]
     fn zmaps_spellings_of_the_same_options_are_taken() {
         for args in [
-            &["scan", "-T", "2", "-P", "3", "-e", "7", "-d", "198.18.0.0/24"][..],
+            &[
+                "scan",
+                "-T",
+                "2",
+                "-P",
+                "3",
+                "-e",
+                "7",
+                "-d",
+                "198.18.0.0/24",
+            ][..],
             &["scan", "--sender-threads", "2", "198.18.0.0/24"],
             &["scan", "-M", "tcp_synscan", "198.18.0.0/24"],
             &["scan", "-M", "icmp_echoscan", "198.18.0.0/24"],
@@ -273,7 +283,10 @@ mod tests {
         let results = hint_of(&["scan", "-N", "5", "198.18.0.0/24"]).unwrap();
         assert!(results.contains("--max-targets"), "{results}");
         let runtime = hint_of(&["scan", "-t", "60", "198.18.0.0/24"]).unwrap();
-        assert!(runtime.contains("-n N") && runtime.contains("-r R"), "{runtime}");
+        assert!(
+            runtime.contains("-n N") && runtime.contains("-r R"),
+            "{runtime}"
+        );
         let module = hint_of(&["scan", "--output-module", "csv", "x"]).unwrap();
         assert!(module.contains("-O"), "{module}");
         let blocklist = hint_of(&["grab", "--blocklist-file=b.txt", "x"]).unwrap();
@@ -292,6 +305,9 @@ mod tests {
         let scan_app = error_of(&["scan", "-M", "http", "198.18.0.0/24"]);
         assert!(scan_app.contains("sonde grab -M http"), "{scan_app}");
         let grab_module = error_of(&["grab", "-M", "tcp_syn", "198.18.0.0/24"]);
-        assert!(grab_module.contains("sonde scan -M tcp_syn"), "{grab_module}");
+        assert!(
+            grab_module.contains("sonde scan -M tcp_syn"),
+            "{grab_module}"
+        );
     }
 }

@@ -436,3 +436,85 @@ fn every_example_runs_as_pasted() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// Whether a tcpdump command line (what follows `tcpdump`) has `-n`, alone or among other
+/// one-letter flags (`-nr`).
+fn tcpdump_says_n(args: &str) -> bool {
+    args.split_whitespace()
+        .take_while(|word| !word.starts_with('|'))
+        .any(|word| {
+            word.strip_prefix('-')
+                .is_some_and(|flags| !flags.starts_with('-') && flags.contains('n'))
+        })
+}
+
+/// The tcpdump command lines in `text`: what follows each `tcpdump ` that runs it (followed by
+/// an option).
+fn tcpdump_commands(text: &str) -> Vec<String> {
+    text.lines()
+        .flat_map(|line| {
+            line.match_indices("tcpdump ")
+                .map(move |(at, _)| &line[at + 8..])
+        })
+        .filter(|args| args.starts_with('-'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The commands a Markdown file shows: its fenced blocks, and the code spans of its prose that
+/// pipe into tcpdump (prose may name `tcpdump -r` as what it is).
+fn shown_commands(text: &str) -> String {
+    let mut shown = String::new();
+    for block in blocks(text) {
+        shown.push_str(&block.body);
+    }
+    let mut in_block = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+            continue;
+        }
+        let spans = line.split('`').skip(1).step_by(2);
+        for span in spans.filter(|s| !in_block && s.contains("| tcpdump")) {
+            shown.push_str(span);
+            shown.push('\n');
+        }
+    }
+    shown
+}
+
+/// tcpdump without `-n` looks up every address it prints in DNS, over the host's resolver: the
+/// examples, the guide's code and the comparison scripts never leave it out.
+#[test]
+fn every_tcpdump_says_n() {
+    assert!(tcpdump_says_n("-nr -"));
+    assert!(tcpdump_says_n("-i nx0 -n -w x"));
+    assert!(!tcpdump_says_n("-r - | grep -n x"));
+    assert!(!tcpdump_says_n("-i nx0 --number"));
+    let mut sources: Vec<PathBuf> = doc_files();
+    let bench = repo().join("bench");
+    for entry in std::fs::read_dir(&bench).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            sources.push(path);
+        }
+    }
+    let mut seen = 0;
+    for path in sources {
+        let Ok(mut text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        if path.extension().is_some_and(|e| e == "md") {
+            text = shown_commands(&text);
+        }
+        for args in tcpdump_commands(&text) {
+            seen += 1;
+            assert!(
+                tcpdump_says_n(&args),
+                "{}: tcpdump {args}: give -n",
+                name_of(&path)
+            );
+        }
+    }
+    assert!(seen >= 2, "only {seen} tcpdump commands found");
+}

@@ -18,6 +18,7 @@
 #![deny(unsafe_code)]
 
 pub mod bridge;
+mod ca;
 mod cmd;
 mod config;
 mod counters;

@@ -1034,15 +1034,24 @@ mod tests {
     fn unreadable_results_are_told_in_words() {
         let short = reading_error("h.csv", b"saddr,sport\n198.18.0.1,80\n198.18.0.2\n");
         assert!(short.contains("h.csv is not a CSV file"), "{short}");
-        assert!(short.contains("line 3 has 1 fields where the header has 2"), "{short}");
+        assert!(
+            short.contains("line 3 has 1 fields where the header has 2"),
+            "{short}"
+        );
         let port = reading_error("p.csv", b"saddr,sport\n198.18.0.1,80x\n");
-        assert!(port.contains("line 2: sport \"80x\" is not a port"), "{port}");
+        assert!(
+            port.contains("line 2: sport \"80x\" is not a port"),
+            "{port}"
+        );
         let json = reading_error("h.ndjson", b"{\"saddr\":1\n");
         assert!(json.contains("h.ndjson is not an NDJSON file"), "{json}");
         let binary = reading_error("b.csv", b"\xff\xfe,x\n");
         assert!(binary.contains("line 1 is not UTF-8 text"), "{binary}");
         for e in [&short, &port, &json, &binary] {
-            assert!(!e.contains("Csv") && !e.contains("Ndjson") && !e.contains("CSV error"), "{e}");
+            assert!(
+                !e.contains("Csv") && !e.contains("Ndjson") && !e.contains("CSV error"),
+                "{e}"
+            );
             assert!(e.contains("--format"), "{e}");
         }
     }

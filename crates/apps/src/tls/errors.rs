@@ -12,7 +12,9 @@ pub(crate) fn chain_error(error: &Error) -> String {
     match error {
         Error::InvalidCertificate(why) => certificate_error(why),
         Error::NoCertificatesPresented => "the server sent no certificate".into(),
-        Error::UnsupportedNameType => "the name to check is of a kind certificates cannot name".into(),
+        Error::UnsupportedNameType => {
+            "the name to check is of a kind certificates cannot name".into()
+        }
         other => other.to_string(),
     }
 }
@@ -57,7 +59,7 @@ fn certificate_error(error: &CertificateError) -> String {
             names => format!(
                 "the certificate does not name {}: it names {}",
                 expected.to_str(),
-                names.join(", ")
+                name_list(names)
             ),
         },
         E::InvalidPurpose | E::InvalidPurposeContext { .. } => {
@@ -68,6 +70,26 @@ fn certificate_error(error: &CertificateError) -> String {
         E::Other(other) => webpki_error(&other.to_string()),
         other => other.to_string(),
     }
+}
+
+/// At most this many of a certificate's names are listed; the rest are counted.
+const NAMES_LISTED: usize = 4;
+
+/// The names a certificate presents, as webpki writes them (`DnsName("a.test")`,
+/// `IpAddress(198.18.0.1)`), bare and comma separated; past NAMES_LISTED, counted.
+fn name_list(presented: &[String]) -> String {
+    let bare = |name: &String| {
+        let inner = ["DnsName(\"", "IpAddress("]
+            .iter()
+            .find_map(|wrap| name.strip_prefix(wrap))
+            .map(|rest| rest.trim_end_matches(')').trim_end_matches('"'));
+        inner.unwrap_or(name).to_string()
+    };
+    let mut list: Vec<String> = presented.iter().take(NAMES_LISTED).map(bare).collect();
+    if presented.len() > NAMES_LISTED {
+        list.push(format!("and {} more", presented.len() - NAMES_LISTED));
+    }
+    list.join(", ")
 }
 
 /// webpki's reasons that rustls passes on as they are, by their name.
@@ -143,21 +165,36 @@ mod tests {
         let ca = chain_error(&other("CaUsedAsEndEntity"));
         assert!(ca.starts_with("the server's certificate is a CA's"), "{ca}");
         let unknown = chain_error(&Error::InvalidCertificate(CertificateError::UnknownIssuer));
-        assert!(unknown.contains("no trusted root") && unknown.contains("--root-cas"), "{unknown}");
-        let expired = chain_error(&Error::InvalidCertificate(CertificateError::ExpiredContext {
-            time: UnixTime::since_unix_epoch(std::time::Duration::from_secs(1_800_000_000)),
-            not_after: UnixTime::since_unix_epoch(std::time::Duration::from_secs(1_700_000_000)),
-        }));
+        assert!(
+            unknown.contains("no trusted root") && unknown.contains("--root-cas"),
+            "{unknown}"
+        );
+        let expired = chain_error(&Error::InvalidCertificate(
+            CertificateError::ExpiredContext {
+                time: UnixTime::since_unix_epoch(std::time::Duration::from_secs(1_800_000_000)),
+                not_after: UnixTime::since_unix_epoch(std::time::Duration::from_secs(
+                    1_700_000_000,
+                )),
+            },
+        ));
         assert_eq!(expired, "the certificate expired on 2023-11-14");
         let name = chain_error(&Error::InvalidCertificate(
             CertificateError::NotValidForNameContext {
                 expected: "198.18.0.7".try_into().unwrap(),
-                presented: vec!["lab.sonde.test".into(), "198.18.0.1".into()],
+                presented: vec![
+                    "DnsName(\"sonde.test\")".into(),
+                    "IpAddress(198.18.0.1)".into(),
+                ],
             },
         ));
         assert_eq!(
             name,
-            "the certificate does not name 198.18.0.7: it names lab.sonde.test, 198.18.0.1"
+            "the certificate does not name 198.18.0.7: it names sonde.test, 198.18.0.1"
+        );
+        let many: Vec<String> = (0..6).map(|i| format!("IpAddress(198.18.0.{i})")).collect();
+        assert_eq!(
+            name_list(&many),
+            "198.18.0.0, 198.18.0.1, 198.18.0.2, 198.18.0.3, and 2 more"
         );
         // A reason of webpki's that has no sentence yet still says what it is.
         let new = chain_error(&other("SomethingNew"));

@@ -46,7 +46,7 @@ impl std::error::Error for BadExpression {}
 /// the verdicts come from the kernel running sonde's XDP translation.
 ///
 /// Files: `.pcap` is classic pcap with nanosecond stamps; anything else, and `-w -`
-/// (stdout, e.g. `| tcpdump -r -`), is pcapng (nanosecond stamps, interface name and snap
+/// (stdout, e.g. `| tcpdump -nr -`), is pcapng (nanosecond stamps, interface name and snap
 /// length, and received/dropped counts at the end). An existing file is kept unless --force.
 /// Ctrl-C, SIGTERM, a hangup, SIGQUIT, -c, --duration, a full disk or a closed pipe all end
 /// with a valid file.
