@@ -415,7 +415,7 @@ fn announce(args: &GrabArgs, plan: &GrabPlan<AnyApp>, notes: &[String]) {
         "full speed".into()
     };
     eprintln!(
-        "grab: {}, {} over {} from {} on {}, at {rate}, at most {} open at once{}",
+        "grab: {}, {} over {} from {} on {} in {}, at {rate}, at most {} open at once{}",
         run.space.describe_as("connection", "connections"),
         plan.app.kind().name(),
         match args.backend {
@@ -425,6 +425,7 @@ fn announce(args: &GrabArgs, plan: &GrabPlan<AnyApp>, notes: &[String]) {
         },
         run.src_ip.map_or("?".into(), |s| s.to_string()),
         run.iface,
+        sonde_lab::where_am_i(),
         plan.tcp.max_outstanding,
         match run.threads {
             0 | 1 => String::new(),

@@ -306,6 +306,9 @@ pub fn resolve(
         quiet_network: dryrun,
     };
     let lab_iface = place.lab.as_ref().map(|l| l.scan_if.as_str());
+    if let Some(iface) = &args.iface {
+        sonde_lab::check_interface(iface)?;
+    }
     let host = Host::resolve(&host_request, lab_iface)?;
     if !dryrun {
         check_source_ports(args.source_ports)?;

@@ -135,9 +135,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let describe = link.describe();
     if !args.quiet {
         say(format!(
-            "sonde latency: {} over {} ({describe}); {} B payloads, {} s per rate; RTT timestamps {TS_SOURCE}",
+            "sonde latency: {} over {} ({describe}) from {}; {} B payloads, {} s per rate; RTT timestamps {TS_SOURCE}",
             args.to,
             args.backend.name(),
+            sonde_lab::where_am_i(),
             args.size,
             args.duration
         ));
@@ -244,6 +245,9 @@ fn open_link(
         gateway_mac: args.gateway_mac,
         ..HostRequest::default()
     };
+    if let Some(iface) = &args.iface {
+        sonde_lab::check_interface(iface)?;
+    }
     let host = Host::resolve(&req, lab.map(|l| l.scan_if.as_str()))?;
     let guard = hold_port(SocketAddrV4::new(host.src_ip, 0))?;
     let src = match guard.local_addr()? {

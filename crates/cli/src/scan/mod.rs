@@ -285,10 +285,11 @@ fn announce(plan: &ScanPlan, notes: &[String]) {
         String::new()
     };
     eprintln!(
-        "scan: {}{shard}, {} from {source} on {} at {rate}: {how_long}",
+        "scan: {}{shard}, {} from {source} on {} in {} at {rate}: {how_long}",
         run.space.describe(),
         plan.probe.name(),
-        run.iface
+        run.iface,
+        sonde_lab::where_am_i()
     );
     if let Some(c) = &run.resume {
         eprintln!(
