@@ -138,3 +138,342 @@ fn the_labs_certificates_validate_against_its_ca() {
     assert!(text.contains("ssh on 22 (pid "), "{text}");
     assert!(text.contains("tls13 on 8443 (pid "), "{text}");
 }
+
+/// A sonde command running in the background, what it says (stdout and stderr) in a file,
+/// killed and reaped on drop.
+struct Background {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl Background {
+    fn start(args: &[&str], log: std::path::PathBuf) -> Background {
+        let file = std::fs::File::create(&log).unwrap();
+        let child = std::process::Command::new(common::SONDE)
+            .args(args)
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .expect("starting sonde");
+        Background { child, log }
+    }
+
+    /// Waits (at most 10 s) until it says `text`.
+    fn wait_for(&self, text: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !self.said().contains(text) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never said {text:?}: {}",
+                self.said()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    fn said(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits for its end (it ends by itself) and gives what it said.
+    fn finish(mut self) -> String {
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{}", self.said());
+        self.said()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// With --lab, every command says which namespace it runs in (the scanner's for scan, grab and
+/// latency run, the lab's network for capture and latency reflect), on its first line and
+/// beside its --metrics address; an interface that is not there is looked for elsewhere.
+#[test]
+fn lab_commands_say_where_they_run() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&[
+        "--population",
+        "198.18.0.0/28",
+        "--responsive",
+        "1",
+        "--http",
+    ]);
+    let (scan_ns, net_ns) = (
+        format!("sonde-{}-scan (lab {}'s scanner side)", lab.name, lab.name),
+        format!("sonde-{}-net (lab {}'s network side)", lab.name, lab.name),
+    );
+    let hits = lab.file("hits.csv");
+    let out = sonde(&[
+        "scan",
+        "--lab",
+        &lab.name,
+        "198.18.0.0/28",
+        "-p",
+        "80",
+        "-r",
+        "0",
+        "-c",
+        "1",
+        "-o",
+        &hits,
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains(&format!("on sx0 in {scan_ns} at")), "{err}");
+    let metrics = err
+        .lines()
+        .find(|l| l.contains("metrics at"))
+        .expect("a metrics line");
+    assert!(metrics.contains(&format!("in {scan_ns}")), "{metrics}");
+    assert!(
+        metrics.contains(&format!(
+            "ip netns exec sonde-{}-scan curl -s http://127.0.0.1:",
+            lab.name
+        )),
+        "{metrics}"
+    );
+    let out = sonde(&[
+        "grab",
+        "--lab",
+        &lab.name,
+        "-I",
+        &hits,
+        "-M",
+        "http",
+        "-r",
+        "0",
+        "-o",
+        &lab.file("pages.ndjson"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("on sx0 in {scan_ns},")),
+        "{}",
+        stderr(&out)
+    );
+
+    // The lab's side has nx0, the scanner's sx0: each is looked for where the command runs.
+    let err = error_line(&sonde(&[
+        "scan",
+        "--lab",
+        &lab.name,
+        "-i",
+        "nx0",
+        "198.18.0.0/28",
+        "-p",
+        "80",
+    ]));
+    assert!(
+        err.contains(&format!(
+            "no interface named \"nx0\" in {scan_ns}; nx0 is in {net_ns}"
+        )),
+        "{err}"
+    );
+    let err = error_line(&sonde(&[
+        "capture",
+        "--lab",
+        &lab.name,
+        "-i",
+        "sx0",
+        "-w",
+        &lab.file("x.pcap"),
+    ]));
+    assert!(
+        err.contains(&format!(
+            "no interface named \"sx0\" in {net_ns}; sx0 is in {scan_ns}"
+        )),
+        "{err}"
+    );
+
+    // latency: the reflector in the lab's network, the client in the scanner's.
+    let reflect = Background::start(
+        &["latency", "reflect", "--lab", &lab.name, "--duration", "5"],
+        lab.dir.join("reflect.log"),
+    );
+    reflect.wait_for("echoing");
+    let out = sonde(&[
+        "latency",
+        "run",
+        "--lab",
+        &lab.name,
+        "--to",
+        "198.19.255.254:7007",
+        "--rates",
+        "1k",
+        "--duration",
+        "0.5",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains(&format!("from {scan_ns}")), "{table}");
+    assert!(
+        reflect.said().contains(&format!("on nx0 in {net_ns}")),
+        "{}",
+        reflect.said()
+    );
+}
+
+/// The lines `sonde capture -r FILE` prints without -w, one a packet, as tcpdump -nr does.
+fn capture_lines(file: &str) -> Vec<String> {
+    let out = sonde(&["capture", "-r", file]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A capture on the scanner's own interface sees none of sonde's probes sent with the xdp and
+/// ring backends (they skip the kernel's packet taps), and says so; the lab's side sees every
+/// one, and so does the scanner's side when they go through sendmmsg. Files read back print a
+/// line a packet; `-i any` captures with libpcap.
+#[test]
+fn captures_of_sondes_own_probes_are_where_they_arrive() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&["--population", "198.18.0.0/24", "--responsive", "0"]);
+    let syns = "tcp[tcpflags] == tcp-syn and dst port 80";
+    for backend in ["xdp", "ring", "mmsg"] {
+        let (ours, theirs) = (
+            lab.file(&format!("sx0-{backend}.pcap")),
+            lab.file(&format!("nx0-{backend}.pcap")),
+        );
+        let scanner_side = Background::start(
+            &[
+                "lab",
+                "exec",
+                "--name",
+                &lab.name,
+                "--",
+                common::SONDE,
+                "capture",
+                "-i",
+                "sx0",
+                "-w",
+                &ours,
+                "--duration",
+                "3",
+                syns,
+            ],
+            lab.dir.join(format!("sx0-{backend}.log")),
+        );
+        let lab_side = Background::start(
+            &[
+                "capture",
+                "--lab",
+                &lab.name,
+                "-i",
+                "nx0",
+                "-w",
+                &theirs,
+                "--duration",
+                "3",
+                syns,
+            ],
+            lab.dir.join(format!("nx0-{backend}.log")),
+        );
+        scanner_side.wait_for("capture: listening on sx0");
+        lab_side.wait_for("capture: listening on nx0");
+        let out = lab.scan(&[
+            "198.18.0.0/24",
+            "-p",
+            "80",
+            "-r",
+            "0",
+            "-c",
+            "0.5",
+            "--backend",
+            backend,
+            "-o",
+            &lab.file(&format!("hits-{backend}.csv")),
+        ]);
+        assert!(out.status.success(), "{backend}: {}", stderr(&out));
+        let note = scanner_side.finish();
+        assert!(
+            note.contains(
+                "capture: note: a capture on sx0 sees none of the probes sonde sends from it"
+            ) && note.contains(&format!("sonde capture --lab {} -i nx0", lab.name)),
+            "{note}"
+        );
+        lab_side.finish();
+        let (seen_here, seen_there) = (capture_lines(&ours).len(), capture_lines(&theirs).len());
+        assert_eq!(
+            seen_there, 256,
+            "{backend}: the lab's side sees every probe"
+        );
+        let expected_here = if backend == "mmsg" { 256 } else { 0 };
+        assert_eq!(
+            seen_here, expected_here,
+            "{backend}: on the scanner's own interface"
+        );
+    }
+    // A line a packet, as tcpdump -nr prints them.
+    let lines = capture_lines(&lab.file("nx0-xdp.pcap"));
+    let first = &lines[0];
+    assert!(
+        first.contains(" IP 198.19.255.1.") && first.contains(".80: Flags [S], seq "),
+        "{first}"
+    );
+
+    // -i any: libpcap's device of every interface, cooked headers and all.
+    let err = error_line(&sonde(&[
+        "capture",
+        "--lab",
+        &lab.name,
+        "-i",
+        "any",
+        "-w",
+        &lab.file("any.pcap"),
+    ]));
+    assert!(err.contains("--backend pcap"), "{err}");
+    let any = lab.file("any.pcap");
+    let capture = Background::start(
+        &[
+            "capture",
+            "--lab",
+            &lab.name,
+            "-i",
+            "any",
+            "--backend",
+            "pcap",
+            "-w",
+            &any,
+            "--duration",
+            "2",
+            "icmp",
+        ],
+        lab.dir.join("any.log"),
+    );
+    capture.wait_for("capture: listening on any");
+    let out = lab.scan(&["198.18.0.0/28", "-M", "icmp_echo", "-r", "0", "-c", "0.2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    capture.finish();
+    let lines = capture_lines(&any);
+    assert_eq!(lines.len(), 16, "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l.contains("ICMP echo request")),
+        "{lines:?}"
+    );
+    // Line for line what tcpdump prints (in UTC, as sonde prints the time).
+    let tcpdump = std::process::Command::new("tcpdump")
+        .args(["-nr", &any])
+        .env("TZ", "UTC")
+        .output();
+    if let Some(out) = tcpdump.ok().filter(|o| o.status.success()) {
+        let theirs: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(lines, theirs);
+    }
+}

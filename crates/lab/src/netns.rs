@@ -219,7 +219,8 @@ pub fn run_here(command: &str) -> String {
 }
 
 /// Refuses interface `iface` when the calling thread's namespace has none of that name, in one
-/// line that names the namespace searched and the labs' namespaces that have one.
+/// line that names the namespace searched and the namespaces that have one: those of the same
+/// lab when the thread is in a lab's, else any lab's.
 pub fn check_interface(iface: &str) -> Result<()> {
     if nix::net::if_::if_nametoindex(iface).is_ok() {
         return Ok(());
@@ -239,16 +240,22 @@ pub fn check_interface(iface: &str) -> Result<()> {
     )
 }
 
-/// The labs' namespaces that have an interface named `iface`, looked at from a thread of its
-/// own (entering a namespace moves only the thread that enters); none when they cannot be
-/// entered.
+/// The labs' namespaces that have an interface named `iface` (only the calling thread's lab's
+/// when it is in one), looked at from a thread of its own (entering a namespace moves only the
+/// thread that enters); none when they cannot be entered.
 fn lab_namespaces_with(iface: &str) -> Vec<String> {
+    let here = current_ns();
+    let this_lab = here.as_deref().and_then(lab_of).map(str::to_string);
     let names: Vec<String> = fs::read_dir(NETNS_DIR)
         .into_iter()
         .flatten()
         .flatten()
         .filter_map(|entry| entry.file_name().to_str().map(str::to_string))
-        .filter(|ns| lab_of(ns).is_some())
+        .filter(|ns| match (lab_of(ns), &this_lab) {
+            (Some(lab), Some(this)) => lab == this && Some(ns) != here.as_ref(),
+            (lab, None) => lab.is_some(),
+            (None, _) => false,
+        })
         .collect();
     let iface = iface.to_string();
     let looker = std::thread::spawn(move || {
@@ -321,9 +328,18 @@ mod tests {
 
     #[test]
     fn namespaces_are_described_by_lab_and_side() {
-        assert_eq!(describe_ns("sonde-demo-scan"), "sonde-demo-scan (lab demo's scanner side)");
-        assert_eq!(describe_ns("sonde-a-net"), "sonde-a-net (lab a's network side)");
-        assert_eq!(describe_ns("sonde-x-scan-net"), "sonde-x-scan-net (lab x-scan's network side)");
+        assert_eq!(
+            describe_ns("sonde-demo-scan"),
+            "sonde-demo-scan (lab demo's scanner side)"
+        );
+        assert_eq!(
+            describe_ns("sonde-a-net"),
+            "sonde-a-net (lab a's network side)"
+        );
+        assert_eq!(
+            describe_ns("sonde-x-scan-net"),
+            "sonde-x-scan-net (lab x-scan's network side)"
+        );
         assert_eq!(describe_ns("sonde-b-mid"), "sonde-b-mid (lab b's middle)");
         assert_eq!(describe_ns("sonde-b-a"), "sonde-b-a (lab b's host A)");
         assert_eq!(describe_ns("sonde-b-b"), "sonde-b-b (lab b's host B)");

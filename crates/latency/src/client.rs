@@ -177,7 +177,10 @@ pub fn measure(
     };
     let wall_ns = clock.now_ns().saturating_sub(start).max(1);
     let client_cpu = ClientCpu {
-        share: sonde_meter::CpuTimes::thread_now().since(&cpu_start).total().as_nanos() as f64
+        share: sonde_meter::CpuTimes::thread_now()
+            .since(&cpu_start)
+            .total()
+            .as_nanos() as f64
             / wall_ns as f64,
         involuntary_switches: sonde_meter::involuntary_switches().saturating_sub(switches_start),
     };
@@ -391,6 +394,10 @@ mod tests {
         report.lost = 0;
         report.client_cpu.share = 0.99;
         assert!(report.notes().is_empty());
-        assert!(!ClientCpu { share: CONTENDED_BELOW, involuntary_switches: 0 }.contended());
+        assert!(!ClientCpu {
+            share: CONTENDED_BELOW,
+            involuntary_switches: 0
+        }
+        .contended());
     }
 }

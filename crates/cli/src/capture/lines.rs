@@ -92,9 +92,15 @@ fn ip4(data: &[u8]) -> String {
     let length = usize::from(ip.total_len()).saturating_sub(ip.header_len());
     let (src, dst) = (IpAddr::from(ip.src_addr()), IpAddr::from(ip.dst_addr()));
     if ip.frag_offset() != 0 {
-        return format!("IP {src} > {dst}: ip-proto-{}, fragment, length {length}", ip.protocol().0);
+        return format!(
+            "IP {src} > {dst}: ip-proto-{}, fragment, length {length}",
+            ip.protocol().0
+        );
     }
-    format!("IP {}", transport(ip.protocol(), src, dst, ip.payload(), length))
+    format!(
+        "IP {}",
+        transport(ip.protocol(), src, dst, ip.payload(), length)
+    )
 }
 
 fn ip6(data: &[u8]) -> String {
@@ -103,12 +109,21 @@ fn ip6(data: &[u8]) -> String {
     };
     let (src, dst) = (IpAddr::from(ip.src_addr()), IpAddr::from(ip.dst_addr()));
     let length = usize::from(ip.payload_len());
-    format!("IP6 {}", transport(ip.next_header(), src, dst, ip.payload(), length))
+    format!(
+        "IP6 {}",
+        transport(ip.next_header(), src, dst, ip.payload(), length)
+    )
 }
 
 /// `src.port > dst.port: …` for TCP and UDP, `src > dst: …` for the rest; `length` is the
 /// transport's bytes on the wire (the payload may have been cut).
-fn transport(protocol: IpProtocol, src: IpAddr, dst: IpAddr, payload: &[u8], length: usize) -> String {
+fn transport(
+    protocol: IpProtocol,
+    src: IpAddr,
+    dst: IpAddr,
+    payload: &[u8],
+    length: usize,
+) -> String {
     match protocol {
         IpProtocol::TCP => match tcp::Packet::new_checked(payload) {
             Ok(t) => {
@@ -236,6 +251,9 @@ mod tests {
                 let _ = line(ts, dlt, junk, 100);
             }
         }
-        assert_eq!(line(0, 147, &[1, 2], 2), "00:00:00.000000 link type 147, length 2");
+        assert_eq!(
+            line(0, 147, &[1, 2], 2),
+            "00:00:00.000000 link type 147, length 2"
+        );
     }
 }

@@ -147,7 +147,9 @@ fn own_probes_note(iface: &str) -> Option<String> {
         return None;
     }
     let elsewhere = match lab {
-        Some(lab) => format!("capture them where they arrive, on the lab's side: sonde capture --lab {lab} -i nx0"),
+        Some(lab) => format!(
+            "capture them where they arrive, on the lab's side: sonde capture --lab {lab} -i nx0"
+        ),
         None => "capture them where they arrive (the receiving host, or a mirror port)".into(),
     };
     Some(format!(
@@ -155,14 +157,14 @@ fn own_probes_note(iface: &str) -> Option<String> {
     ))
 }
 
-/// Whether another `sonde` process runs in this thread's network namespace.
+/// The commands of sonde that send probes or frames.
+const SENDERS: [&str; 6] = ["scan", "grab", "blast", "bench", "latency", "profile"];
+
+/// Whether another `sonde` process that sends (not the lab's own servers) runs in this
+/// thread's network namespace.
 fn other_sonde_here() -> bool {
     use std::os::unix::fs::MetadataExt;
-    let id = |path: &std::path::Path| {
-        std::fs::metadata(path)
-            .ok()
-            .map(|m| (m.dev(), m.ino()))
-    };
+    let id = |path: &std::path::Path| std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
     let Some(here) = id(std::path::Path::new("/proc/thread-self/ns/net")) else {
         return false;
     };
@@ -176,6 +178,10 @@ fn other_sonde_here() -> bool {
         pid.bytes().all(|b| b.is_ascii_digit())
             && pid != me
             && std::fs::read_to_string(entry.path().join("comm")).is_ok_and(|c| c.trim() == "sonde")
+            && std::fs::read(entry.path().join("cmdline")).is_ok_and(|line| {
+                let command = line.split(|&b| b == 0).nth(1).unwrap_or_default();
+                SENDERS.iter().any(|s| s.as_bytes() == command)
+            })
             && id(&entry.path().join("ns/net")) == Some(here)
     })
 }

@@ -130,9 +130,9 @@ pub fn run(mut args: CaptureArgs) -> anyhow::Result<()> {
     let out = match (&args.write, &args.read) {
         (Some(out), _) => Some(out.clone()),
         (None, Some(_)) => None,
-        (None, None) => anyhow::bail!(
-            "say where to write: -w FILE.pcapng, -w FILE.pcap, or -w - for stdout"
-        ),
+        (None, None) => {
+            anyhow::bail!("say where to write: -w FILE.pcapng, -w FILE.pcap, or -w - for stdout")
+        }
     };
     if args.count == Some(0) {
         anyhow::bail!("-c 0 would capture nothing: give a count of at least 1, or leave -c out");

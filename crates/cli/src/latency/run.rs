@@ -420,7 +420,10 @@ mod tests {
         let clean = row(&report(20_000.0, 0, 1.0));
         assert!(!clean.contains('←'), "{clean}");
         let warning = contention_warning(&report(17_411.0, 4_437, 0.4)).unwrap();
-        assert!(warning.contains("40 %") && warning.contains("4321"), "{warning}");
+        assert!(
+            warning.contains("40 %") && warning.contains("4321"),
+            "{warning}"
+        );
         assert!(warning.contains("--target-cpus"), "{warning}");
         assert_eq!(contention_warning(&report(20_000.0, 0, 0.97)), None);
     }
