@@ -2,8 +2,9 @@
 //! relative link leads to a file that exists.
 //!
 //! The rule for code blocks: a ` ```sh ` block runs. Each file's `sh` blocks, in order, make one
-//! script, run by `sh -eux` in a scratch folder with `sonde` this build's binary, as a reader
-//! pasting them into one shell would run them. Every other block is never run: ` ```console `
+//! script, run by `sh -eux` in a scratch folder with `sonde` this build's binary (and `duckdb`
+//! the DuckDB CLI that scripts/setup puts in `.venv/bin`), as a reader pasting them into one
+//! shell would run them. Every other block is never run: ` ```console `
 //! for commands a reader types that a test must not run (the set-up commands), ` ```text ` for
 //! synopses, files, job scripts and commands that last minutes or reach past a lab (comparison
 //! scripts, Slurm, Kubernetes, real networks), ` ```yaml ` and ` ```sql ` for what they say. Any
@@ -163,11 +164,14 @@ fn contains_whole(text: &str, pattern: &str) -> bool {
 /// kernel's test runs, attached to no interface).
 const SENDS_NOTHING: [&str; 3] = ["wait", "wait ", "sonde capture -r "];
 
-/// Whether a command names one of `labs`, or is one that sends nothing.
+/// Whether a command names one of `labs`, or is one that sends nothing (writing a file with
+/// `printf`, and nothing more, counts).
 fn names_a_lab(command: &str, labs: &[String]) -> bool {
-    SENDS_NOTHING
-        .iter()
-        .any(|start| command == start.trim_end() || command.starts_with(start))
+    let writes_a_file = command.starts_with("printf ") && !command.contains(['|', ';', '&', '`', '$']);
+    writes_a_file
+        || SENDS_NOTHING
+            .iter()
+            .any(|start| command == start.trim_end() || command.starts_with(start))
         || labs.iter().any(|lab| {
             contains_whole(command, &format!("--name {lab}"))
                 || contains_whole(command, &format!("--lab {lab}"))
@@ -355,6 +359,10 @@ fn link_and_block_parsing_finds_what_it_should() {
     assert!(names_a_lab("sonde scan --lab demo 198.18.0.0/16", &labs));
     assert!(!names_a_lab("sonde scan --lab demo2 198.18.0.0/16", &labs));
     assert!(!names_a_lab("sonde scan 198.18.0.0/16", &labs));
+    assert!(names_a_lab("printf 'a: 1\\n' > prometheus.yml", &labs));
+    assert!(!names_a_lab("printf '198.18.0.1' | sonde scan -I -", &labs));
+    assert!(!names_a_lab("printf x > f; sonde scan 198.18.0.0/16", &labs));
+    assert!(!names_a_lab("printf \"$(sonde scan x)\"", &labs));
 }
 
 /// Runs `script` with `sh -eux` in `dir`, `sonde` on the PATH; its output goes to files there
@@ -364,8 +372,9 @@ fn run_script(script: &str, dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(&bin).unwrap();
     std::os::unix::fs::symlink(SONDE, bin.join("sonde")).unwrap();
     let path = format!(
-        "{}:{}",
+        "{}:{}:{}",
         bin.display(),
+        repo().join(".venv/bin").display(),
         std::env::var("PATH").unwrap_or_default()
     );
     std::fs::write(dir.join("examples.sh"), script).unwrap();
