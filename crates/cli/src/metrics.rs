@@ -53,7 +53,7 @@ fn where_served(addr: SocketAddr) -> String {
     let url = format!("http://{addr}/metrics");
     match sonde_lab::current_ns() {
         Some(_) => format!(
-            "metrics at {url} in {} (scrape it there: {})",
+            "metrics at {url} in {}; from a shell: {}",
             sonde_lab::where_am_i(),
             sonde_lab::run_here(&format!("curl -s {url}"))
         ),

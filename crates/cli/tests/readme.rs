@@ -167,7 +167,8 @@ const SENDS_NOTHING: [&str; 3] = ["wait", "wait ", "sonde capture -r "];
 /// Whether a command names one of `labs`, or is one that sends nothing (writing a file with
 /// `printf`, and nothing more, counts).
 fn names_a_lab(command: &str, labs: &[String]) -> bool {
-    let writes_a_file = command.starts_with("printf ") && !command.contains(['|', ';', '&', '`', '$']);
+    let writes_a_file =
+        command.starts_with("printf ") && !command.contains(['|', ';', '&', '`', '$']);
     writes_a_file
         || SENDS_NOTHING
             .iter()
@@ -361,7 +362,10 @@ fn link_and_block_parsing_finds_what_it_should() {
     assert!(!names_a_lab("sonde scan 198.18.0.0/16", &labs));
     assert!(names_a_lab("printf 'a: 1\\n' > prometheus.yml", &labs));
     assert!(!names_a_lab("printf '198.18.0.1' | sonde scan -I -", &labs));
-    assert!(!names_a_lab("printf x > f; sonde scan 198.18.0.0/16", &labs));
+    assert!(!names_a_lab(
+        "printf x > f; sonde scan 198.18.0.0/16",
+        &labs
+    ));
     assert!(!names_a_lab("printf \"$(sonde scan x)\"", &labs));
 }
 

@@ -229,7 +229,13 @@ pub fn check_interface(iface: &str) -> Result<()> {
     let found = match elsewhere.as_slice() {
         [] => String::new(),
         names => {
-            let named: Vec<String> = names.iter().map(|ns| describe_ns(ns)).collect();
+            // Outside a lab, every lab's scanner has sx0: a few are enough to point the way.
+            const SHOWN: usize = 3;
+            let mut named: Vec<String> =
+                names.iter().take(SHOWN).map(|ns| describe_ns(ns)).collect();
+            if names.len() > SHOWN {
+                named.push(format!("{} more", names.len() - SHOWN));
+            }
             format!("; {iface} is in {}", named.join(" and "))
         }
     };

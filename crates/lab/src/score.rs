@@ -391,8 +391,12 @@ fn read_ndjson(file: std::fs::File) -> Result<Results> {
         if line.trim().is_empty() {
             continue;
         }
-        let value: serde_json::Value =
-            serde_json::from_str(&line).map_err(|e| anyhow!("line {}: {e}", i + 1))?;
+        let value: serde_json::Value = serde_json::from_str(&line).map_err(|e| {
+            // serde_json's position is within the line: say it once, as the file's.
+            let text = e.to_string();
+            let what = text.split(" at line ").next().unwrap_or(&text);
+            anyhow!("line {}, column {}: {what}", i + 1, e.column())
+        })?;
         let object = value
             .as_object()
             .ok_or_else(|| anyhow!("line {} is not a JSON object", i + 1))?;
@@ -1045,6 +1049,10 @@ mod tests {
         );
         let json = reading_error("h.ndjson", b"{\"saddr\":1\n");
         assert!(json.contains("h.ndjson is not an NDJSON file"), "{json}");
+        assert!(
+            json.contains("(line 1, column 10: EOF while parsing an object)"),
+            "{json}"
+        );
         let binary = reading_error("b.csv", b"\xff\xfe,x\n");
         assert!(binary.contains("line 1 is not UTF-8 text"), "{binary}");
         for e in [&short, &port, &json, &binary] {
