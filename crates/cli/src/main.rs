@@ -302,6 +302,11 @@ mod tests {
         assert!(app.contains("did you mean http?"), "{app}");
         let module = error_of(&["scan", "-M", "tcp_sin", "198.18.0.0/24"]);
         assert!(module.contains("did you mean tcp_syn?"), "{module}");
+        let scan_typo = error_of(&["scan", "-M", "htpp", "198.18.0.0/24"]);
+        assert!(
+            scan_typo.contains("did you mean sonde grab -M http?"),
+            "{scan_typo}"
+        );
         let scan_app = error_of(&["scan", "-M", "http", "198.18.0.0/24"]);
         assert!(scan_app.contains("sonde grab -M http"), "{scan_app}");
         let grab_module = error_of(&["grab", "-M", "tcp_syn", "198.18.0.0/24"]);

@@ -23,13 +23,13 @@ pub fn did_you_mean(word: &str, choices: &[&str]) -> String {
 /// optimal string alignment distance.
 fn edits(a: &str, b: &str) -> usize {
     let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    // rows[i][j]: edits between a[..i] and b[..j]; three rows are enough for the swap.
+    // rows[i][j]: edits between a[..i] and b[..j] (names are short: a whole table is fine).
     let mut rows = vec![vec![0usize; b.len() + 1]; a.len() + 1];
     for (i, row) in rows.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=b.len() {
-        rows[0][j] = j;
+    for (j, cell) in rows[0].iter_mut().enumerate() {
+        *cell = j;
     }
     for i in 1..=a.len() {
         for j in 1..=b.len() {

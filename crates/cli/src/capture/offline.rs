@@ -160,7 +160,7 @@ pub fn run(args: &CaptureArgs, file: &str, expr: &str, out: Option<&str>) -> any
             if !judge.keeps(p.data, p.wire_len)? {
                 return Ok(true);
             }
-            if !sink.write(&p, shown_out)? {
+            if !sink.write(p, shown_out)? {
                 return Ok(false);
             }
             kept += 1;

@@ -251,9 +251,18 @@ fn list_probe_modules() {
 /// `-M`'s parser: a probe module by sonde's or ZMap's name; an app of `sonde grab` is pointed
 /// there.
 fn module_value(text: &str) -> Result<ModuleKind, String> {
+    use sonde_apps::AppKind;
     text.parse().map_err(|unknown: String| {
-        match text.parse::<sonde_apps::AppKind>() {
+        let apps: Vec<&str> = AppKind::ALL.iter().map(|k| k.name()).collect();
+        match text.parse::<AppKind>() {
             Ok(app) => format!("{app} is an app of sonde grab, not a probe module of scan: sonde grab -M {app} (scan's modules: tcp_syn, icmp_echo, udp, dns)"),
+            // A typo of one of grab's apps: say so, when no module of scan is nearer.
+            Err(_) if !unknown.contains("did you mean") => {
+                match sonde_scan::nearest::nearest(text, &apps) {
+                    Some(app) => format!("{unknown} (or did you mean sonde grab -M {app}?)"),
+                    None => unknown,
+                }
+            }
             Err(_) => unknown,
         }
     })
