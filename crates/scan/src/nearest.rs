@@ -56,7 +56,7 @@ mod tests {
     fn typos_find_their_name_and_strangers_find_none() {
         assert_eq!(nearest("htpp", &APPS), Some("http"));
         assert_eq!(nearest("HTTP", &APPS), Some("http"));
-        assert_eq!(nearest("htps", &APPS), Some("http"));
+        assert_eq!(nearest("htps", &APPS), Some("https"));
         assert_eq!(nearest("tcp_sin", &["tcp_syn", "udp"]), Some("tcp_syn"));
         assert_eq!(nearest("icmp", &["tcp_syn", "icmp_echo"]), None);
         assert_eq!(nearest("x", &APPS), None);
