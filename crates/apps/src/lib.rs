@@ -228,8 +228,11 @@ impl FromStr for AppKind {
             .into_iter()
             .find(|kind| kind.name() == name)
             .ok_or_else(|| {
+                let known: Vec<&str> = AppKind::ALL.iter().map(|k| k.name()).collect();
                 format!(
-                    "unknown app {name:?}: use one of http, banner, payload, tls, https, ssh, smtp, imap, pop3, ftp (-M)"
+                    "unknown app {name:?}{}: use one of {} (-M)",
+                    sonde_scan::nearest::did_you_mean(name, &known),
+                    known.join(", ")
                 )
             })
     }
@@ -626,6 +629,9 @@ mod tests {
         let err = "gopher".parse::<AppKind>().unwrap_err();
         assert!(err.contains("\"gopher\"") && err.contains("http, banner, payload, tls"));
         assert!(!err.contains('\n'));
+        assert!(!err.contains("did you mean"), "{err}");
+        let typo = "htpp".parse::<AppKind>().unwrap_err();
+        assert!(typo.contains("did you mean http?"), "{typo}");
     }
 
     #[test]

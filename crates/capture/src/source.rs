@@ -99,7 +99,7 @@ pub fn open_pcap(
     snaplen: u32,
     ring_bytes: usize,
 ) -> anyhow::Result<Source> {
-    let mut cap = pcap::Capture::from_device(iface)
+    let cap = pcap::Capture::from_device(iface)
         .and_then(|c| {
             c.precision(pcap::Precision::Nano)
                 .snaplen(snaplen.min(i32::MAX as u32) as i32)
@@ -107,6 +107,12 @@ pub fn open_pcap(
                 .timeout(10)
                 .open()
         })
+        .map_err(|e| anyhow!("libpcap on {iface}: {e}"))?;
+    // Never block in libpcap: with TPACKET_V3 its read waits for a block the kernel retires
+    // only once a packet is in it, so a quiet interface would hold the capture past its end
+    // (--duration, a signal). pcap_batch polls the descriptor itself, with a timeout.
+    let mut cap = cap
+        .setnonblock()
         .map_err(|e| anyhow!("libpcap on {iface}: {e}"))?;
     if !expr.is_empty() {
         cap.filter(expr, true)
@@ -173,7 +179,7 @@ impl Source {
                     })
                 })
             }
-            Source::Pcap(cap) => pcap_batch(cap, max, &mut on_packet),
+            Source::Pcap(cap) => pcap_batch(cap, max, timeout, &mut on_packet),
         }
     }
 
@@ -211,11 +217,18 @@ fn vlan_tag(tpid: u16, tci: u16) -> [u8; 4] {
     [a, b, c, d]
 }
 
+/// Up to `max` packets from libpcap (non-blocking), after waiting at most `timeout` for its
+/// descriptor to be readable.
 fn pcap_batch(
     cap: &mut pcap::Capture<pcap::Active>,
     max: usize,
+    timeout: Duration,
     on_packet: &mut impl FnMut(&Packet<'_>),
 ) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    if !sonde_io::poll_any(&[cap.as_raw_fd()], timeout)? {
+        return Ok(0);
+    }
     let mut got = 0;
     while got < max {
         match cap.next_packet() {
@@ -230,7 +243,7 @@ fn pcap_batch(
                 });
                 got += 1;
             }
-            Err(pcap::Error::TimeoutExpired) => break,
+            Err(pcap::Error::TimeoutExpired | pcap::Error::NoMorePackets) => break,
             Err(e) => return Err(io::Error::other(e.to_string())),
         }
     }

@@ -42,6 +42,16 @@ fn grab_backend_parser() -> impl TypedValueParser<Value = GrabBackend> {
     })
 }
 
+/// `-M`'s parser: an app; a probe module of `sonde scan` is pointed there.
+fn app_value(text: &str) -> Result<AppKind, String> {
+    text.parse().map_err(|unknown: String| {
+        match text.parse::<sonde_scan::probe::ModuleKind>() {
+            Ok(module) => format!("{module} is a probe module of sonde scan, not an app of grab: sonde scan -M {module} (grab connects and talks: http, tls, ssh, …)"),
+            Err(_) => unknown,
+        }
+    })
+}
+
 fn close_parser() -> impl TypedValueParser<Value = CloseMode> {
     PossibleValuesParser::new(["rst", "fin"]).map(|s| match s.as_str() {
         "fin" => CloseMode::Fin,
@@ -72,7 +82,7 @@ pub struct GrabArgs {
     /// (greeting and EHLO; with --starttls the upgrade to TLS), imap and pop3 (greeting and
     /// capabilities; with --starttls the upgrade to TLS), ftp (greeting and FEAT; with
     /// --starttls AUTH TLS and the upgrade).
-    #[arg(short = 'M', long = "app", default_value = "http")]
+    #[arg(short = 'M', long = "app", default_value = "http", value_parser = app_value)]
     app: AppKind,
     /// HTTP path to GET.
     #[arg(long, default_value = "/")]
@@ -159,6 +169,7 @@ pub struct GrabArgs {
 
 pub fn run(args: GrabArgs) -> anyhow::Result<()> {
     let app = AnyApp::build(args.app, &app_options(&args)?).map_err(anyhow::Error::msg)?;
+    runargs::check_input_file(&args.run)?;
     let names = names::read(&args.run)?;
     let app = match &names {
         Some(names) => app.with_names(Arc::new(names.round(0))),
@@ -480,7 +491,7 @@ fn announce(args: &GrabArgs, plan: &GrabPlan<AnyApp>, notes: &[String]) {
         "full speed".into()
     };
     eprintln!(
-        "grab: {}, {} over {} from {} on {}, at {rate}, at most {} open at once{}",
+        "grab: {}, {} over {} from {} on {} in {}, at {rate}, at most {} open at once{}",
         run.space.describe_as("connection", "connections"),
         plan.app.kind().name(),
         match args.backend {
@@ -490,6 +501,7 @@ fn announce(args: &GrabArgs, plan: &GrabPlan<AnyApp>, notes: &[String]) {
         },
         run.src_ip.map_or("?".into(), |s| s.to_string()),
         run.iface,
+        sonde_lab::where_am_i(),
         plan.tcp.max_outstanding,
         match run.threads {
             0 | 1 => String::new(),

@@ -102,8 +102,44 @@ fn usage_error(e: clap::Error) -> ! {
     ) {
         e.exit();
     }
-    eprintln!("sonde: error: {}", one_line(&e.render().to_string()));
+    let mut line = one_line(&e.render().to_string());
+    let command = std::env::args().nth(1).unwrap_or_default();
+    if let Some(hint) = peer_hint(&command, &e) {
+        line.push_str(": ");
+        line.push_str(hint);
+    }
+    eprintln!("sonde: error: {line}");
     std::process::exit(e.exit_code());
+}
+
+/// What sonde offers in place of a peer's option it does not take (ZMap's spellings that
+/// sonde takes as they are need no hint).
+fn peer_hint(command: &str, e: &clap::Error) -> Option<&'static str> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument || !matches!(command, "scan" | "grab") {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    // `--max-results=5` is reported whole.
+    let name = arg.split('=').next().unwrap_or(arg);
+    Some(match name {
+        "-N" | "--max-results" => {
+            "sonde has no cap on results (ZMap's -N); -n N (--max-targets) stops after N targets"
+        }
+        "-t" | "--max-runtime" => {
+            "sonde has no time cap (ZMap's -t); -n N at -r R sends for N/R seconds, and Ctrl-C stops with a checkpoint to --resume"
+        }
+        "--output-module" => "sonde's is -O (--output-format): csv, ndjson, parquet",
+        "--blocklist-file" | "--blacklist-file" => "sonde's is -b FILE (--blocklist)",
+        "--allowlist-file" | "--whitelist-file" => "sonde's is -w FILE (--allowlist)",
+        "--target-port" | "--target-ports" => "sonde's is -p (--ports)",
+        "--cooldown-time" => "sonde's is -c SECONDS (--cooldown)",
+        "--output-fields" => "sonde's is -f (--fields)",
+        "--senders" => "sonde's is --threads (-T)",
+        _ => return None,
+    })
 }
 
 /// The first paragraph of clap's message, on one line, without its `error: `.
@@ -178,12 +214,105 @@ mod tests {
         assert!(snaplen.contains("from 0 to 262144"), "{snaplen}");
         let batch = error_of(&["intercept", "stack", "--batch", "0", "pass"]);
         assert!(batch.contains("from 1 to 1024"), "{batch}");
-        for e in [&rate, &grab_rate, &rates, &threads, &snaplen, &batch] {
+        let mut durations = Vec::new();
+        for args in [
+            &["capture", "-i", "sx0", "-w", "x.pcap", "--duration", "-1"][..],
+            &["latency", "run", "--to", "198.18.0.1:7", "--duration", "-1"],
+            &["latency", "reflect", "--duration", "0"],
+            &["blast", "--duration", "-2"],
+            &["intercept", "stack", "--duration", "-1", "pass"],
+        ] {
+            let duration = error_of(args);
+            assert!(
+                duration.contains("--duration") && duration.contains("durations are positive"),
+                "{args:?}: {duration}"
+            );
+            durations.push(duration);
+        }
+        for e in [&rate, &grab_rate, &rates, &threads, &snaplen, &batch]
+            .into_iter()
+            .chain(&durations)
+        {
             assert!(!e.contains("..="), "Rust range syntax: {e}");
             assert!(!e.contains('\n') && !e.contains("tip"), "{e}");
         }
         // A missing value names what is missing, on the same line.
         let missing = error_of(&["latency", "run"]);
         assert!(missing.contains("--to"), "{missing}");
+    }
+
+    fn parses(args: &[&str]) -> bool {
+        let argv = std::iter::once("sonde").chain(args.iter().copied());
+        Cli::try_parse_from(argv).is_ok()
+    }
+
+    #[test]
+    fn zmaps_spellings_of_the_same_options_are_taken() {
+        for args in [
+            &[
+                "scan",
+                "-T",
+                "2",
+                "-P",
+                "3",
+                "-e",
+                "7",
+                "-d",
+                "198.18.0.0/24",
+            ][..],
+            &["scan", "--sender-threads", "2", "198.18.0.0/24"],
+            &["scan", "-M", "tcp_synscan", "198.18.0.0/24"],
+            &["scan", "-M", "icmp_echoscan", "198.18.0.0/24"],
+            &["scan", "--list-output-fields"],
+            &["scan", "--list-probe-modules"],
+            &["grab", "-T", "2", "198.18.0.0/24"],
+        ] {
+            assert!(parses(args), "{args:?}");
+        }
+    }
+
+    /// The hint `sonde ARGS` adds to its usage error.
+    fn hint_of(args: &[&str]) -> Option<&'static str> {
+        let argv = std::iter::once("sonde").chain(args.iter().copied());
+        let e = Cli::try_parse_from(argv).err().expect("a usage error");
+        peer_hint(args[0], &e)
+    }
+
+    #[test]
+    fn zmaps_other_options_point_to_sondes() {
+        let results = hint_of(&["scan", "-N", "5", "198.18.0.0/24"]).unwrap();
+        assert!(results.contains("--max-targets"), "{results}");
+        let runtime = hint_of(&["scan", "-t", "60", "198.18.0.0/24"]).unwrap();
+        assert!(
+            runtime.contains("-n N") && runtime.contains("-r R"),
+            "{runtime}"
+        );
+        let module = hint_of(&["scan", "--output-module", "csv", "x"]).unwrap();
+        assert!(module.contains("-O"), "{module}");
+        let blocklist = hint_of(&["grab", "--blocklist-file=b.txt", "x"]).unwrap();
+        assert!(blocklist.contains("-b FILE"), "{blocklist}");
+        // Not every command is ZMap's, and not every unknown option has a hint.
+        assert_eq!(hint_of(&["capture", "-t", "-i", "lo", "-w", "x"]), None);
+        assert_eq!(hint_of(&["scan", "--no-such-option", "x"]), None);
+    }
+
+    #[test]
+    fn a_mistyped_module_or_app_is_named_and_pointed_to() {
+        let app = error_of(&["grab", "-M", "htpp", "198.18.0.0/24"]);
+        assert!(app.contains("did you mean http?"), "{app}");
+        let module = error_of(&["scan", "-M", "tcp_sin", "198.18.0.0/24"]);
+        assert!(module.contains("did you mean tcp_syn?"), "{module}");
+        let scan_typo = error_of(&["scan", "-M", "htpp", "198.18.0.0/24"]);
+        assert!(
+            scan_typo.contains("did you mean sonde grab -M http?"),
+            "{scan_typo}"
+        );
+        let scan_app = error_of(&["scan", "-M", "http", "198.18.0.0/24"]);
+        assert!(scan_app.contains("sonde grab -M http"), "{scan_app}");
+        let grab_module = error_of(&["grab", "-M", "tcp_syn", "198.18.0.0/24"]);
+        assert!(
+            grab_module.contains("sonde scan -M tcp_syn"),
+            "{grab_module}"
+        );
     }
 }

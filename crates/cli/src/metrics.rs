@@ -34,9 +34,30 @@ fn linger_seconds(text: &str) -> Result<f64, String> {
 }
 
 impl MetricsArgs {
-    /// Binds the exporter these arguments ask for (see [`Metrics::start`]).
+    /// Binds the exporter these arguments ask for (see [`Metrics::start`]) and, unless `quiet`,
+    /// says where: the address, and the network namespace it listens in (a lab's, with --lab),
+    /// with the command that reaches it from a shell.
     pub fn start(&self, run: RunLabels, quiet: bool) -> anyhow::Result<Metrics> {
-        Metrics::start(self.metrics, self.metrics_linger, run, quiet)
+        let command = run.command;
+        let metrics = Metrics::start(self.metrics, self.metrics_linger, run, true)?;
+        if let (Some(addr), false) = (metrics.address(), quiet) {
+            sonde_engine::status::to_stderr(format_args!("{command}: {}", where_served(addr)));
+        }
+        Ok(metrics)
+    }
+}
+
+/// Where the exporter at `addr` is, in words: its page, the namespace it listens in, and how
+/// to scrape it from a shell.
+fn where_served(addr: SocketAddr) -> String {
+    let url = format!("http://{addr}/metrics");
+    match sonde_lab::current_ns() {
+        Some(_) => format!(
+            "metrics at {url} in {}; from a shell: {}",
+            sonde_lab::where_am_i(),
+            sonde_lab::run_here(&format!("curl -s {url}"))
+        ),
+        None => format!("metrics at {url} in {}", sonde_lab::where_am_i()),
     }
 }
 

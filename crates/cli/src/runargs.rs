@@ -2,7 +2,7 @@
 //! host, backends, checkpoint, output file), and their resolution into the engine's
 //! [`RunPlan`]: the lab or the real network, the guardrails, the seed and key.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -55,7 +55,8 @@ pub struct RunArgs {
     #[arg(short = 'r', long, default_value_t = 10_000.0, allow_negative_numbers = true, value_parser = rate_value)]
     pub rate: f64,
     /// Seed of the target order. Every shard of a run must share it (--shards needs it).
-    #[arg(long)]
+    /// ZMap's -e.
+    #[arg(short = 'e', long)]
     pub seed: Option<u64>,
     /// Split the run into N shards, e.g. one per machine; each covers its share exactly once
     /// when all use the same --seed. Without --shards/--shard, a Slurm array or Kubernetes
@@ -66,8 +67,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub shard: Option<u32>,
     /// Sender threads, each pinned and on its own queue of the interface; they split this
-    /// shard further.
-    #[arg(long, default_value_t = 1, value_parser = number_from(1u32, 64))]
+    /// shard further (ZMap's -T, --sender-threads).
+    #[arg(short = 'T', long, visible_alias = "sender-threads", default_value_t = 1, value_parser = number_from(1u32, 64))]
     pub threads: u32,
     /// Stop after this many targets (of this shard).
     #[arg(short = 'n', long)]
@@ -139,9 +140,46 @@ pub struct RunArgs {
 /// Checks what can be checked before anything else (before entering a lab): the targets
 /// parse, and more than a /8 is confirmed.
 pub fn check_input(args: &RunArgs, dryrun: bool) -> anyhow::Result<()> {
+    check_input_file(args)?;
     let large_ok = args.confirm_large_scan || dryrun;
     sonde_engine::targets::read_targets(&args.targets, args.input_file.as_deref(), large_ok)
         .map(drop)
+}
+
+/// Refuses an -I file that cannot be read, in one line that names -I (`-I -`, standard input,
+/// is read as it comes).
+pub fn check_input_file(args: &RunArgs) -> anyhow::Result<()> {
+    let Some(path) = args.input_file.as_deref().filter(|p| *p != Path::new("-")) else {
+        return Ok(());
+    };
+    let unreadable = match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => Some("it is a folder".to_string()),
+        Ok(_) => std::fs::File::open(path).err().map(|e| io_words(&e)),
+        Err(e) => Some(io_words(&e)),
+    };
+    match unreadable {
+        Some(why) => bail!(
+            "cannot read -I {}: {why}; give a file of targets (one address, prefix or address:port a line, or sonde scan output)",
+            path.display()
+        ),
+        None => Ok(()),
+    }
+}
+
+/// An I/O error in words, without Rust's "(os error 2)".
+pub fn io_words(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        _ => {
+            let text = e.to_string();
+            let text = text.split(" (os error").next().unwrap_or(&text);
+            let mut chars = text.chars();
+            chars.next().map_or_else(String::new, |first| {
+                first.to_lowercase().chain(chars).collect()
+            })
+        }
+    }
 }
 
 /// The CPUs a lab with `--target-cpus` leaves to its scanners; None for a lab without.
@@ -270,6 +308,9 @@ pub fn resolve(
         quiet_network: dryrun,
     };
     let lab_iface = place.lab.as_ref().map(|l| l.scan_if.as_str());
+    if let Some(iface) = &args.iface {
+        sonde_lab::check_interface(iface)?;
+    }
     let host = Host::resolve(&host_request, lab_iface)?;
     if !dryrun {
         check_source_ports(args.source_ports)?;
@@ -446,6 +487,15 @@ pub fn rate_value(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(rate) if rate >= 0.0 && rate.is_finite() => Ok(rate),
         _ => Err("give a rate of 0 or more per second (0: as fast as possible)".into()),
+    }
+}
+
+/// `--duration`'s parser: seconds above 0 (a negative number reaches it as a number, not as a
+/// flag, with `allow_negative_numbers`), refused in one line.
+pub fn seconds_value(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(s) if s > 0.0 && s.is_finite() => Ok(s),
+        _ => Err("durations are positive: give seconds above 0, e.g. 2 or 0.5".into()),
     }
 }
 

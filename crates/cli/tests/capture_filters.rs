@@ -124,7 +124,7 @@ fn sonde_capture(input: &Path, output: &Path, backend: &str, expr: &str) -> Outp
 
 fn tcpdump_filter(input: &Path, output: &Path, expr: &str) -> Output {
     Command::new("tcpdump")
-        .arg("-r")
+        .args(["-n", "-r"])
         .arg(input)
         .arg("-w")
         .arg(output)
@@ -485,7 +485,7 @@ fn against_tcpdump(input: &Path, expr: &str, dir: &Path) -> (Vec<String>, Option
     let micro = std::fs::read(input).is_ok_and(|b| b.starts_with(&0xA1B2_C3D4u32.to_le_bytes()));
     let precision = if micro { "micro" } else { "nano" };
     let mut td = Command::new("tcpdump");
-    td.args(["--time-stamp-precision", precision, "-r"])
+    td.args(["-n", "--time-stamp-precision", precision, "-r"])
         .arg(input)
         .arg("-w")
         .arg(&theirs);

@@ -64,7 +64,9 @@ impl Capture {
     /// tcpdump says it is listening.
     fn start(ns: &str, ifname: &str, file: &str, count: u32) -> Capture {
         let mut child = Command::new("timeout")
-            .args(["20", "ip", "netns", "exec", ns, "tcpdump", "-i", ifname])
+            .args([
+                "20", "ip", "netns", "exec", ns, "tcpdump", "-n", "-i", ifname,
+            ])
             .args(["-s", "262144", "-U", "-c", &count.to_string(), "-w", file])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

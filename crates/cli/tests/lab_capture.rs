@@ -35,7 +35,7 @@ impl Running {
     fn tcpdump(lab: &Lab, out: &str, expr: &str) -> Running {
         let child = Command::new("ip")
             .args(["netns", "exec", &format!("sonde-{}-net", lab.name)])
-            .args(["tcpdump", "-i", "nx0", "-s", "262144", "-U"])
+            .args(["tcpdump", "-n", "-i", "nx0", "-s", "262144", "-U"])
             .args(["--time-stamp-precision", "nano", "-w", out, expr])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -832,6 +832,7 @@ fn a_tun_device_is_captured_as_raw_ip() {
         ns.exec(
             "tcpdump",
             &[
+                "-n",
                 "-i",
                 "stun0",
                 "-U",
@@ -885,7 +886,7 @@ fn a_file_tcpdump_captured_with_a_short_snaplen_is_read_as_tcpdump_reads_it() {
     let tcpdump = Command::new("ip")
         .args(["netns", "exec", &format!("sonde-{}-net", lab.name)])
         .args([
-            "tcpdump", "-i", "nx0", "-s", "96", "-U", "-w", &short, "udp",
+            "tcpdump", "-n", "-i", "nx0", "-s", "96", "-U", "-w", &short, "udp",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

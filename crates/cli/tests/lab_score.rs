@@ -286,7 +286,10 @@ fn nothing_expected_and_bad_input_are_one_line_errors() {
         ),
         (vec!["--module", "tcp_ack", &results], "tcp_ack"),
         (vec!["--module", "udp", &results], "give --port"),
-        (vec!["--format", "ndjson", &results], "cannot read"),
+        (
+            vec!["--format", "ndjson", &results],
+            "is not an NDJSON file",
+        ),
     ];
     for (args, needle) in &cases {
         let err = score_error(&lab, args);
@@ -304,7 +307,7 @@ fn nothing_expected_and_bad_input_are_one_line_errors() {
     let bad_addr = write("y.csv", "saddr,sport\nnot-an-address,80\n");
     let err = score_error(&lab, &[&bad_addr]);
     assert!(
-        err.contains("row 2") && err.contains("not an IP address"),
+        err.contains("line 2") && err.contains("not an IP address"),
         "{err}"
     );
     let mixed = write(

@@ -84,7 +84,7 @@ fn https_and_tls_get_every_live_host_with_its_certificate() {
                         .is_some_and(|j| j.starts_with("771,")),
                     "{r}"
                 );
-                // The lab's certificate is its own: no root knows it.
+                // The lab's own CA signed it: no default root knows it.
                 assert_eq!(r["tls_chain_valid"], false, "{r}");
                 assert!(r["tls_chain_error"].is_string(), "{r}");
                 if app == "https" {

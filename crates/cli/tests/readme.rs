@@ -2,8 +2,9 @@
 //! relative link leads to a file that exists.
 //!
 //! The rule for code blocks: a ` ```sh ` block runs. Each file's `sh` blocks, in order, make one
-//! script, run by `sh -eux` in a scratch folder with `sonde` this build's binary, as a reader
-//! pasting them into one shell would run them. Every other block is never run: ` ```console `
+//! script, run by `sh -eux` in a scratch folder with `sonde` this build's binary (and `duckdb`
+//! the DuckDB CLI that scripts/setup puts in `.venv/bin`), as a reader pasting them into one
+//! shell would run them. Every other block is never run: ` ```console `
 //! for commands a reader types that a test must not run (the set-up commands), ` ```text ` for
 //! synopses, files, job scripts and commands that last minutes or reach past a lab (comparison
 //! scripts, Slurm, Kubernetes, real networks), ` ```yaml ` and ` ```sql ` for what they say. Any
@@ -163,11 +164,15 @@ fn contains_whole(text: &str, pattern: &str) -> bool {
 /// kernel's test runs, attached to no interface).
 const SENDS_NOTHING: [&str; 3] = ["wait", "wait ", "sonde capture -r "];
 
-/// Whether a command names one of `labs`, or is one that sends nothing.
+/// Whether a command names one of `labs`, or is one that sends nothing (writing a file with
+/// `printf`, and nothing more, counts).
 fn names_a_lab(command: &str, labs: &[String]) -> bool {
-    SENDS_NOTHING
-        .iter()
-        .any(|start| command == start.trim_end() || command.starts_with(start))
+    let writes_a_file =
+        command.starts_with("printf ") && !command.contains(['|', ';', '&', '`', '$']);
+    writes_a_file
+        || SENDS_NOTHING
+            .iter()
+            .any(|start| command == start.trim_end() || command.starts_with(start))
         || labs.iter().any(|lab| {
             contains_whole(command, &format!("--name {lab}"))
                 || contains_whole(command, &format!("--lab {lab}"))
@@ -355,6 +360,13 @@ fn link_and_block_parsing_finds_what_it_should() {
     assert!(names_a_lab("sonde scan --lab demo 198.18.0.0/16", &labs));
     assert!(!names_a_lab("sonde scan --lab demo2 198.18.0.0/16", &labs));
     assert!(!names_a_lab("sonde scan 198.18.0.0/16", &labs));
+    assert!(names_a_lab("printf 'a: 1\\n' > prometheus.yml", &labs));
+    assert!(!names_a_lab("printf '198.18.0.1' | sonde scan -I -", &labs));
+    assert!(!names_a_lab(
+        "printf x > f; sonde scan 198.18.0.0/16",
+        &labs
+    ));
+    assert!(!names_a_lab("printf \"$(sonde scan x)\"", &labs));
 }
 
 /// Runs `script` with `sh -eux` in `dir`, `sonde` on the PATH; its output goes to files there
@@ -364,8 +376,9 @@ fn run_script(script: &str, dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(&bin).unwrap();
     std::os::unix::fs::symlink(SONDE, bin.join("sonde")).unwrap();
     let path = format!(
-        "{}:{}",
+        "{}:{}:{}",
         bin.display(),
+        repo().join(".venv/bin").display(),
         std::env::var("PATH").unwrap_or_default()
     );
     std::fs::write(dir.join("examples.sh"), script).unwrap();
@@ -435,4 +448,86 @@ fn every_example_runs_as_pasted() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Whether a tcpdump command line (what follows `tcpdump`) has `-n`, alone or among other
+/// one-letter flags (`-nr`).
+fn tcpdump_says_n(args: &str) -> bool {
+    args.split_whitespace()
+        .take_while(|word| !word.starts_with('|'))
+        .any(|word| {
+            word.strip_prefix('-')
+                .is_some_and(|flags| !flags.starts_with('-') && flags.contains('n'))
+        })
+}
+
+/// The tcpdump command lines in `text`: what follows each `tcpdump ` that runs it (followed by
+/// an option).
+fn tcpdump_commands(text: &str) -> Vec<String> {
+    text.lines()
+        .flat_map(|line| {
+            line.match_indices("tcpdump ")
+                .map(move |(at, _)| &line[at + 8..])
+        })
+        .filter(|args| args.starts_with('-'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The commands a Markdown file shows: its fenced blocks, and the code spans of its prose that
+/// pipe into tcpdump (prose may name `tcpdump -r` as what it is).
+fn shown_commands(text: &str) -> String {
+    let mut shown = String::new();
+    for block in blocks(text) {
+        shown.push_str(&block.body);
+    }
+    let mut in_block = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+            continue;
+        }
+        let spans = line.split('`').skip(1).step_by(2);
+        for span in spans.filter(|s| !in_block && s.contains("| tcpdump")) {
+            shown.push_str(span);
+            shown.push('\n');
+        }
+    }
+    shown
+}
+
+/// tcpdump without `-n` looks up every address it prints in DNS, over the host's resolver: the
+/// examples, the guide's code and the comparison scripts never leave it out.
+#[test]
+fn every_tcpdump_says_n() {
+    assert!(tcpdump_says_n("-nr -"));
+    assert!(tcpdump_says_n("-i nx0 -n -w x"));
+    assert!(!tcpdump_says_n("-r - | grep -n x"));
+    assert!(!tcpdump_says_n("-i nx0 --number"));
+    let mut sources: Vec<PathBuf> = doc_files();
+    let bench = repo().join("bench");
+    for entry in std::fs::read_dir(&bench).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            sources.push(path);
+        }
+    }
+    let mut seen = 0;
+    for path in sources {
+        let Ok(mut text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        if path.extension().is_some_and(|e| e == "md") {
+            text = shown_commands(&text);
+        }
+        for args in tcpdump_commands(&text) {
+            seen += 1;
+            assert!(
+                tcpdump_says_n(&args),
+                "{}: tcpdump {args}: give -n",
+                name_of(&path)
+            );
+        }
+    }
+    assert!(seen >= 2, "only {seen} tcpdump commands found");
 }

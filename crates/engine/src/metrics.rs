@@ -61,6 +61,11 @@ impl Metrics {
         })
     }
 
+    /// Where the exporter listens (None without --metrics).
+    pub fn address(&self) -> Option<SocketAddr> {
+        self.exporter.as_ref().map(Exporter::local_addr)
+    }
+
     /// What the run's status line publishes to (None without --metrics).
     pub fn publisher(&self) -> Option<Publisher> {
         self.exporter.as_ref().map(Exporter::publisher)

@@ -221,7 +221,7 @@ fn check_inside_lab(spec: &TargetSpec, lab: &LabScope) -> anyhow::Result<()> {
             None => lab.population.to_string(),
         };
         bail!(
-            "target {addr} is outside lab {}'s population {population}: the lab answers only its population (scan it without --lab, from outside any lab, to reach other networks)",
+            "target {addr} is outside lab {}'s population {population}: the lab answers only its population: give targets inside it (a real network is another matter: read \"Scanning real networks responsibly\" in sonde's README first)",
             lab.name
         );
     }
@@ -328,6 +328,9 @@ mod tests {
                 err.contains("outside lab t's population"),
                 "{outside}: {err}"
             );
+            // It points at the guardrails, not at a way out of the lab.
+            assert!(err.contains("Scanning real networks responsibly"), "{err}");
+            assert!(!err.contains("without --lab"), "{err}");
             assert_eq!(err.lines().count(), 1);
         }
     }

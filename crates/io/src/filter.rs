@@ -58,6 +58,10 @@ fn parse_instruction(text: &str) -> Option<libc::sock_filter> {
     f.next().is_none().then_some(insn)
 }
 
+/// libpcap's device that captures on every interface at once (`-i any`), with cooked link
+/// headers (LINUX_SLL) in place of Ethernet's.
+pub const ANY_DEVICE: &str = "any";
+
 /// libpcap's handle for compiling an expression as tcpdump would: for capturing on an interface
 /// (a live handle, whose link type and Linux extensions, such as VLAN tags the kernel took off
 /// the frame, the program then uses) or for reading a file of a given link type (a savefile
@@ -74,7 +78,10 @@ enum Handle {
 impl Compiler {
     /// For capturing on `iface` (opens it with libpcap for as long as the compiler lives).
     pub fn for_interface(iface: &str) -> anyhow::Result<Compiler> {
-        crate::packet_socket::ifindex(iface)?;
+        // `any` is libpcap's device of every interface at once, with no index of its own.
+        if iface != ANY_DEVICE {
+            crate::packet_socket::ifindex(iface)?;
+        }
         let cap = pcap::Capture::from_device(iface)
             .and_then(|c| c.buffer_size(1 << 20).open())
             .map_err(|e| crate::libpcap::pcap_error(iface, e))?;

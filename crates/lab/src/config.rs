@@ -268,6 +268,10 @@ pub struct LabStatus {
     /// SHA-256 of the DER certificate nginx presents on 443 (lowercase hex), with `http`.
     #[serde(default)]
     pub tls_cert_sha256: Option<String>,
+    /// The PEM certificate of the lab's CA, which signs every TLS server's certificate (nginx's
+    /// with `http`, the services'): what `grab --root-cas` takes to validate them.
+    #[serde(default)]
+    pub tls_ca: Option<String>,
     /// The certificate's PEM file, with `http`.
     #[serde(default)]
     pub tls_cert: Option<String>,

@@ -1,5 +1,6 @@
 //! The lab's web server: nginx (Debian's `nginx-light`) in the lab namespace, on ports 80 and
-//! 443 (TLS, a self-signed certificate made at `up`) of every population address. The kernel
+//! 443 (TLS, a certificate the lab's CA signs at `up`: see [`crate::ca`]) of every population
+//! address. The kernel
 //! delivers every address's connections to its wildcard listeners; nftables has already dropped
 //! what goes to the addresses that do not answer.
 //!
@@ -18,7 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Result};
 use sha2::{Digest, Sha256};
 
-use crate::cmd::run;
+use crate::ca::Ca;
 use crate::config::{HTTPS_PORT, HTTP_PORT};
 use crate::{server, state};
 
@@ -81,12 +82,18 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// Writes nginx's files for lab `name` and starts it in namespace `ns` (listening over IPv6 as
 /// well with `v6`); returns once it listens on 80 and 443. With `cpus`, nginx and its workers run
 /// only there, one worker per CPU (at most MAX_WORKERS).
-pub(crate) fn start(name: &str, ns: &str, v6: bool, cpus: Option<&[usize]>) -> Result<Http> {
+pub(crate) fn start(
+    name: &str,
+    ns: &str,
+    v6: bool,
+    cpus: Option<&[usize]>,
+    ca: &Ca,
+) -> Result<Http> {
     let nginx = find_program("nginx", "nginx-light")?;
     let dir = state::scratch_dir(name, "-http")?;
     let big = big_body();
     write(&dir.join("big"), &big)?;
-    let cert_sha256 = certificate(&dir, "", &EC_KEY, "/O=sonde/CN=sonde lab")?;
+    let cert_sha256 = ca.sign(&dir, "", &EC_KEY, "/O=sonde/CN=sonde lab")?;
     let conf = dir.join("nginx.conf");
     let workers = cpus.map_or_else(workers, |c| c.len().clamp(1, MAX_WORKERS));
     let slots = CONNECTION_SLOTS.div_ceil(workers);
@@ -191,32 +198,6 @@ http {{
 }}
 "#
     )
-}
-
-/// A self-signed certificate with `key_args` (EC_KEY or RSA_KEY) and `subject`, written to
-/// `{stem}cert.pem` and `{stem}key.pem` in `dir`; returns the SHA-256 of its DER form, which is
-/// what a TLS client sees.
-pub(crate) fn certificate(
-    dir: &Path,
-    stem: &str,
-    key_args: &[&str],
-    subject: &str,
-) -> Result<String> {
-    let (key, cert, der) = (
-        path_arg(&dir.join(format!("{stem}key.pem")))?,
-        path_arg(&dir.join(format!("{stem}cert.pem")))?,
-        path_arg(&dir.join(format!("{stem}cert.der")))?,
-    );
-    let mut args = vec!["req", "-x509", "-nodes", "-days", "3650"];
-    args.extend_from_slice(key_args);
-    args.extend_from_slice(&["-subj", subject, "-keyout", &key, "-out", &cert]);
-    run("openssl", &args)?;
-    run(
-        "openssl",
-        &["x509", "-in", &cert, "-outform", "DER", "-out", &der],
-    )?;
-    let bytes = std::fs::read(&der).map_err(|e| anyhow!("cannot read {der}: {e}"))?;
-    Ok(sha256_hex(&bytes))
 }
 
 /// The path of `program`: on PATH, or where Debian puts daemons (root's PATH may lack

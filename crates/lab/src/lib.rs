@@ -18,6 +18,7 @@
 #![deny(unsafe_code)]
 
 pub mod bridge;
+mod ca;
 mod cmd;
 mod config;
 mod counters;
@@ -43,7 +44,10 @@ pub use config::{
 pub use counters::{net_counters, received, scan_counters, IfCounters};
 pub use cpus::{cpu_list, online_cpus, parse_cpu_list};
 pub use http::{big_body, sha256_hex, BIG_PATH};
-pub use netns::{current_lab, enter_net_ns, enter_ns, enter_scan_ns, exec, list, status};
+pub use netns::{
+    check_interface, current_lab, current_ns, describe_ns, enter_net_ns, enter_ns, enter_scan_ns,
+    exec, list, run_here, status, where_am_i,
+};
 pub use server::{serve, serve_silent};
 pub use setup::{down, up};
 pub use truth::{

@@ -163,16 +163,121 @@ pub fn enter_net_ns(name: &str) -> Result<()> {
 
 /// The lab whose scanner namespace the calling thread is in, if any.
 pub fn current_lab() -> Option<String> {
-    // thread-self: enter_scan_ns moves one thread, and that is what counts.
+    let ns = current_ns()?;
+    let name = lab_of(&ns).filter(|n| ns == scan_ns(n))?;
+    Some(name.to_string())
+}
+
+/// The name (in /run/netns) of the network namespace the calling thread is in, if it has one.
+pub fn current_ns() -> Option<String> {
+    // thread-self: entering a lab moves one thread, and that is what counts.
     let me = fs::metadata("/proc/thread-self/ns/net").ok()?;
     let dir = fs::read_dir(NETNS_DIR).ok()?;
     dir.flatten().find_map(|entry| {
-        let file = entry.file_name();
-        let ns = file.to_str()?;
-        let name = lab_of(ns).filter(|n| ns == scan_ns(n))?;
         let meta = fs::metadata(entry.path()).ok()?;
-        (meta.ino() == me.ino() && meta.dev() == me.dev()).then(|| name.to_string())
+        let same = meta.ino() == me.ino() && meta.dev() == me.dev();
+        same.then(|| entry.file_name().to_str().map(str::to_string))?
     })
+}
+
+/// Where the calling thread's network namespace is, in words: a lab's namespace by name and
+/// side (`sonde-demo-scan (lab demo's scanner side)`), another named one, the host's, or an
+/// unnamed one.
+pub fn where_am_i() -> String {
+    if let Some(ns) = current_ns() {
+        return describe_ns(&ns);
+    }
+    let id = |path: &str| fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
+    match (id("/proc/thread-self/ns/net"), id("/proc/1/ns/net")) {
+        (Some(me), Some(host)) if me == host => "the host's network namespace".into(),
+        _ => "an unnamed network namespace".into(),
+    }
+}
+
+/// Namespace `ns` as a person reads it: a lab's with its side, any other by its name.
+pub fn describe_ns(ns: &str) -> String {
+    let Some(lab) = lab_of(ns) else {
+        return format!("network namespace {ns}");
+    };
+    let side = match &ns["sonde-".len() + lab.len()..] {
+        "-scan" => "scanner side",
+        "-net" => "network side",
+        "-a" => "host A",
+        "-mid" => "middle",
+        _ => "host B",
+    };
+    format!("{ns} (lab {lab}'s {side})")
+}
+
+/// How to run `command` in the calling thread's namespace from a shell: `ip netns exec NS …`
+/// when it has a name, else the command as it is.
+pub fn run_here(command: &str) -> String {
+    match current_ns() {
+        Some(ns) => format!("ip netns exec {ns} {command}"),
+        None => command.to_string(),
+    }
+}
+
+/// Refuses interface `iface` when the calling thread's namespace has none of that name, in one
+/// line that names the namespace searched and the namespaces that have one: those of the same
+/// lab when the thread is in a lab's, else any lab's.
+pub fn check_interface(iface: &str) -> Result<()> {
+    if nix::net::if_::if_nametoindex(iface).is_ok() {
+        return Ok(());
+    }
+    let elsewhere = lab_namespaces_with(iface);
+    let found = match elsewhere.as_slice() {
+        [] => String::new(),
+        names => {
+            // Outside a lab, every lab's scanner has sx0: a few are enough to point the way.
+            const SHOWN: usize = 3;
+            let mut named: Vec<String> =
+                names.iter().take(SHOWN).map(|ns| describe_ns(ns)).collect();
+            if names.len() > SHOWN {
+                named.push(format!("{} more", names.len() - SHOWN));
+            }
+            format!("; {iface} is in {}", named.join(" and "))
+        }
+    };
+    bail!(
+        "no interface named {iface:?} in {}{found} (list this namespace's with: {})",
+        where_am_i(),
+        run_here("ip link")
+    )
+}
+
+/// The labs' namespaces that have an interface named `iface` (only the calling thread's lab's
+/// when it is in one), looked at from a thread of its own (entering a namespace moves only the
+/// thread that enters); none when they cannot be entered.
+fn lab_namespaces_with(iface: &str) -> Vec<String> {
+    let here = current_ns();
+    let this_lab = here.as_deref().and_then(lab_of).map(str::to_string);
+    let names: Vec<String> = fs::read_dir(NETNS_DIR)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str().map(str::to_string))
+        .filter(|ns| match (lab_of(ns), &this_lab) {
+            (Some(lab), Some(this)) => lab == this && Some(ns) != here.as_ref(),
+            (lab, None) => lab.is_some(),
+            (None, _) => false,
+        })
+        .collect();
+    let iface = iface.to_string();
+    let looker = std::thread::spawn(move || {
+        let mut found: Vec<String> = names
+            .into_iter()
+            .filter(|ns| {
+                File::open(ns_path(ns)).is_ok_and(|file| {
+                    setns(&file, CloneFlags::CLONE_NEWNET).is_ok()
+                        && nix::net::if_::if_nametoindex(iface.as_str()).is_ok()
+                })
+            })
+            .collect();
+        found.sort();
+        found
+    });
+    looker.join().unwrap_or_default()
 }
 
 /// Runs `argv` in the scanner namespace of lab `name`, with this process's
@@ -225,6 +330,26 @@ mod tests {
         assert_eq!(find_program(""), None);
         // A folder is not a program.
         assert_eq!(find_program("/bin"), None);
+    }
+
+    #[test]
+    fn namespaces_are_described_by_lab_and_side() {
+        assert_eq!(
+            describe_ns("sonde-demo-scan"),
+            "sonde-demo-scan (lab demo's scanner side)"
+        );
+        assert_eq!(
+            describe_ns("sonde-a-net"),
+            "sonde-a-net (lab a's network side)"
+        );
+        assert_eq!(
+            describe_ns("sonde-x-scan-net"),
+            "sonde-x-scan-net (lab x-scan's network side)"
+        );
+        assert_eq!(describe_ns("sonde-b-mid"), "sonde-b-mid (lab b's middle)");
+        assert_eq!(describe_ns("sonde-b-a"), "sonde-b-a (lab b's host A)");
+        assert_eq!(describe_ns("sonde-b-b"), "sonde-b-b (lab b's host B)");
+        assert_eq!(describe_ns("other"), "network namespace other");
     }
 
     #[test]

@@ -99,6 +99,38 @@ pub enum Format {
     Parquet,
 }
 
+impl Format {
+    /// The format with its article, for sentences: "a CSV file".
+    fn article_name(self) -> &'static str {
+        match self {
+            Format::Csv => "a CSV file",
+            Format::Ndjson => "an NDJSON file",
+            Format::Parquet => "a Parquet file",
+        }
+    }
+}
+
+/// A CSV reader's error in words: which line, and what is wrong with it.
+fn csv_words(e: &anyhow::Error) -> String {
+    let Some(csv) = e.downcast_ref::<csv::Error>() else {
+        return format!("{e:#}");
+    };
+    let line = |pos: &Option<csv::Position>| pos.as_ref().map_or(0, |p| p.line());
+    match csv.kind() {
+        csv::ErrorKind::UnequalLengths {
+            pos,
+            expected_len,
+            len,
+        } => format!(
+            "line {} has {len} fields where the header has {expected_len}",
+            line(pos)
+        ),
+        csv::ErrorKind::Utf8 { pos, .. } => format!("line {} is not UTF-8 text", line(pos)),
+        csv::ErrorKind::Io(io) => io.to_string(),
+        _ => csv.to_string(),
+    }
+}
+
 /// The score line, and the notes (for stderr) on what was left out of it.
 pub struct Scored {
     pub line: String,
@@ -263,11 +295,16 @@ fn read_results(path: &Path, format: Option<Format>) -> Result<Results> {
     };
     let shown = path.display();
     let results = match format {
-        Format::Csv => read_csv(file),
+        Format::Csv => read_csv(file).map_err(|e| anyhow!(csv_words(&e))),
         Format::Ndjson => read_ndjson(file),
         Format::Parquet => read_parquet(file),
     }
-    .with_context(|| format!("cannot read {shown} as {format:?}"))?;
+    .map_err(|e| {
+        anyhow!(
+            "{shown} is not {} as sonde writes it ({e:#}): give sonde scan or grab output, or its format with --format",
+            format.article_name()
+        )
+    })?;
     // An empty ndjson file names no columns at all; that is no results, not a wrong file.
     let empty = results.columns.is_empty() && results.rows.is_empty();
     if !empty && !results.has("saddr") {
@@ -301,21 +338,21 @@ fn make_row(get: impl Fn(&str) -> Option<String>, line: usize) -> Result<Row> {
         nonempty(c)
             .map(|v| {
                 v.parse()
-                    .map_err(|_| anyhow!("row {line}: {c} {v:?} is not a port"))
+                    .map_err(|_| anyhow!("line {line}: {c} {v:?} is not a port"))
             })
             .transpose()
     };
     let addr = nonempty("saddr")
         .map(|v| {
             v.parse()
-                .map_err(|_| anyhow!("row {line}: saddr {v:?} is not an IP address"))
+                .map_err(|_| anyhow!("line {line}: saddr {v:?} is not an IP address"))
         })
         .transpose()?;
     let success = match nonempty("success").as_deref() {
         None => None,
         Some("1" | "true") => Some(true),
         Some("0" | "false") => Some(false),
-        Some(v) => bail!("row {line}: success {v:?} is neither 1/true nor 0/false"),
+        Some(v) => bail!("line {line}: success {v:?} is neither 1/true nor 0/false"),
     };
     let body_sha256 = nonempty("http_body_sha256")
         .map(|s| s.to_ascii_lowercase())
@@ -362,8 +399,12 @@ fn read_ndjson(file: std::fs::File) -> Result<Results> {
         if line.trim().is_empty() {
             continue;
         }
-        let value: serde_json::Value =
-            serde_json::from_str(&line).map_err(|e| anyhow!("line {}: {e}", i + 1))?;
+        let value: serde_json::Value = serde_json::from_str(&line).map_err(|e| {
+            // serde_json's position is within the line: say it once, as the file's.
+            let text = e.to_string();
+            let what = text.split(" at line ").next().unwrap_or(&text);
+            anyhow!("line {}, column {}: {what}", i + 1, e.column())
+        })?;
         let object = value
             .as_object()
             .ok_or_else(|| anyhow!("line {} is not a JSON object", i + 1))?;
@@ -997,6 +1038,47 @@ mod tests {
         }
     }
 
+    /// The error of reading `content` as the results file `name`.
+    fn reading_error(name: &str, content: &[u8]) -> String {
+        let dir = std::env::temp_dir().join(format!("sonde-score-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, content).unwrap();
+        let err = read_results(&path, None).err().expect("an error");
+        let _ = std::fs::remove_file(&path);
+        format!("{err:#}")
+    }
+
+    #[test]
+    fn unreadable_results_are_told_in_words() {
+        let short = reading_error("h.csv", b"saddr,sport\n198.18.0.1,80\n198.18.0.2\n");
+        assert!(short.contains("h.csv is not a CSV file"), "{short}");
+        assert!(
+            short.contains("line 3 has 1 fields where the header has 2"),
+            "{short}"
+        );
+        let port = reading_error("p.csv", b"saddr,sport\n198.18.0.1,80x\n");
+        assert!(
+            port.contains("line 2: sport \"80x\" is not a port"),
+            "{port}"
+        );
+        let json = reading_error("h.ndjson", b"{\"saddr\":1\n");
+        assert!(json.contains("h.ndjson is not an NDJSON file"), "{json}");
+        assert!(
+            json.contains("(line 1, column 10: EOF while parsing an object)"),
+            "{json}"
+        );
+        let binary = reading_error("b.csv", b"\xff\xfe,x\n");
+        assert!(binary.contains("line 1 is not UTF-8 text"), "{binary}");
+        for e in [&short, &port, &json, &binary] {
+            assert!(
+                !e.contains("Csv") && !e.contains("Ndjson") && !e.contains("CSV error"),
+                "{e}"
+            );
+            assert!(e.contains("--format"), "{e}");
+        }
+    }
+
     #[test]
     fn classifications_name_modules_and_answers() {
         for (class, module, answer) in [
@@ -1139,7 +1221,7 @@ mod tests {
         let bad = make_row(|c| (c == "saddr").then(|| "nonsense".to_string()), 5);
         let e = bad.unwrap_err().to_string();
         assert!(
-            e.contains("row 5") && e.contains("not an IP address"),
+            e.contains("line 5") && e.contains("not an IP address"),
             "{e}"
         );
     }

@@ -11,8 +11,9 @@
 //! | tls13 | 8443 | nginx speaking TLS 1.3 only (TLS_AES_128_GCM_SHA256); `GET /` as on port 80 |
 //! | tls10 | 9443 | the same nginx speaking TLS 1.0 only, RSA key exchange (AES128-SHA, SECLEVEL 0) |
 //!
-//! Each service has its own certificate (or host key) made at `up`. Everything the servers use
-//! (configs, keys, pid files, logs, spool and run folders) lives in `/run/sonde/lab/<name>-services/`,
+//! Each service has its own certificate (signed by the lab's CA: [`crate::ca`]) or host key, made
+//! at `up`. Everything the servers use (configs, keys, pid files, logs, spool and run folders)
+//! lives in `/run/sonde/lab/<name>-services/`,
 //! which `down` removes; `down` stops the servers by their recorded pids and then every process
 //! left in the namespace, so a server killed with SIGKILL leaves none of its children behind.
 //!
@@ -29,9 +30,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 
+use crate::ca::Ca;
 use crate::cmd::run;
 use crate::config::{LabService, ServiceStatus, ADDR_PLACEHOLDER};
-use crate::http::{certificate, find_program, path_arg, write, EC_KEY, RSA_KEY};
+use crate::http::{find_program, path_arg, write, EC_KEY, RSA_KEY};
 use crate::{server, state};
 
 /// exim's greeting: `220 ` and its smtp_banner, which names the address connected to.
@@ -71,6 +73,7 @@ pub(crate) fn start(
     cpus: Option<&[usize]>,
     services: &[LabService],
     probe: Option<IpAddr>,
+    ca: &Ca,
 ) -> Result<Running> {
     let mut running = Running::default();
     if services.is_empty() {
@@ -83,6 +86,7 @@ pub(crate) fn start(
         v6,
         cpus,
         dir: &dir,
+        ca,
     };
     if has(LabService::Ssh) {
         start_sshd(&place, &mut running)?;
@@ -120,6 +124,8 @@ struct Place<'a> {
     v6: bool,
     cpus: Option<&'a [usize]>,
     dir: &'a Path,
+    /// Signs the servers' certificates.
+    ca: &'a Ca,
 }
 
 impl Place<'_> {
@@ -248,7 +254,8 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
 
 fn start_exim(p: &Place, running: &mut Running) -> Result<()> {
     let exim = find_program("exim4", "exim4-daemon-light")?;
-    let cert_sha256 = certificate(p.dir, "smtp-", &EC_KEY, "/O=sonde/CN=sonde lab smtp")?;
+    let cert_sha256 =
+        p.ca.sign(p.dir, "smtp-", &EC_KEY, "/O=sonde/CN=sonde lab smtp")?;
     // exim reads its key, and writes its spool and logs, as its own user after dropping root.
     let key = p.file("smtp-key.pem")?;
     set_mode(&key, 0o644)?;
@@ -314,7 +321,7 @@ fn start_dovecot(p: &Place, mail: &[LabService], name: &str, running: &mut Runni
     for &service in mail {
         let stem = format!("{}-", service.name());
         let subject = format!("/O=sonde/CN=sonde lab {}", service.name());
-        shown.push((service, certificate(p.dir, &stem, &EC_KEY, &subject)?));
+        shown.push((service, p.ca.sign(p.dir, &stem, &EC_KEY, &subject)?));
     }
     for folder in ["dovecot-run", "dovecot-state"] {
         let path = p.file(folder)?;
@@ -399,7 +406,8 @@ service {proto}-login {{
 
 fn start_vsftpd(p: &Place, running: &mut Running) -> Result<()> {
     let vsftpd = find_program("vsftpd", "vsftpd")?;
-    let cert_sha256 = certificate(p.dir, "ftp-", &EC_KEY, "/O=sonde/CN=sonde lab ftp")?;
+    let cert_sha256 =
+        p.ca.sign(p.dir, "ftp-", &EC_KEY, "/O=sonde/CN=sonde lab ftp")?;
     // vsftpd refuses a chroot folder or an anonymous root that others may write to.
     for folder in ["vsftpd-empty", "ftp-root"] {
         let path = p.file(folder)?;
@@ -483,7 +491,7 @@ fn start_tls_nginx(p: &Place, tls: &[LabService], running: &mut Running) -> Resu
         };
         let stem = format!("{}-", service.name());
         let subject = format!("/O=sonde/CN=sonde lab {}", service.name());
-        shown.push((service, certificate(p.dir, &stem, key, &subject)?));
+        shown.push((service, p.ca.sign(p.dir, &stem, key, &subject)?));
     }
     std::fs::create_dir_all(p.dir.join("nginx-tmp"))
         .map_err(|e| anyhow!("cannot create {}/nginx-tmp: {e}", p.dir.display()))?;

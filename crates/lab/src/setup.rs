@@ -4,6 +4,7 @@ use anyhow::{anyhow, bail, Result};
 use ipnet::{Ipv4Net, Ipv6Net};
 use serde_json::Value;
 
+use crate::ca::Ca;
 use crate::cmd::{in_ns, ip_line};
 use crate::config::{
     validate, validate_name, LabConfig, LabStatus, Responder, Sink, GATEWAY_IP, GATEWAY_IP6,
@@ -220,8 +221,14 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
         started.extend(server::started(pid, "silent server"));
         Some((pid, cmd))
     };
-    let nginx = if cfg.http && !cfg.xdp_http() {
-        let h = http::start(&cfg.name, &net, v6, cpus)?;
+    // The CA that signs every TLS server's certificate (nginx on 443, the services).
+    let ca = if (cfg.http && !cfg.xdp_http()) || !cfg.services.is_empty() {
+        Some(Ca::make(&cfg.name, pop.net, pop6.map(|p| p.net))?)
+    } else {
+        None
+    };
+    let nginx = if let Some(ca) = ca.as_ref().filter(|_| cfg.http && !cfg.xdp_http()) {
+        let h = http::start(&cfg.name, &net, v6, cpus, ca)?;
         started.extend(server::started(h.pid, "nginx"));
         Some(h)
     } else {
@@ -240,7 +247,10 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
         .addresses()
         .find(|a| truth.responds(*a) && !truth.is_silent(*a))
         .filter(|_| cfg.sink == Sink::Kernel);
-    let running = services::start(&cfg.name, &net, v6, cpus, &cfg.services, probe)?;
+    let running = match &ca {
+        Some(ca) => services::start(&cfg.name, &net, v6, cpus, &cfg.services, probe, ca)?,
+        None => services::Running::default(),
+    };
     for (pid, what) in &running.servers {
         started.extend(server::started(*pid, what));
     }
@@ -273,6 +283,7 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
         nginx_connections: nginx.as_ref().map(|h| h.connections),
         tls_cert_sha256: nginx.as_ref().map(|h| h.cert_sha256.clone()),
         tls_cert: nginx.as_ref().map(|h| h.cert_pem.display().to_string()),
+        tls_ca: ca.as_ref().map(|ca| ca.pem().display().to_string()),
         big_path: nginx.as_ref().map(|_| BIG_PATH.to_string()),
         big_len: nginx.as_ref().map(|h| h.big_len),
         big_sha256: nginx.as_ref().map(|h| h.big_sha256.clone()),

@@ -15,8 +15,8 @@ const STATE_DIR: &str = "/run/sonde/lab";
 /// Suffixes of everything this module lets a lab keep in STATE_DIR.
 const SUFFIXES: [&str; 5] = [".json", ".json.tmp", ".nft", "-drop.o", "-unbound.conf"];
 /// Suffixes of the folders a lab may keep there (nginx's config, certificate, body, logs; the
-/// services' configs, keys, pid files and logs).
-const DIR_SUFFIXES: [&str; 2] = ["-http", "-services"];
+/// services' configs, keys, pid files and logs; the lab's CA).
+const DIR_SUFFIXES: [&str; 3] = ["-http", "-services", "-ca"];
 
 /// A file of lab `name` in the state directory (`suffix` from SUFFIXES).
 pub(crate) fn file(name: &str, suffix: &str) -> PathBuf {

@@ -4,6 +4,11 @@
 //! spins (reading echoes between sends) until it is. A loop that was held up (the CPU was taken
 //! from it) sends what fell due at once, at most a burst at a time, so the achieved rate stays
 //! the target rate and the late messages carry the time they really left.
+//!
+//! What a run cannot hide: a rate it did not reach, messages lost, and a client that did not
+//! have its CPU (its thread's CPU time against the wall: a loop that spins holds the CPU all
+//! along unless the scheduler runs something else there, and then every RTT includes the
+//! wait). [`RunReport::notes`] says each in words.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +23,13 @@ use crate::tracker::{Arrival, SeqTracker};
 
 /// Messages sent at once, at most, by a loop catching up with its schedule.
 const CATCH_UP_BURST: usize = 64;
+
+/// A run reached its rate when it sent at least this share of it.
+pub const RATE_REACHED: f64 = 0.98;
+
+/// A client that had its CPU less than this share of a run's time was contended: the
+/// scheduler ran something else where it spins.
+pub const CONTENDED_BELOW: f64 = 0.9;
 
 /// What to run.
 #[derive(Clone, Copy, Debug)]
@@ -62,6 +74,54 @@ pub struct RunReport {
     pub rtt: Percentiles,
     /// Whether Ctrl-C ended the run before its time.
     pub interrupted: bool,
+    /// Whether it sent at RATE_REACHED of the target rate or more.
+    pub rate_reached: bool,
+    /// How much of the run the client's thread had its CPU.
+    pub client_cpu: ClientCpu,
+}
+
+/// The client thread's hold on its CPU during a run.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct ClientCpu {
+    /// Its CPU time over the run's wall time (about 1 for a loop that spins undisturbed).
+    pub share: f64,
+    /// Times the scheduler took the CPU from it.
+    pub involuntary_switches: u64,
+}
+
+impl ClientCpu {
+    /// Whether the client had its CPU less than CONTENDED_BELOW of the time.
+    pub fn contended(&self) -> bool {
+        self.share < CONTENDED_BELOW
+    }
+}
+
+impl RunReport {
+    /// What the figures cannot be taken as, in words: a rate not reached, messages lost, a
+    /// contended client. Empty when nothing is to be said.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if !self.rate_reached && !self.interrupted {
+            notes.push(format!(
+                "rate not reached: {:.1} % of it",
+                100.0 * self.achieved_pps / self.target_pps
+            ));
+        }
+        if self.lost > 0 {
+            notes.push(format!(
+                "{} lost ({:.2} %)",
+                self.lost,
+                100.0 * self.lost as f64 / self.sent.max(1) as f64
+            ));
+        }
+        if self.client_cpu.contended() {
+            notes.push(format!(
+                "client on its CPU {:.0} % of the time",
+                100.0 * self.client_cpu.share
+            ));
+        }
+        notes
+    }
 }
 
 /// Runs `spec` over `link` as run number `run`.
@@ -75,6 +135,10 @@ pub fn measure(
     let total = spec.messages();
     let period_ns = 1e9 / spec.rate;
     link.take_rx_drops(); // only this run's drops count
+    let (cpu_start, switches_start) = (
+        sonde_meter::CpuTimes::thread_now(),
+        sonde_meter::involuntary_switches(),
+    );
     let start = clock.now_ns();
     let mut echoes = Echoes::new(run, total, start);
     let (mut next, mut first_sent, mut last_sent) = (0u64, start, start);
@@ -111,6 +175,15 @@ pub fn measure(
     } else {
         0.0
     };
+    let wall_ns = clock.now_ns().saturating_sub(start).max(1);
+    let client_cpu = ClientCpu {
+        share: sonde_meter::CpuTimes::thread_now()
+            .since(&cpu_start)
+            .total()
+            .as_nanos() as f64
+            / wall_ns as f64,
+        involuntary_switches: sonde_meter::involuntary_switches().saturating_sub(switches_start),
+    };
     let Echoes {
         tracker,
         rtts,
@@ -129,6 +202,9 @@ pub fn measure(
         rx_drops: link.take_rx_drops(),
         rtt: Percentiles::of(&rtts.hist),
         interrupted: stop.load(Ordering::Relaxed),
+        // One message has no rate to speak of.
+        rate_reached: next <= 1 || achieved_pps >= RATE_REACHED * spec.rate,
+        client_cpu,
     };
     Ok(RunResult { report, rtts })
 }
@@ -274,5 +350,54 @@ mod tests {
         let r = measure(&mut link, 0, &spec, &Clock::new(), &stop).unwrap();
         assert!(r.report.interrupted);
         assert!(r.report.sent <= 1);
+        // An interrupted run is not "short of its rate".
+        assert!(!r.report.notes().iter().any(|n| n.contains("rate")));
+    }
+
+    #[test]
+    fn a_short_rate_losses_and_a_contended_client_are_told() {
+        let mut link = Loop {
+            queue: Default::default(),
+            delay_ns: 0,
+            drop_every: 0,
+        };
+        let spec = RunSpec {
+            rate: 20_000.0,
+            duration: Duration::from_millis(20),
+            drain: Duration::from_millis(10),
+        };
+        let stop = AtomicBool::new(false);
+        let mut report = measure(&mut link, 1, &spec, &Clock::new(), &stop)
+            .unwrap()
+            .report;
+        // What the run measured of its own CPU is there to be told.
+        assert!(report.client_cpu.share > 0.0);
+        // The figures of the run the issue tells of: 17,411/s of 20,000, 4,437 lost, a client
+        // on its CPU 40 % of the time.
+        report.achieved_pps = 17_411.0;
+        report.rate_reached = false;
+        report.sent = 200_000;
+        report.lost = 4_437;
+        report.client_cpu = ClientCpu {
+            share: 0.4,
+            involuntary_switches: 900,
+        };
+        assert_eq!(
+            report.notes(),
+            [
+                "rate not reached: 87.1 % of it",
+                "4437 lost (2.22 %)",
+                "client on its CPU 40 % of the time"
+            ]
+        );
+        report.rate_reached = true;
+        report.lost = 0;
+        report.client_cpu.share = 0.99;
+        assert!(report.notes().is_empty());
+        assert!(!ClientCpu {
+            share: CONTENDED_BELOW,
+            involuntary_switches: 0
+        }
+        .contended());
     }
 }

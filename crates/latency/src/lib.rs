@@ -24,7 +24,7 @@ pub mod reflect;
 pub mod stats;
 pub mod tracker;
 
-pub use client::{measure, reflector_answers, RunReport, RunResult, RunSpec};
+pub use client::{measure, reflector_answers, ClientCpu, RunReport, RunResult, RunSpec};
 pub use frame::{EchoMatch, FrameEnds};
 #[cfg(feature = "io")]
 pub use frames_io::{hold_port, open_frames, reflect_frames, FrameLink};

@@ -67,6 +67,12 @@ fn timeval(tv: TimeVal) -> Duration {
     Duration::new(tv.tv_sec().max(0) as u64, tv.tv_usec().max(0) as u32 * 1000)
 }
 
+/// Times the scheduler took the CPU from the calling thread so far (its involuntary context
+/// switches): a thread that never blocks is switched out only to run something else.
+pub fn involuntary_switches() -> u64 {
+    getrusage(UsageWho::RUSAGE_THREAD).map_or(0, |u| u.involuntary_context_switches().max(0) as u64)
+}
+
 /// Peak resident set size of this process, in bytes.
 pub fn peak_rss_bytes() -> u64 {
     getrusage(UsageWho::RUSAGE_SELF).map_or(0, |u| u.max_rss().max(0) as u64 * 1024)

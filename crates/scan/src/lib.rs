@@ -9,6 +9,7 @@
 //! output files), with csv and parquet for the writers.
 
 pub mod dedup;
+pub mod nearest;
 pub mod output;
 pub mod probe;
 pub mod reply;

@@ -9,6 +9,7 @@
 //! neither). Each row says which path answered (`tls_path`).
 
 mod cert;
+mod errors;
 mod flight;
 mod full;
 mod hello;
@@ -97,7 +98,7 @@ pub static TLS_FIELDS: &[Field] = &[
     Field {
         name: "tls_cert_subject",
         kind: FieldType::Str,
-        help: "subject of the server's certificate (TLS 1.2 and older)",
+        help: "subject of the server's certificate, of any TLS version (TLS 1.3 sends it encrypted: the full handshake, the default, reads it)",
     },
     Field {
         name: "tls_cert_issuer",
@@ -177,7 +178,7 @@ pub static TLS_FIELDS: &[Field] = &[
     Field {
         name: "tls_chain_error",
         kind: FieldType::Str,
-        help: "why the chain does not validate (at most 256 bytes: a name mismatch counts the certificate's names and shows the first three)",
+        help: "why the chain does not validate, in a sentence of at most 256 bytes (a name mismatch lists the certificate's first names and counts the rest)",
     },
     Field {
         name: "tls_error",
@@ -466,7 +467,7 @@ impl TlsApp {
     /// [`MAX_CHAIN_ERROR_LEN`] bytes.
     fn validate(&self, chain: &[&[u8]], name: Option<&ServerName<'_>>) -> Result<(), String> {
         self.validate_in_full(chain, name)
-            .map_err(|e| bounded_error(&e))
+            .map_err(|e| cut_to(errors::chain_error(&e), MAX_CHAIN_ERROR_LEN))
     }
 
     fn validate_in_full(
@@ -501,26 +502,6 @@ impl TlsApp {
 /// The most bytes of `tls_chain_error`: a certificate of many names would otherwise copy them
 /// all into every row.
 const MAX_CHAIN_ERROR_LEN: usize = 256;
-
-/// Why a chain does not validate, in at most [`MAX_CHAIN_ERROR_LEN`] bytes: a name mismatch
-/// says how many names the certificate has and the first few, anything else is cut there.
-fn bounded_error(error: &rustls::Error) -> String {
-    use rustls::CertificateError::NotValidForNameContext;
-    const SHOWN: usize = 3;
-    let text = match error {
-        rustls::Error::InvalidCertificate(NotValidForNameContext {
-            expected,
-            presented,
-        }) if presented.len() > SHOWN => format!(
-            "invalid peer certificate: certificate not valid for name {:?}; it has {} names: {}, …",
-            expected.to_str(),
-            presented.len(),
-            presented[..SHOWN].join(", ")
-        ),
-        other => other.to_string(),
-    };
-    cut_to(text, MAX_CHAIN_ERROR_LEN)
-}
 
 /// `text` in at most `max` bytes, cut at a character boundary and ended with `…` when cut.
 fn cut_to(mut text: String, max: usize) -> String {

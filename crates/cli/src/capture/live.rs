@@ -10,7 +10,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sonde_capture::live::{Counters, Plan};
 use sonde_capture::open::{open_sources, Link, Wanted};
 use sonde_capture::output::{CaptureWriter, FileInfo, Format};
-use sonde_io::filter::Compiler;
+use sonde_io::filter::{Compiler, ANY_DEVICE};
 
 use super::summary::{per_packet, Summary};
 use super::{compile, Backend, CaptureArgs};
@@ -23,7 +23,14 @@ pub fn run(args: &CaptureArgs, iface: &str, expr: &str, out: &str) -> anyhow::Re
     if let Some(lab) = &args.lab {
         sonde_lab::enter_net_ns(lab)?;
     }
-    sonde_io::queue_count(iface)?;
+    if iface == ANY_DEVICE {
+        if args.backend != Backend::Pcap {
+            bail!("-i any is libpcap's device of every interface at once: give --backend pcap with it");
+        }
+    } else {
+        sonde_lab::check_interface(iface)?;
+        sonde_io::queue_count(iface)?;
+    }
     if args.profile.is_some() && args.backend == Backend::Pcap {
         bail!("--profile instruments sonde's own ring and XDP paths, not libpcap's: use --backend ring or xdp");
     }
@@ -42,6 +49,17 @@ pub fn run(args: &CaptureArgs, iface: &str, expr: &str, out: &str) -> anyhow::Re
     };
     let (sources, backend, filter) = open_sources(&wanted, iface, expr, &program, link)?;
     let threads = sources.len() as u32;
+    if !args.quiet {
+        eprintln!(
+            "capture: listening on {iface} in {}, {} backend, {threads} thread(s), snapshot length {} bytes",
+            sonde_lab::where_am_i(),
+            backend.name(),
+            args.snaplen
+        );
+    }
+    if let Some(note) = own_probes_note(iface) {
+        eprintln!("capture: note: {note}");
+    }
     let info = FileInfo {
         format: Format::for_path(out),
         iface: iface.to_string(),
@@ -117,6 +135,55 @@ pub fn run(args: &CaptureArgs, iface: &str, expr: &str, out: &str) -> anyhow::Re
     }
     summary.finish(args)?;
     metrics.end(&summary)
+}
+
+/// What a capture on `iface` will not see, when sonde may be sending from it: a lab's
+/// scanner namespace, or another sonde process in this namespace. sonde's xdp and ring
+/// transmit (AF_XDP; a packet ring that bypasses the qdisc) skip the kernel's packet taps, so
+/// no capture on the sending interface sees those probes; mmsg and sendto go through the taps.
+fn own_probes_note(iface: &str) -> Option<String> {
+    let lab = sonde_lab::current_lab();
+    if lab.is_none() && !other_sonde_here() {
+        return None;
+    }
+    let elsewhere = match lab {
+        Some(lab) => format!(
+            "capture them where they arrive, on the lab's side: sonde capture --lab {lab} -i nx0"
+        ),
+        None => "capture them where they arrive (the receiving host, or a mirror port)".into(),
+    };
+    Some(format!(
+        "a capture on {iface} sees none of the probes sonde sends from it with its xdp or ring backends (they skip the kernel's packet taps; mmsg and sendto do not): {elsewhere}"
+    ))
+}
+
+/// The commands of sonde that send probes or frames.
+const SENDERS: [&str; 6] = ["scan", "grab", "blast", "bench", "latency", "profile"];
+
+/// Whether another `sonde` process that sends (not the lab's own servers) runs in this
+/// thread's network namespace.
+fn other_sonde_here() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let id = |path: &std::path::Path| std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
+    let Some(here) = id(std::path::Path::new("/proc/thread-self/ns/net")) else {
+        return false;
+    };
+    let me = std::process::id().to_string();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.flatten().any(|entry| {
+        let pid = entry.file_name();
+        let pid = pid.to_string_lossy();
+        pid.bytes().all(|b| b.is_ascii_digit())
+            && pid != me
+            && std::fs::read_to_string(entry.path().join("comm")).is_ok_and(|c| c.trim() == "sonde")
+            && std::fs::read(entry.path().join("cmdline")).is_ok_and(|line| {
+                let command = line.split(|&b| b == 0).nth(1).unwrap_or_default();
+                SENDERS.iter().any(|s| s.as_bytes() == command)
+            })
+            && id(&entry.path().join("ns/net")) == Some(here)
+    })
 }
 
 /// When a capture ends by itself: at a deadline (--duration) or a count (-c).

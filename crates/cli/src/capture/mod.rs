@@ -2,6 +2,7 @@
 //! file (`-r`); both filter with a tcpdump expression compiled by libpcap and write pcapng or
 //! pcap.
 
+mod lines;
 mod live;
 mod offline;
 mod profile;
@@ -43,10 +44,11 @@ impl std::error::Error for BadExpression {}
 /// Offline: `sonde capture -r FILE [EXPRESSION] -w OUT` reads a pcap or pcapng file of any
 /// link type, keeps what the expression (compiled for that link type) selects and writes it
 /// with the file's link type (like `tcpdump -r FILE -w OUT EXPRESSION`); with `--backend xdp`
-/// the verdicts come from the kernel running sonde's XDP translation.
+/// the verdicts come from the kernel running sonde's XDP translation. Without -w, each packet
+/// kept is printed on one line, as `tcpdump -nr FILE` prints it.
 ///
 /// Files: `.pcap` is classic pcap with nanosecond stamps; anything else, and `-w -`
-/// (stdout, e.g. `| tcpdump -r -`), is pcapng (nanosecond stamps, interface name and snap
+/// (stdout, e.g. `| tcpdump -nr -`), is pcapng (nanosecond stamps, interface name and snap
 /// length, and received/dropped counts at the end). An existing file is kept unless --force.
 /// Ctrl-C, SIGTERM, a hangup, SIGQUIT, -c, --duration, a full disk or a closed pipe all end
 /// with a valid file.
@@ -56,14 +58,15 @@ impl std::error::Error for BadExpression {}
 /// counted, never silent).
 #[derive(Args)]
 pub struct CaptureArgs {
-    /// The interface to capture on.
+    /// The interface to capture on (`any`: every interface, with --backend pcap).
     #[arg(short = 'i', long, value_name = "IFACE", conflicts_with = "read")]
     iface: Option<String>,
     /// Read packets from this pcap or pcapng file (`-` for stdin) instead of an interface.
     #[arg(short = 'r', long = "read", value_name = "FILE")]
     read: Option<String>,
     /// Where to write: FILE.pcapng, FILE.pcap, or `-` for stdout (pcapng). An existing file is
-    /// kept unless --force; a device such as /dev/null is written as it is.
+    /// kept unless --force; a device such as /dev/null is written as it is. Needed live; with
+    /// -r and no -w, each packet is printed on one line instead.
     #[arg(short = 'w', long = "write", value_name = "FILE")]
     write: Option<String>,
     /// Overwrite the files this capture writes (-w, rotated files, --summary-json, --profile)
@@ -78,7 +81,7 @@ pub struct CaptureArgs {
     #[arg(short = 'c', long, value_name = "COUNT")]
     count: Option<u64>,
     /// Stop after this many seconds.
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", allow_negative_numbers = true, value_parser = crate::runargs::seconds_value)]
     duration: Option<f64>,
     /// How packets reach sonde.
     #[arg(long, value_enum, default_value_t = Backend::Ring)]
@@ -123,8 +126,13 @@ const WHOLE_PACKETS: u32 = 262_144;
 
 pub fn run(mut args: CaptureArgs) -> anyhow::Result<()> {
     let expr = args.expression.join(" ");
-    let Some(out) = args.write.clone() else {
-        anyhow::bail!("say where to write: -w FILE.pcapng, -w FILE.pcap, or -w - for stdout");
+    // A file read without -w is printed, a line a packet, as tcpdump -r prints it.
+    let out = match (&args.write, &args.read) {
+        (Some(out), _) => Some(out.clone()),
+        (None, Some(_)) => None,
+        (None, None) => {
+            anyhow::bail!("say where to write: -w FILE.pcapng, -w FILE.pcap, or -w - for stdout")
+        }
     };
     if args.count == Some(0) {
         anyhow::bail!("-c 0 would capture nothing: give a count of at least 1, or leave -c out");
@@ -132,15 +140,15 @@ pub fn run(mut args: CaptureArgs) -> anyhow::Result<()> {
     if args.snaplen == 0 {
         args.snaplen = WHOLE_PACKETS;
     }
-    check_outputs(&args, &out)?;
+    check_outputs(&args, out.as_deref())?;
     if args.read.is_some() && args.metrics.metrics.is_some() {
         anyhow::bail!(
             "--metrics watches a live capture (-i IFACE): leave it out when reading a file with -r"
         );
     }
     match (&args.read, &args.iface) {
-        (Some(file), _) => offline::run(&args, file, &expr, &out),
-        (None, Some(iface)) => live::run(&args, iface, &expr, &out),
+        (Some(file), _) => offline::run(&args, file, &expr, out.as_deref()),
+        (None, Some(iface)) => live::run(&args, iface, &expr, out.as_deref().unwrap_or("-")),
         (None, None) => anyhow::bail!("say what to capture: -i IFACE, or -r FILE to read a file"),
     }
 }
@@ -152,9 +160,9 @@ fn if_exists(args: &CaptureArgs) -> IfExists {
 
 /// Refuses at once what could not be written (a file that exists, without --force; a symbolic
 /// link; a missing folder), rather than after the capture.
-fn check_outputs(args: &CaptureArgs, out: &str) -> anyhow::Result<()> {
+fn check_outputs(args: &CaptureArgs, out: Option<&str>) -> anyhow::Result<()> {
     let files = [
-        ("-w", Some(out)),
+        ("-w", out),
         ("--summary-json", args.summary_json.as_deref()),
         ("--profile", args.profile.as_deref()),
     ];

@@ -3,11 +3,12 @@
 //! `ring` and libpcap for `pcap`) or, for `xdp`, sonde's XDP translation run by the kernel.
 
 use std::cell::RefCell;
+use std::io::Write;
 use std::time::Instant;
 
 use anyhow::Context;
 use sonde_capture::output::{CaptureWriter, FileInfo, Format};
-use sonde_capture::read::read_file;
+use sonde_capture::read::{read_file, FilePacket};
 use sonde_capture::verdicts::Verdicts;
 use sonde_io::filter::{linktype_of_dlt, Compiler};
 
@@ -84,13 +85,42 @@ impl Judge {
     }
 }
 
+/// Where the packets kept go: a capture file, or lines on stdout.
+enum Kept {
+    File(CaptureWriter),
+    Lines {
+        out: std::io::BufWriter<std::io::Stdout>,
+        dlt: i32,
+    },
+}
+
+impl Kept {
+    /// Writes one packet; false once stdout is closed (`| head`): reading can stop.
+    fn write(&mut self, p: &FilePacket, out: &str) -> anyhow::Result<bool> {
+        match self {
+            Kept::File(writer) => {
+                // A file read back loses nothing.
+                writer
+                    .write(p.ts_ns, p.wire_len, p.data, 0)
+                    .with_context(|| format!("writing {out}"))?;
+                Ok(true)
+            }
+            Kept::Lines { out, dlt } => {
+                let line = super::lines::line(p.ts_ns, *dlt, p.data, p.wire_len);
+                Ok(writeln!(out, "{line}").is_ok())
+            }
+        }
+    }
+}
+
 /// What reading needs once the file has said what it holds.
 struct Open {
     judge: Judge,
-    writer: CaptureWriter,
+    kept: Kept,
 }
 
-pub fn run(args: &CaptureArgs, file: &str, expr: &str, out: &str) -> anyhow::Result<()> {
+pub fn run(args: &CaptureArgs, file: &str, expr: &str, out: Option<&str>) -> anyhow::Result<()> {
+    let shown_out = out.unwrap_or("stdout");
     let started = Instant::now();
     let open: RefCell<Option<Open>> = RefCell::new(None);
     let (mut kept, mut seen) = (0u64, 0u64);
@@ -102,29 +132,37 @@ pub fn run(args: &CaptureArgs, file: &str, expr: &str, out: &str) -> anyhow::Res
             // file's snap length.
             let compiler = Compiler::for_file(header.linktype_field(), header.snaplen)?;
             let judge = Judge::new(args.backend, &compiler, expr, args.snaplen)?;
-            let info = FileInfo {
-                format: Format::for_path(out),
-                iface: format!("file {file}"),
-                snaplen: header.snaplen.min(args.snaplen),
-                linktype: linktype_of_dlt(compiler.dlt()) | header.linktype_ext,
+            let kept = match out {
+                Some(out) => {
+                    let info = FileInfo {
+                        format: Format::for_path(out),
+                        iface: format!("file {file}"),
+                        snaplen: header.snaplen.min(args.snaplen),
+                        linktype: linktype_of_dlt(compiler.dlt()) | header.linktype_ext,
+                    };
+                    let if_exists = super::if_exists(args);
+                    Kept::File(CaptureWriter::create(out, info, args.rotate_mb, if_exists)?)
+                }
+                None => Kept::Lines {
+                    out: std::io::BufWriter::new(std::io::stdout()),
+                    dlt: compiler.dlt(),
+                },
             };
-            let writer = CaptureWriter::create(out, info, args.rotate_mb, super::if_exists(args))?;
-            *open.borrow_mut() = Some(Open { judge, writer });
+            *open.borrow_mut() = Some(Open { judge, kept });
             Ok(())
         },
         |p| {
             seen += 1;
             let mut open = open.borrow_mut();
-            let Open { judge, writer } = open
+            let Open { judge, kept: sink } = open
                 .as_mut()
                 .context("a packet came before the file described its interface")?;
             if !judge.keeps(p.data, p.wire_len)? {
                 return Ok(true);
             }
-            // A file read back loses nothing.
-            writer
-                .write(p.ts_ns, p.wire_len, p.data, 0)
-                .with_context(|| format!("writing {out}"))?;
+            if !sink.write(p, shown_out)? {
+                return Ok(false);
+            }
             kept += 1;
             Ok(args.count.is_none_or(|c| kept < c))
         },
@@ -132,11 +170,21 @@ pub fn run(args: &CaptureArgs, file: &str, expr: &str, out: &str) -> anyhow::Res
     // Whatever happened, what was kept is written out with its statistics block.
     let (files, path) = match open.into_inner() {
         Some(Open {
-            mut writer, judge, ..
+            kept: Kept::File(mut writer),
+            judge,
         }) => {
             let files = writer.files();
-            writer.finish(0).with_context(|| format!("writing {out}"))?;
+            writer
+                .finish(0)
+                .with_context(|| format!("writing {shown_out}"))?;
             (files, judge.path())
+        }
+        Some(Open {
+            kept: Kept::Lines { mut out, .. },
+            judge,
+        }) => {
+            let _ = out.flush();
+            (vec![shown_out.to_string()], judge.path())
         }
         None => (Vec::new(), String::new()),
     };

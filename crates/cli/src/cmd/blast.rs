@@ -60,7 +60,7 @@ pub struct BlastArgs {
     #[arg(long, conflicts_with = "duration")]
     count: Option<u64>,
     /// Seconds to send for.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = crate::runargs::seconds_value)]
     duration: Option<f64>,
     /// Packets per second over all threads; 0 = unlimited.
     #[arg(long, default_value_t = 0.0)]

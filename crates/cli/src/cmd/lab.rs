@@ -396,11 +396,50 @@ fn lab_status(name: &str, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     for (key, v) in value.as_object().into_iter().flatten() {
-        if let Some(text) = status_value(v) {
+        let lines = match (key.as_str(), v) {
+            ("services", serde_json::Value::Array(services)) => service_lines(services),
+            _ => status_value(v).into_iter().collect(),
+        };
+        for (i, text) in lines.iter().enumerate() {
+            let key = if i == 0 { key.as_str() } else { "" };
             crate::say(format!("{key:<17} {text}"));
         }
     }
     Ok(())
+}
+
+/// The services of `lab status`, one line each: what serves on which port, what it shows
+/// (greeting, TLS version and cipher, certificate, host key); "none" when there is none.
+fn service_lines(services: &[serde_json::Value]) -> Vec<String> {
+    if services.is_empty() {
+        return vec!["none".into()];
+    }
+    services
+        .iter()
+        .map(|s| {
+            let text = |k: &str| s[k].as_str().map(str::to_string);
+            let mut parts = vec![format!(
+                "{} on {} (pid {})",
+                text("service").unwrap_or_default(),
+                s["port"],
+                s["pid"]
+            )];
+            if let Some(banner) = text("banner") {
+                parts.push(format!("greeting {:?}", banner.trim_end()));
+            }
+            if let (Some(version), Some(cipher)) = (text("tls_version"), text("tls_cipher")) {
+                parts.push(format!("{version} {cipher}"));
+            }
+            if let Some(cert) = text("cert") {
+                let sha = text("cert_sha256").unwrap_or_default();
+                parts.push(format!("certificate {cert} (SHA-256 {sha})"));
+            }
+            if let Some(key) = text("host_key_sha256") {
+                parts.push(format!("host key SHA-256 {key}"));
+            }
+            parts.join(", ")
+        })
+        .collect()
 }
 
 /// A status value as a person reads it: strings bare, lists comma separated; None for what
@@ -414,5 +453,32 @@ fn status_value(v: &serde_json::Value) -> Option<String> {
             Some(items.join(", "))
         }
         other => Some(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn services_read_as_lines_not_json() {
+        let services = serde_json::json!([
+            {"service": "ssh", "port": 22, "pid": 7, "banner": "SSH-2.0-OpenSSH_9.2p1\r\n",
+             "cert": null, "cert_sha256": null, "host_key_sha256": "8ef2", "tls_version": null,
+             "tls_cipher": null},
+            {"service": "tls13", "port": 8443, "pid": 9, "banner": null,
+             "cert": "/run/sonde/lab/x-services/tls13-cert.pem", "cert_sha256": "5404",
+             "host_key_sha256": null, "tls_version": "TLSv1.3",
+             "tls_cipher": "TLS_AES_128_GCM_SHA256"},
+        ]);
+        let lines = service_lines(services.as_array().unwrap());
+        assert_eq!(
+            lines,
+            [
+                "ssh on 22 (pid 7), greeting \"SSH-2.0-OpenSSH_9.2p1\", host key SHA-256 8ef2",
+                "tls13 on 8443 (pid 9), TLSv1.3 TLS_AES_128_GCM_SHA256, certificate /run/sonde/lab/x-services/tls13-cert.pem (SHA-256 5404)",
+            ]
+        );
+        assert_eq!(service_lines(&[]), ["none"]);
     }
 }

@@ -88,7 +88,7 @@ struct Common {
     #[arg(long)]
     fail_open: bool,
     /// Stop after this many seconds (default: until Ctrl-C).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, value_parser = crate::runargs::seconds_value)]
     duration: Option<f64>,
     /// Write the summary as JSON to this file.
     #[arg(long, value_name = "FILE")]

@@ -34,7 +34,7 @@ pub struct ReflectArgs {
     #[arg(short = 'i', long)]
     iface: Option<String>,
     /// Stop after this many seconds (default: at Ctrl-C).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = crate::runargs::seconds_value)]
     duration: Option<f64>,
     /// Print nothing but errors.
     #[arg(short, long)]
@@ -71,13 +71,14 @@ pub fn run(args: ReflectArgs) -> anyhow::Result<()> {
     };
     let addr = match (args.addr, args.backend) {
         (Some(a), _) => Some(a),
-        (None, Path::Xdp) => Some(sonde_engine::host::iface_ipv4(&iface)?),
+        (None, Path::Xdp) => {
+            sonde_lab::check_interface(&iface)?;
+            Some(sonde_engine::host::iface_ipv4(&iface)?)
+        }
         (None, _) => None,
     };
     let local = SocketAddrV4::new(addr.unwrap_or(Ipv4Addr::UNSPECIFIED), args.port);
-    let where_ = lab
-        .as_ref()
-        .map_or_else(String::new, |l| format!(" in lab {}", l.name));
+    let where_ = format!(" in {}", sonde_lab::where_am_i());
     let count = if args.backend == Path::Kernel {
         note(
             &args,
@@ -85,6 +86,7 @@ pub fn run(args: ReflectArgs) -> anyhow::Result<()> {
         );
         reflect_kernel(local, stop.flag(), until).with_context(|| format!("echoing on {local}"))?
     } else {
+        sonde_lab::check_interface(&iface)?;
         let (mut tx, mut rxs) = open_frames(args.backend, &iface, local)?;
         // The kernel sees the datagrams too (unless AF_XDP took them): a socket holding the port
         // keeps it from answering each with ICMP port unreachable.

@@ -37,7 +37,7 @@ pub struct RunArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_rate, default_value = "10k,20k,30k,40k", allow_negative_numbers = true)]
     rates: Vec<f64>,
     /// Seconds per rate.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true, value_parser = crate::runargs::seconds_value)]
     duration: f64,
     /// UDP payload bytes per message: at least 24 (the message header), at most 1472 (one
     /// 1500-byte packet).
@@ -135,9 +135,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let describe = link.describe();
     if !args.quiet {
         say(format!(
-            "sonde latency: {} over {} ({describe}); {} B payloads, {} s per rate; RTT timestamps {TS_SOURCE}",
+            "sonde latency: {} over {} ({describe}) from {}; {} B payloads, {} s per rate; RTT timestamps {TS_SOURCE}",
             args.to,
             args.backend.name(),
+            sonde_lab::where_am_i(),
             args.size,
             args.duration
         ));
@@ -154,6 +155,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             .with_context(|| format!("measuring at {} pps", thousands(rate)))?;
         if !args.quiet {
             say(row(&result.report));
+        }
+        if let Some(warning) = contention_warning(&result.report) {
+            sonde_engine::status::to_stderr(format_args!("sonde latency: warning: {warning}"));
         }
         results.push(result);
         if stop.is_set() {
@@ -244,6 +248,9 @@ fn open_link(
         gateway_mac: args.gateway_mac,
         ..HostRequest::default()
     };
+    if let Some(iface) = &args.iface {
+        sonde_lab::check_interface(iface)?;
+    }
     let host = Host::resolve(&req, lab.map(|l| l.scan_if.as_str()))?;
     let guard = hold_port(SocketAddrV4::new(host.src_ip, 0))?;
     let src = match guard.local_addr()? {
@@ -281,7 +288,24 @@ fn row(r: &RunReport) -> String {
     ) + &match r.rx_drops {
         Some(n) if n > 0 => format!("  ({n} of the lost dropped in the receive rings)"),
         _ => String::new(),
+    } + &match r.notes().as_slice() {
+        [] => String::new(),
+        notes => format!("  ← {}", notes.join("; ")),
     }
+}
+
+/// What a contended client means for its figures, and what to do about it; None when it had
+/// its CPU.
+fn contention_warning(r: &RunReport) -> Option<String> {
+    let cpu = r.client_cpu;
+    cpu.contended().then(|| {
+        format!(
+            "at {} pps the client had its CPU only {:.0} % of the time ({} times the scheduler ran something else there): its RTTs include waits for a CPU, not only the path; give it a CPU of its own (a lab brought up with --target-cpus leaves the others to sonde) or a quieter machine, and compare with --backend kernel",
+            thousands(r.target_pps),
+            100.0 * cpu.share,
+            cpu.involuntary_switches
+        )
+    })
 }
 
 fn write_outputs(
@@ -362,6 +386,47 @@ fn write_samples(path: &FsPath, results: &[RunResult]) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run's report with `achieved` of 20,000 pps, `lost` of 200,000 and the client on its
+    /// CPU `share` of the time.
+    fn report(achieved: f64, lost: u64, share: f64) -> RunReport {
+        RunReport {
+            target_pps: 20_000.0,
+            achieved_pps: achieved,
+            sent: 200_000,
+            received: 200_000 - lost,
+            lost,
+            reordered: 0,
+            duplicates: 0,
+            foreign: 0,
+            rx_drops: Some(0),
+            rtt: Default::default(),
+            interrupted: false,
+            rate_reached: achieved >= sonde_latency::client::RATE_REACHED * 20_000.0,
+            client_cpu: sonde_latency::ClientCpu {
+                share,
+                involuntary_switches: 4_321,
+            },
+        }
+    }
+
+    #[test]
+    fn a_row_flags_a_rate_not_reached_and_losses() {
+        let short = row(&report(17_411.0, 4_437, 0.4));
+        assert!(
+            short.ends_with("← rate not reached: 87.1 % of it; 4437 lost (2.22 %); client on its CPU 40 % of the time"),
+            "{short}"
+        );
+        let clean = row(&report(20_000.0, 0, 1.0));
+        assert!(!clean.contains('←'), "{clean}");
+        let warning = contention_warning(&report(17_411.0, 4_437, 0.4)).unwrap();
+        assert!(
+            warning.contains("40 %") && warning.contains("4321"),
+            "{warning}"
+        );
+        assert!(warning.contains("--target-cpus"), "{warning}");
+        assert_eq!(contention_warning(&report(20_000.0, 0, 0.97)), None);
+    }
 
     #[test]
     fn rates_parse_with_k_and_refuse_zero_negative_and_garbage() {

@@ -29,8 +29,9 @@ pub struct ScanArgs {
     /// ports an -I file names (addr:port lines, sonde output), else 80.
     #[arg(short = 'p', long)]
     ports: Option<String>,
-    /// Probe module: tcp_syn, icmp_echo, udp, dns.
-    #[arg(short = 'M', long = "probe-module", default_value = "tcp_syn")]
+    /// Probe module: tcp_syn, icmp_echo, udp, dns (ZMap's tcp_synscan and icmp_echoscan are
+    /// taken too; see --list-probe-modules).
+    #[arg(short = 'M', long = "probe-module", default_value = "tcp_syn", value_parser = module_value)]
     module: ModuleKind,
     /// UDP payload as hex (udp module).
     #[arg(long, conflicts_with = "payload_file")]
@@ -47,15 +48,18 @@ pub struct ScanArgs {
     /// Send rate as bandwidth (10M, 1G; counted with Ethernet framing); overrides --rate.
     #[arg(short = 'B', long)]
     bandwidth: Option<String>,
-    /// Probes per target.
-    #[arg(long, default_value_t = 1, value_parser = crate::runargs::number_from(1u32, 16))]
+    /// Probes per target (ZMap's -P).
+    #[arg(short = 'P', long, default_value_t = 1, value_parser = crate::runargs::number_from(1u32, 16))]
     probes: u32,
     /// Output fields, comma separated (* for all); default: the module's set (--list-fields).
     #[arg(short = 'f', long)]
     fields: Option<String>,
     /// List the output fields (and each module's default set) and exit.
-    #[arg(long)]
+    #[arg(long, visible_alias = "list-output-fields")]
     list_fields: bool,
+    /// List the probe modules and exit.
+    #[arg(long)]
+    list_probe_modules: bool,
     /// Output format: csv, ndjson, parquet. Default: the one -o's name says (.csv; .ndjson,
     /// .jsonl, .json; .parquet, .pq), else csv (stdout, -, or another name). A -O that
     /// contradicts the name is refused.
@@ -64,8 +68,8 @@ pub struct ScanArgs {
     /// Which replies to write, e.g. "success = 1 && repeat = 0"; default "success = 1".
     #[arg(long)]
     output_filter: Option<String>,
-    /// Print the frames that would be sent, decoded, and send nothing.
-    #[arg(long)]
+    /// Print the frames that would be sent, decoded, and send nothing (ZMap's -d).
+    #[arg(short = 'd', long)]
     dryrun: bool,
     /// Transmit backend: xdp (AF_XDP), ring (AF_PACKET TX ring), mmsg (sendmmsg), sendto (one
     /// call per frame), pcap (libpcap).
@@ -81,6 +85,10 @@ pub struct ScanArgs {
 pub fn run(args: ScanArgs) -> anyhow::Result<()> {
     if args.list_fields {
         return list_fields();
+    }
+    if args.list_probe_modules {
+        list_probe_modules();
+        return Ok(());
     }
     output_format(&args)?;
     runargs::check_input(&args.run, args.dryrun)?;
@@ -233,6 +241,42 @@ fn list_fields() -> anyhow::Result<()> {
     Ok(())
 }
 
+fn list_probe_modules() {
+    for kind in ModuleKind::ALL {
+        let what = match kind {
+            ModuleKind::TcpSyn => "a TCP SYN to each port; SYN-ACK (open) or RST (closed) answers",
+            ModuleKind::IcmpEcho => "an ICMP echo request to each address; echo replies answer",
+            ModuleKind::Udp => "a UDP datagram (--payload-hex, --payload-file) to each port; UDP or ICMP port unreachable answers",
+            ModuleKind::Dns => "a DNS query (--dns-name, --dns-type) to each port; DNS answers",
+        };
+        let zmap = match kind.zmap_name() {
+            same if same == kind.name() => String::new(),
+            other => format!(" (ZMap's {other})"),
+        };
+        crate::say(format!("{:<10} {what}{zmap}", kind.name()));
+    }
+}
+
+/// `-M`'s parser: a probe module by sonde's or ZMap's name; an app of `sonde grab` is pointed
+/// there.
+fn module_value(text: &str) -> Result<ModuleKind, String> {
+    use sonde_apps::AppKind;
+    text.parse().map_err(|unknown: String| {
+        let apps: Vec<&str> = AppKind::ALL.iter().map(|k| k.name()).collect();
+        match text.parse::<AppKind>() {
+            Ok(app) => format!("{app} is an app of sonde grab, not a probe module of scan: sonde grab -M {app} (scan's modules: tcp_syn, icmp_echo, udp, dns)"),
+            // A typo of one of grab's apps: say so, when no module of scan is nearer.
+            Err(_) if !unknown.contains("did you mean") => {
+                match sonde_scan::nearest::nearest(text, &apps) {
+                    Some(app) => format!("{unknown} (or did you mean sonde grab -M {app}?)"),
+                    None => unknown,
+                }
+            }
+            Err(_) => unknown,
+        }
+    })
+}
+
 /// The plan line: what will be probed, how, from where, how fast and for how long.
 fn announce(plan: &ScanPlan, notes: &[String]) {
     let run = &plan.run;
@@ -259,10 +303,11 @@ fn announce(plan: &ScanPlan, notes: &[String]) {
         String::new()
     };
     eprintln!(
-        "scan: {}{shard}, {} from {source} on {} at {rate}: {how_long}",
+        "scan: {}{shard}, {} from {source} on {} in {} at {rate}: {how_long}",
         run.space.describe(),
         plan.probe.name(),
-        run.iface
+        run.iface,
+        sonde_lab::where_am_i()
     );
     if let Some(c) = &run.resume {
         eprintln!(

@@ -114,6 +114,16 @@ impl ModuleKind {
         }
     }
 
+    /// ZMap's name of the same module (`-M tcp_synscan` is accepted as `tcp_syn`).
+    pub fn zmap_name(self) -> &'static str {
+        match self {
+            ModuleKind::TcpSyn => "tcp_synscan",
+            ModuleKind::IcmpEcho => "icmp_echoscan",
+            ModuleKind::Udp => "udp",
+            ModuleKind::Dns => "dns",
+        }
+    }
+
     /// Whether probes carry a port (ICMP does not: its targets use port 0).
     pub fn uses_ports(self) -> bool {
         self != ModuleKind::IcmpEcho
@@ -142,11 +152,12 @@ impl FromStr for ModuleKind {
     fn from_str(s: &str) -> Result<Self, String> {
         ModuleKind::ALL
             .into_iter()
-            .find(|k| k.name() == s)
+            .find(|k| k.name() == s || k.zmap_name() == s)
             .ok_or_else(|| {
                 let known: Vec<_> = ModuleKind::ALL.iter().map(|k| k.name()).collect();
+                let near = crate::nearest::did_you_mean(s, &known);
                 format!(
-                    "unknown probe module \"{s}\": known modules are {}",
+                    "unknown probe module \"{s}\"{near}: known modules are {}",
                     known.join(", ")
                 )
             })

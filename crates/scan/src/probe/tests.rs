@@ -1046,6 +1046,18 @@ fn unknown_module_lists_the_known_ones() {
         err.contains("tcp_ack") && err.contains("tcp_syn, icmp_echo, udp, dns"),
         "{err}"
     );
+    let typo = "tcp_sin".parse::<ModuleKind>().unwrap_err();
+    assert!(typo.contains("did you mean tcp_syn?"), "{typo}");
+    assert!(!err.contains("did you mean"), "{err}");
+}
+
+#[test]
+fn zmap_module_names_are_taken_as_sondes() {
+    assert_eq!("tcp_synscan".parse(), Ok(ModuleKind::TcpSyn));
+    assert_eq!("icmp_echoscan".parse(), Ok(ModuleKind::IcmpEcho));
+    for kind in ModuleKind::ALL {
+        assert_eq!(kind.zmap_name().parse(), Ok(kind));
+    }
 }
 
 #[test]
