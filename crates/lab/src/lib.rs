@@ -26,6 +26,7 @@ mod dns;
 mod http;
 mod netns;
 mod nft;
+pub mod path;
 mod responder;
 pub mod score;
 mod server;
@@ -45,7 +46,7 @@ pub use cpus::{cpu_list, online_cpus, parse_cpu_list};
 pub use http::{big_body, sha256_hex, BIG_PATH};
 pub use netns::{current_lab, enter_net_ns, enter_ns, enter_scan_ns, exec, list, status};
 pub use server::{serve, serve_silent};
-pub use setup::{down, up};
+pub use setup::{down, up, up_with_path};
 pub use truth::{
     banner_line, http_body, is_responsive, is_responsive6, is_silent, truth, truth_as, truth_csv,
     Answer, Expect, Service, Truth, TruthFormat,
