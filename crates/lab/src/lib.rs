@@ -2,7 +2,8 @@
 //! pair, with a known population of addresses that the lab-side Linux kernel
 //! answers for, and the exact ground truth of what it answers. Or, with
 //! `bridge`, two hosts A and B joined through a middle namespace (A — mid — B)
-//! for tools that sit in the path.
+//! for tools that sit in the path. Either may have a path (`path`): distance, as a
+//! namespace between the two sides where the delay line of sonde-path holds every frame.
 //!
 //! Takes a lab's name and configuration (`sonde lab up`); gives namespaces, servers and the ground
 //! truth (`truth.json`), and scores a scan's or grab's output against it (`score`). Uses no other sonde crate
