@@ -181,13 +181,16 @@ fn forward(
             ring_drops += ends.rx.take_counts().1;
             drops_at = now + RING_DROPS_NS;
         }
-        if now >= publish_at {
+        // Handed over at most every PUBLISH_NS while busy, and before every sleep, so the
+        // counters written are never older than a writing interval.
+        let sleeping = got < BATCH;
+        if now >= publish_at || sleeping {
             let mut flow = line.counts();
             flow.rx_ring_full = ring_drops;
             *out.lock().unwrap_or_else(|e| e.into_inner()) = flow;
             publish_at = now + PUBLISH_NS;
         }
-        if got == BATCH {
+        if !sleeping {
             continue;
         }
         let wait = line
