@@ -212,6 +212,9 @@ struct UpArgs {
 /// Distance: a path between the scanner (host A of a bridge lab) and the lab network (mid),
 /// made when any of these is given. Each holds frames in both directions, independently.
 #[derive(Args)]
+#[command(
+    next_help_heading = "Distance: a path between the scanner (or A) and the lab (or mid), made when any of these is given"
+)]
 struct PathArgs {
     /// The round trip the path adds, e.g. 100ms, 1s, 250us: every frame, each way, is held half
     /// of it (plus its jitter) before it leaves.
@@ -538,7 +541,11 @@ fn lab_status(name: &str, json: bool) -> anyhow::Result<()> {
 /// The path of `lab status`, in words: what it does, whether its delay line runs, and what it
 /// counted each way.
 fn print_path(p: &sonde_lab::path::PathStatus, r: &sonde_lab::path::PathReport) {
-    let state = if r.running { "running" } else { "NOT RUNNING" };
+    let mut state = if r.running { "running" } else { "NOT RUNNING" }.to_string();
+    // Rewritten every 100 ms while it runs: older counters mean it is stuck.
+    if let Some(age) = r.age_ms.filter(|a| *a > 1000) {
+        state.push_str(&format!(", counters written {:.1} s ago", age as f64 / 1e3));
+    }
     crate::say(format!(
         "{:<17} {} in {} ({} — {}), delay line pid {} {state}",
         "path", p.config, p.ns, p.scan_side_if, p.net_side_if, p.pid
