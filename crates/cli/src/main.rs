@@ -3,8 +3,8 @@
 //! The command line, and only that: it takes each command's arguments (clap), calls the library
 //! crate that does the work, and prints what comes back (status lines, summaries, JSON). Uses the
 //! library crates below it (docs/layout.md draws them): sonde-engine (scan, grab), sonde-capture,
-//! sonde-latency, sonde-intercept, sonde-lab (and its scoring), sonde-profile, sonde-plot (every
-//! chart), sonde-meter, sonde-io, and sonde-scan, -tcp,
+//! sonde-latency, sonde-intercept, sonde-lab (and its scoring), sonde-path (the lab's delay
+//! line), sonde-profile, sonde-plot (every chart), sonde-meter, sonde-io, and sonde-scan, -tcp,
 //! -apps, -craft and -wire for the types they share.
 
 mod capture;

@@ -70,7 +70,7 @@ pub use nfqueue::{
     queue_counters, BatchStats, NfQueue, NfVerdict, NfqConfig, QueueCounters, QueuedPacket,
     SkipCounts,
 };
-pub use packet_socket::poll_any;
+pub use packet_socket::{poll_any, poll_any_precise};
 pub use ring::{CaptureRing, RingRx, RingTx, RxPacket};
 pub use wake::Wake;
 pub use xdp::XdpMode;

@@ -158,6 +158,41 @@ pub fn poll_any(fds: &[RawFd], timeout: Duration) -> io::Result<bool> {
     }
 }
 
+/// Like [`poll_any`], but waits `timeout` to the nanosecond (ppoll(2)) rather than in whole
+/// milliseconds rounded up: for a caller that wakes at a due time, such as the lab's delay line.
+/// How late it wakes is then the kernel's timer slack (see prctl(2) PR_SET_TIMERSLACK) and
+/// scheduling.
+pub fn poll_any_precise(fds: &[RawFd], timeout: Duration) -> io::Result<bool> {
+    let mut pfds = [libc::pollfd {
+        fd: -1,
+        events: libc::POLLIN,
+        revents: 0,
+    }; 256];
+    let n = fds.len().min(pfds.len());
+    for (pfd, &fd) in pfds.iter_mut().zip(&fds[..n]) {
+        pfd.fd = fd;
+    }
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: `pfds` holds `n` valid pollfd entries, the count passed is `n`, `ts` lives across
+    // the call and a null signal mask leaves the thread's mask as it is.
+    let rc = unsafe { libc::ppoll(pfds.as_mut_ptr(), n as libc::nfds_t, &ts, std::ptr::null()) };
+    match rc {
+        n if n > 0 => Ok(true),
+        0 => Ok(false),
+        _ => {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(err)
+            }
+        }
+    }
+}
+
 /// `timeout` in whole milliseconds for poll(2), rounded up (a wait of 0.5 ms is one of 1 ms, not
 /// none) and capped at i32::MAX.
 pub fn timeout_ms(timeout: Duration) -> i32 {

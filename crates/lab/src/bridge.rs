@@ -28,8 +28,9 @@ use crate::config::validate_name;
 use crate::cpus::{check_target_cpus, cpu_list, online_cpus};
 pub use crate::netns::{a_ns, b_ns, bridge_exists as exists, mid_ns};
 use crate::netns::{all_ns, net_ns, ns_exists, scan_ns};
+use crate::path::{PathConfig, PathStatus};
 use crate::state::Started;
-use crate::{server, state};
+use crate::{path, server, state};
 
 /// Host A's addresses (on `ax0`).
 pub const A_V4: Ipv4Addr = Ipv4Addr::new(198, 19, 254, 1);
@@ -70,6 +71,9 @@ pub struct BridgeConfig {
     pub target_cpus: Option<Vec<usize>>,
     /// Receive and transmit queues of every veth end, 1 to 64.
     pub queues: u32,
+    /// A path between A and mid (see path/mod.rs), and the command of its delay line.
+    pub path: Option<PathConfig>,
+    pub path_cmd: Vec<String>,
 }
 
 /// A bridge lab that is up, as recorded in `/run/sonde/lab/<name>/bridge.json`.
@@ -102,6 +106,9 @@ pub struct BridgeStatus {
     /// The processes `up` started, so `down` can stop each even if B's namespace lost its name.
     #[serde(default)]
     pub(crate) started: Vec<Started>,
+    /// The path between A and mid, if the lab has one (ax0 — ps … pn — ma).
+    #[serde(default)]
+    pub path: Option<PathStatus>,
 }
 
 impl BridgeStatus {
@@ -128,6 +135,7 @@ impl BridgeStatus {
             target_cpus: cfg.target_cpus.clone(),
             queues: cfg.queues,
             started: Vec::new(),
+            path: None,
         }
     }
 }
@@ -162,12 +170,22 @@ const POLL: Duration = Duration::from_millis(20);
 pub fn up(cfg: &BridgeConfig) -> Result<BridgeStatus> {
     let name = &cfg.name;
     validate_name(name)?;
-    if exists(name) || ns_exists(&scan_ns(name)) || ns_exists(&net_ns(name)) || state::exists(name)
+    if exists(name)
+        || ns_exists(&scan_ns(name))
+        || ns_exists(&net_ns(name))
+        || state::exists(name)
+        || path::exists(name)
     {
         bail!("lab {name:?} already exists (remove it with: sonde lab down --name {name})");
     }
     if let Some(cpus) = &cfg.target_cpus {
         check_target_cpus(cpus, &online_cpus()?)?;
+    }
+    if let Some(p) = &cfg.path {
+        p.validate()?;
+        if cfg.path_cmd.is_empty() {
+            bail!("lab {name:?} has a path but no command to run its delay line");
+        }
     }
     if !(1..=MAX_BRIDGE_QUEUES).contains(&cfg.queues) {
         bail!(
@@ -195,8 +213,9 @@ pub fn status(name: &str) -> Result<BridgeStatus> {
         bail!("lab {name:?} is not up (start it with: sonde lab up --name {name} --bridge)");
     }
     let whole = all_ns(name).iter().all(|ns| ns_exists(ns));
+    let path_whole = |st: &BridgeStatus| st.path.is_none() || ns_exists(&path::path_ns(name));
     match load(name)? {
-        Some(st) if whole && !st.iperf_pids.is_empty() => Ok(st),
+        Some(st) if whole && path_whole(&st) && !st.iperf_pids.is_empty() => Ok(st),
         _ => {
             bail!("bridge lab {name:?} is half-made; remove it with: sonde lab down --name {name}")
         }
@@ -223,6 +242,7 @@ pub(crate) fn teardown(name: &str) -> Result<()> {
             note(server::stop_all(&ns));
         }
     }
+    note(path::teardown(name));
     for ns in all_ns(name) {
         if ns_exists(&ns) {
             note(ip_line(&format!("netns del {ns}")).map(drop));
@@ -247,9 +267,23 @@ fn build(cfg: &BridgeConfig) -> Result<BridgeStatus> {
     // lab ever exists in the root namespace.
     let q = st.queues;
     let queues = format!("numtxqueues {q} numrxqueues {q}");
-    ip_line(&format!(
-        "link add {A_IF} netns {a} address {A_MAC} {queues} type veth peer name {MID_A_IF} netns {mid} {queues}"
-    ))?;
+    if cfg.path.is_some() {
+        let a_end = path::End {
+            ns: &a,
+            ifname: A_IF,
+            mac: Some(A_MAC),
+        };
+        let mid_end = path::End {
+            ns: &mid,
+            ifname: MID_A_IF,
+            mac: None,
+        };
+        path::make_links(name, q, &a_end, &mid_end)?;
+    } else {
+        ip_line(&format!(
+            "link add {A_IF} netns {a} address {A_MAC} {queues} type veth peer name {MID_A_IF} netns {mid} {queues}"
+        ))?;
+    }
     ip_line(&format!(
         "link add {B_IF} netns {b} address {B_MAC} {queues} type veth peer name {MID_B_IF} netns {mid} {queues}"
     ))?;
@@ -262,6 +296,13 @@ fn build(cfg: &BridgeConfig) -> Result<BridgeStatus> {
         ip_line(&format!("-n {ns} link set dev {ifname} up"))?;
     }
     let cpus = cfg.target_cpus.as_deref();
+    if let Some(p) = &cfg.path {
+        // A bridge lab has no seed of its own; its path draws from seed 1.
+        let started = path::start(name, p, 1, &cfg.path_cmd, cpus, q)?;
+        st.started.push(path::started(&started));
+        st.path = Some(started);
+        save(&st)?;
+    }
     for port in IPERF_PORTS {
         let pid = start_iperf3(name, &b, port, cpus)?;
         st.iperf_pids.push(pid);

@@ -16,7 +16,7 @@ use anyhow::{anyhow, Result};
 use ipnet::{Ipv4Net, Ipv6Net};
 
 use crate::cmd::run;
-use crate::http::{path_arg, sha256_hex, write, EC_KEY};
+use crate::files::{path_arg, sha256_hex, write};
 use crate::state;
 
 /// The DNS names every server certificate of a lab carries.
@@ -25,6 +25,13 @@ pub const SERVER_NAMES: [&str; 2] = ["sonde.test", "*.sonde.test"];
 /// Populations of at most this many addresses (IPv4 and IPv6 together) are named address by
 /// address in the certificates; a larger one would make every handshake carry kilobytes.
 pub const MAX_ADDRESS_NAMES: u64 = 256;
+
+/// The certificate's key: ECDSA P-256, whose signatures cost far less CPU than RSA's, so a
+/// TLS handshake flood is not limited by the server's signing.
+pub(crate) const EC_KEY: [&str; 4] = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
+/// An RSA key, for servers whose clients need RSA key exchange (TLS 1.0 era suites).
+pub(crate) const RSA_KEY: [&str; 4] =
+    ["-newkey", "rsa:2048", "-pkeyopt", "rsa_keygen_pubexp:65537"];
 
 /// Days the CA and its certificates are valid.
 const DAYS: &str = "3650";

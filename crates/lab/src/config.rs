@@ -10,6 +10,7 @@ use ipnet::{Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 
 use crate::cpus::{check_target_cpus, online_cpus};
+use crate::path::{PathConfig, PathStatus};
 
 /// The only IPv4 space the lab may use (RFC 2544, benchmarking).
 pub(crate) const LAB_SPACE: Ipv4Net = net(198, 18, 0, 0, 15);
@@ -97,6 +98,9 @@ pub struct LabConfig {
     /// Real servers on every responsive address (sshd, exim, dovecot, vsftpd, nginx for TLS 1.3 and
     /// TLS 1.0), each on its port ([`LabService::port`]), which counts as open.
     pub services: Vec<LabService>,
+    /// Distance between the scanner and the lab: a delay line in a namespace of its own between
+    /// sx0 and nx0 (see path.rs). None: sx0 and nx0 are one veth pair.
+    pub path: Option<PathConfig>,
 }
 
 impl LabConfig {
@@ -150,6 +154,7 @@ impl Default for LabConfig {
             responder: Responder::Kernel,
             target_cpus: None,
             services: Vec::new(),
+            path: None,
         }
     }
 }
@@ -303,6 +308,9 @@ pub struct LabStatus {
     /// The services `up` started (`LabConfig::services`), with what each shows.
     #[serde(default)]
     pub services: Vec<ServiceStatus>,
+    /// The path between the scanner and the lab (`LabConfig::path`), if the lab has one.
+    #[serde(default)]
+    pub path: Option<PathStatus>,
 }
 
 fn kernel_responder() -> String {
@@ -360,6 +368,9 @@ pub(crate) fn validate(cfg: &LabConfig) -> Result<()> {
     }
     if let Some(cpus) = &cfg.target_cpus {
         check_target_cpus(cpus, &online_cpus()?)?;
+    }
+    if let Some(path) = &cfg.path {
+        path.validate()?;
     }
     if let Some(p) = cfg
         .tcp_open

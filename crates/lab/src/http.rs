@@ -16,11 +16,11 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, bail, Result};
-use sha2::{Digest, Sha256};
+use anyhow::{anyhow, Result};
 
-use crate::ca::Ca;
+use crate::ca::{Ca, EC_KEY};
 use crate::config::{HTTPS_PORT, HTTP_PORT};
+use crate::files::{find_program, path_arg, sha256_hex, write};
 use crate::{server, state};
 
 /// The path of the large body.
@@ -41,12 +41,6 @@ const CONNECTION_SLOTS: usize = 262_144;
 const SPARE_FILES: usize = 1024;
 /// The listen backlog: `up` raises net.core.somaxconn to the same.
 const BACKLOG: u32 = 65_535;
-/// The certificate's key: ECDSA P-256, whose signatures cost far less CPU than RSA's, so a
-/// TLS handshake flood is not limited by the server's signing.
-pub(crate) const EC_KEY: [&str; 4] = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
-/// An RSA key, for servers whose clients need RSA key exchange (TLS 1.0 era suites).
-pub(crate) const RSA_KEY: [&str; 4] =
-    ["-newkey", "rsa:2048", "-pkeyopt", "rsa_keygen_pubexp:65537"];
 
 /// What `up` records of a running nginx.
 pub(crate) struct Http {
@@ -67,16 +61,6 @@ pub fn big_body() -> Vec<u8> {
         let _ = writeln!(body, "{:031}", line * BIG_LINE);
     }
     body.into_bytes()
-}
-
-/// Lowercase hex SHA-256 of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .fold(String::with_capacity(64), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
 }
 
 /// Writes nginx's files for lab `name` and starts it in namespace `ns` (listening over IPv6 as
@@ -198,30 +182,6 @@ http {{
 }}
 "#
     )
-}
-
-/// The path of `program`: on PATH, or where Debian puts daemons (root's PATH may lack
-/// /usr/sbin); else an error naming `package` to install.
-pub(crate) fn find_program(program: &str, package: &str) -> Result<String> {
-    let path = std::env::var("PATH").unwrap_or_default();
-    let dirs = path.split(':').chain(["/usr/sbin", "/usr/local/sbin"]);
-    for dir in dirs.filter(|d| !d.is_empty()) {
-        let candidate = Path::new(dir).join(program);
-        if candidate.is_file() {
-            return path_arg(&candidate);
-        }
-    }
-    bail!("{program} is not installed: apt-get install {package} (or run scripts/setup)")
-}
-
-pub(crate) fn write(path: &Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(path, bytes).map_err(|e| anyhow!("cannot write {}: {e}", path.display()))
-}
-
-pub(crate) fn path_arg(path: &Path) -> Result<String> {
-    path.to_str()
-        .map(str::to_string)
-        .ok_or_else(|| anyhow!("path {} is not UTF-8", path.display()))
 }
 
 /// The last line of nginx's error log, as "; nginx said: …", or nothing.

@@ -2,7 +2,8 @@
 //! pair, with a known population of addresses that the lab-side Linux kernel
 //! answers for, and the exact ground truth of what it answers. Or, with
 //! `bridge`, two hosts A and B joined through a middle namespace (A — mid — B)
-//! for tools that sit in the path.
+//! for tools that sit in the path. Either may have a path (`path`): distance, as a
+//! namespace between the two sides where the delay line of sonde-path holds every frame.
 //!
 //! Takes a lab's name and configuration (`sonde lab up`); gives namespaces, servers and the ground
 //! truth (`truth.json`), and scores a scan's or grab's output against it (`score`). Uses no other sonde crate
@@ -24,9 +25,11 @@ mod config;
 mod counters;
 mod cpus;
 mod dns;
+mod files;
 mod http;
 mod netns;
 mod nft;
+pub mod path;
 mod responder;
 pub mod score;
 mod server;
@@ -43,13 +46,14 @@ pub use config::{
 };
 pub use counters::{net_counters, received, scan_counters, IfCounters};
 pub use cpus::{cpu_list, online_cpus, parse_cpu_list};
-pub use http::{big_body, sha256_hex, BIG_PATH};
+pub use files::sha256_hex;
+pub use http::{big_body, BIG_PATH};
 pub use netns::{
     check_interface, current_lab, current_ns, describe_ns, enter_net_ns, enter_ns, enter_scan_ns,
     exec, list, run_here, status, where_am_i,
 };
 pub use server::{serve, serve_silent};
-pub use setup::{down, up};
+pub use setup::{down, up, up_with_path};
 pub use truth::{
     banner_line, http_body, is_responsive, is_responsive6, is_silent, truth, truth_as, truth_csv,
     Answer, Expect, Service, Truth, TruthFormat,

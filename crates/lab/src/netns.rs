@@ -57,8 +57,9 @@ pub fn status(name: &str) -> Result<LabStatus> {
     if st.is_none() && bridge_exists(name) {
         bail!("lab {name:?} is a bridge lab (A — mid — B), not a scanner lab; see: sonde lab status --name {name}");
     }
+    let path_whole = |st: &LabStatus| st.path.is_none() || ns_exists(&crate::path::path_ns(name));
     match st {
-        Some(st) if whole => Ok(st),
+        Some(st) if whole && path_whole(&st) => Ok(st),
         None if !ns_exists(&scan_ns(name)) && !ns_exists(&net_ns(name)) => {
             bail!("lab {name:?} is not up (start it with: sonde lab up --name {name})")
         }
@@ -74,9 +75,9 @@ pub(crate) fn ns_exists(ns: &str) -> bool {
     ns_path(ns).exists()
 }
 
-/// What a lab's namespace names end with: scan and net, or a bridge lab's a, mid and b. No
-/// suffix ends another, so a namespace name belongs to one lab at most.
-const SUFFIXES: [&str; 5] = ["-scan", "-net", "-a", "-mid", "-b"];
+/// What a lab's namespace names end with: scan and net, or a bridge lab's a, mid and b, and
+/// either kind's path. No suffix ends another, so a namespace name belongs to one lab at most.
+const SUFFIXES: [&str; 6] = ["-scan", "-net", "-a", "-mid", "-b", "-path"];
 
 /// The lab a namespace name belongs to, if it is one of ours.
 fn lab_of(ns: &str) -> Option<&str> {
@@ -122,7 +123,7 @@ fn open_scan_ns(name: &str) -> Result<File> {
 /// Only the lab's own namespaces can be entered this way.
 pub fn enter_ns(ns: &str) -> Result<()> {
     if lab_of(ns).is_none() {
-        bail!("{ns:?} is not a lab namespace (sonde-NAME-scan, -net, -a, -mid or -b)");
+        bail!("{ns:?} is not a lab namespace (sonde-NAME-scan, -net, -a, -mid, -b or -path)");
     }
     let path = ns_path(ns);
     let file = File::open(&path).map_err(|e| {
@@ -354,12 +355,13 @@ mod tests {
 
     #[test]
     fn namespace_names_round_trip() {
-        for name in ["lab", "a-net", "x-scan", "9", "x-a", "b-mid"] {
+        for name in ["lab", "a-net", "x-scan", "9", "x-a", "b-mid", "p-path"] {
             assert_eq!(lab_of(&scan_ns(name)), Some(name));
             assert_eq!(lab_of(&net_ns(name)), Some(name));
             assert_eq!(lab_of(&a_ns(name)), Some(name));
             assert_eq!(lab_of(&mid_ns(name)), Some(name));
             assert_eq!(lab_of(&b_ns(name)), Some(name));
+            assert_eq!(lab_of(&crate::path::path_ns(name)), Some(name));
         }
         assert_eq!(lab_of("sonde-"), None);
         assert_eq!(lab_of("other-lab-net"), None);

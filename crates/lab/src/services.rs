@@ -31,9 +31,10 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Result};
 
 use crate::ca::Ca;
+use crate::ca::{EC_KEY, RSA_KEY};
 use crate::cmd::run;
 use crate::config::{LabService, ServiceStatus, ADDR_PLACEHOLDER};
-use crate::http::{find_program, path_arg, write, EC_KEY, RSA_KEY};
+use crate::files::{find_program, path_arg, write};
 use crate::{server, state};
 
 /// exim's greeting: `220 ` and its smtp_banner, which names the address connected to.

@@ -14,7 +14,7 @@ use crate::http::BIG_PATH;
 use crate::netns::{net_ns, ns_exists, scan_ns};
 use crate::responder::{self, ResponderSpec};
 use crate::truth::{Population, Population6, Truth};
-use crate::{bridge, cpus, http, nft, server, services, state, xdp};
+use crate::{bridge, cpus, http, nft, path, server, services, state, xdp};
 
 /// Fixed, locally administered MACs (02:00 + the IPv4 address), so frames in
 /// captures are recognisable; each lab has its own link, so labs never clash.
@@ -54,12 +54,23 @@ const NET_SYSCTLS6: &[&str] = &["net.ipv6.icmp.ratelimit=0"];
 /// nginx does not serve, and `server_cmd --silent --ports 65534` when some hosts are silent.
 /// On any failure everything made so far is removed again.
 pub fn up(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
+    up_with_path(cfg, server_cmd, &[])
+}
+
+/// [`up`], with `path_cmd` (e.g. `sonde lab __path`) the delay line of `cfg.path`, run in the
+/// path namespace with `--dir` its folder added (see path/mod.rs).
+pub fn up_with_path(
+    cfg: &LabConfig,
+    server_cmd: &[String],
+    path_cmd: &[String],
+) -> Result<LabStatus> {
     validate(cfg)?;
     let name = &cfg.name;
     if ns_exists(&scan_ns(name))
         || ns_exists(&net_ns(name))
         || state::exists(name)
         || bridge::exists(name)
+        || path::exists(name)
     {
         bail!("lab {name:?} already exists (remove it with: sonde lab down --name {name})");
     }
@@ -72,10 +83,13 @@ pub fn up(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
     if cfg.silent_share > 0.0 && server_cmd.is_empty() {
         bail!("lab {name:?} has silent hosts but no server command to hold their connections");
     }
+    if cfg.path.is_some() && path_cmd.is_empty() {
+        bail!("lab {name:?} has a path but no command to run its delay line");
+    }
     if !nix::unistd::geteuid().is_root() {
         bail!("bringing up a lab needs root (network namespaces); run as root");
     }
-    build(cfg, server_cmd).map_err(|e| {
+    build(cfg, server_cmd, path_cmd).map_err(|e| {
         let cleanup = match teardown(name) {
             Ok(()) => "everything made so far was removed".to_string(),
             Err(t) => format!("cleaning up failed too: {t}"),
@@ -89,8 +103,11 @@ pub fn up(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
 /// crash left half-made, and on a bridge lab (`bridge::up`) too.
 pub fn down(name: &str) -> Result<()> {
     validate_name(name)?;
-    let normal = ns_exists(&scan_ns(name)) || ns_exists(&net_ns(name)) || state::exists(name);
     let bridged = bridge::exists(name);
+    let normal = ns_exists(&scan_ns(name))
+        || ns_exists(&net_ns(name))
+        || state::exists(name)
+        || (!bridged && path::exists(name));
     if !normal && !bridged {
         bail!("lab {name:?} does not exist (see: sonde lab list)");
     }
@@ -126,6 +143,7 @@ fn teardown(name: &str) -> Result<()> {
     if ns_exists(&net) {
         note(server::stop_all(&net));
     }
+    note(path::teardown(name));
     for ns in [&net, &scan] {
         if ns_exists(ns) {
             note(ip_line(&format!("netns del {ns}")).map(drop));
@@ -135,7 +153,7 @@ fn teardown(name: &str) -> Result<()> {
     first_error.map_or(Ok(()), Err)
 }
 
-fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
+fn build(cfg: &LabConfig, server_cmd: &[String], path_cmd: &[String]) -> Result<LabStatus> {
     let (scan, net) = (scan_ns(&cfg.name), net_ns(&cfg.name));
     for ns in [&scan, &net] {
         ip_line(&format!("netns add {ns}"))?;
@@ -144,13 +162,21 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
         ip_line(&format!("-n {ns} link set dev lo up"))?;
     }
     sysctl(&net, NET_SYSCTLS)?;
-    make_link(cfg.queues, &scan, &net, cfg.xdp_http())?;
+    make_link(cfg, &scan, &net)?;
     route(cfg.population, &scan, &net)?;
     if let Some(population6) = cfg.population6 {
         sysctl(&net, NET_SYSCTLS6)?;
         link6(&scan, &net)?;
         route6(population6, &scan, &net)?;
     }
+    // Before anything crosses the link (the services' greetings are read across it).
+    let cpus = cfg.target_cpus.as_deref();
+    let path_status = match &cfg.path {
+        Some(p) => Some(path::start(
+            &cfg.name, p, cfg.seed, path_cmd, cpus, cfg.queues,
+        )?),
+        None => None,
+    };
     let pop = Population {
         net: cfg.population.trunc(),
         seed: cfg.seed,
@@ -200,11 +226,10 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
         }
         Responder::Kernel => None,
     };
-    let cpus = cfg.target_cpus.as_deref();
     if let Some(cpus) = cpus {
         cpus::steer(&net, NET_IF, cpus, cfg.queues)?;
     }
-    let mut started = Vec::new();
+    let mut started: Vec<_> = path_status.iter().map(path::started).collect();
     let served = cfg.served_ports();
     let server = if served.is_empty() {
         None
@@ -294,6 +319,7 @@ fn build(cfg: &LabConfig, server_cmd: &[String]) -> Result<LabStatus> {
         responder_mode,
         target_cpus: cfg.target_cpus.clone(),
         services: running.services,
+        path: path_status,
     };
     state::save(&state::Saved {
         status: st.clone(),
@@ -321,14 +347,32 @@ fn sysctl(ns: &str, settings: &[&str]) -> Result<()> {
 }
 
 /// The veth pair, created directly inside the two namespaces (nothing ever
-/// exists in the root namespace), addressed and up. With `whole_scan_checksums` the scanner's
-/// end computes its checksums too.
-fn make_link(queues: u32, scan: &str, net: &str, whole_scan_checksums: bool) -> Result<()> {
+/// exists in the root namespace), addressed and up; or with a path two pairs, sx0 — ps and
+/// pn — nx0, through the path namespace. With the XDP web server the scanner's end computes its
+/// checksums too.
+fn make_link(cfg: &LabConfig, scan: &str, net: &str) -> Result<()> {
+    let queues = cfg.queues;
     let q = format!("numtxqueues {queues} numrxqueues {queues}");
-    ip_line(&format!(
-        "link add {SCAN_IF} netns {scan} address {SCAN_MAC} {q} type veth \
-         peer name {NET_IF} netns {net} address {GATEWAY_MAC} {q}"
-    ))?;
+    match &cfg.path {
+        None => ip_line(&format!(
+            "link add {SCAN_IF} netns {scan} address {SCAN_MAC} {q} type veth \
+             peer name {NET_IF} netns {net} address {GATEWAY_MAC} {q}"
+        ))
+        .map(drop)?,
+        Some(_) => {
+            let scan_end = path::End {
+                ns: scan,
+                ifname: SCAN_IF,
+                mac: Some(SCAN_MAC),
+            };
+            let net_end = path::End {
+                ns: net,
+                ifname: NET_IF,
+                mac: Some(GATEWAY_MAC),
+            };
+            path::make_links(&cfg.name, queues, &scan_end, &net_end)?;
+        }
+    }
     let len = LINK_NET.prefix_len();
     ip_line(&format!("-n {scan} addr add {SCAN_IP}/{len} dev {SCAN_IF}"))?;
     ip_line(&format!(
@@ -346,9 +390,14 @@ fn make_link(queues: u32, scan: &str, net: &str, whole_scan_checksums: bool) -> 
     // The XDP web server checks every segment's checksum, and the scanner's kernel (curl,
     // ZGrab2, grab's kernel backend) would leave them partial: computed in software instead,
     // as for a NIC without checksum offload.
-    if whole_scan_checksums {
+    if cfg.xdp_http() {
         in_ns(scan, "ethtool", &["-K", SCAN_IF, "tx", "off"])?;
         bridge::check_offloads_off(scan, SCAN_IF, &["tx-checksumming"])?;
+    }
+    // The delay line reads and sends what a 1500-byte wire carries, complete.
+    if cfg.path.is_some() {
+        path::host_offloads_off(scan, SCAN_IF)?;
+        path::host_offloads_off(net, NET_IF)?;
     }
     ip_line(&format!("-n {scan} link set dev {SCAN_IF} up"))?;
     ip_line(&format!("-n {net} link set dev {NET_IF} up"))?;

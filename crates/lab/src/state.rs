@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{validate_name, LabStatus};
 
-const STATE_DIR: &str = "/run/sonde/lab";
+pub(crate) const STATE_DIR: &str = "/run/sonde/lab";
 /// Suffixes of everything this module lets a lab keep in STATE_DIR.
 const SUFFIXES: [&str; 5] = [".json", ".json.tmp", ".nft", "-drop.o", "-unbound.conf"];
 /// Suffixes of the folders a lab may keep there (nginx's config, certificate, body, logs; the

@@ -95,6 +95,13 @@ enum LabCommand {
         #[arg(long)]
         silent: bool,
     },
+    /// The lab's delay line (started by `lab up` with a path, inside the path namespace): told
+    /// what to do by DIR/spec.json, it rewrites DIR/stats.json every 100 ms.
+    #[command(name = "__path", hide = true)]
+    Path {
+        #[arg(long)]
+        dir: std::path::PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -198,6 +205,89 @@ struct UpArgs {
         "loss", "dns", "http", "silent_share", "responder", "services",
     ])]
     bridge: bool,
+    #[command(flatten)]
+    path: PathArgs,
+}
+
+/// Distance: a path between the scanner (host A of a bridge lab) and the lab network (mid),
+/// made when any of these is given. Each holds frames in both directions, independently.
+#[derive(Args)]
+#[command(
+    next_help_heading = "Distance: a path between the scanner (or A) and the lab (or mid), made when any of these is given"
+)]
+struct PathArgs {
+    /// The round trip the path adds, e.g. 100ms, 1s, 250us: every frame, each way, is held half
+    /// of it (plus its jitter) before it leaves.
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    rtt: Option<u64>,
+    /// The standard deviation of a round trip, e.g. 10ms: each frame's one-way hold gets a
+    /// normal deviate of standard deviation JITTER/√2, cut at three of those either way and
+    /// never below zero. Frames leave in due order, so jitter reorders them.
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    jitter: Option<u64>,
+    /// Share of frames (0.0 to 1.0) that skip the hold and leave at once, overtaking those held.
+    #[arg(long, value_name = "P")]
+    reorder: Option<f64>,
+    /// Share of frames (0.0 to 1.0) sent twice; the copy is held on its own draws.
+    #[arg(long, value_name = "P")]
+    duplicate: Option<f64>,
+    /// Share of frames (0.0 to 1.0) with one bit flipped after the Ethernet header, where a
+    /// checksum covers it.
+    #[arg(long, value_name = "P")]
+    corrupt: Option<f64>,
+    /// A bottleneck of this rate each way, e.g. 100mbit, 1gbit (frame bytes from the Ethernet
+    /// header on, as tc counts them).
+    #[arg(long, value_name = "RATE", value_parser = rate)]
+    bottleneck: Option<u64>,
+    /// Frames the bottleneck's queue holds (the one being sent included); one more is dropped.
+    #[arg(long, value_name = "FRAMES", requires = "bottleneck")]
+    bottleneck_queue: Option<u32>,
+    /// Frames the path holds at most each way (default 524288; 512 bytes of store a frame,
+    /// backed as used); one more is dropped and counted.
+    #[arg(long, value_name = "FRAMES")]
+    path_frames: Option<u32>,
+}
+
+impl PathArgs {
+    /// The path these flags ask for, or None when none is given.
+    fn config(&self) -> Option<sonde_lab::path::PathConfig> {
+        let given = self.rtt.is_some()
+            || self.jitter.is_some()
+            || self.reorder.is_some()
+            || self.duplicate.is_some()
+            || self.corrupt.is_some()
+            || self.bottleneck.is_some()
+            || self.path_frames.is_some();
+        let d = sonde_lab::path::PathConfig::default();
+        given.then(|| sonde_lab::path::PathConfig {
+            rtt_ns: self.rtt.unwrap_or(0),
+            jitter_ns: self.jitter.unwrap_or(0),
+            reorder: self.reorder.unwrap_or(0.0),
+            duplicate: self.duplicate.unwrap_or(0.0),
+            corrupt: self.corrupt.unwrap_or(0.0),
+            bottleneck_bps: self.bottleneck,
+            bottleneck_queue: self.bottleneck_queue.unwrap_or(d.bottleneck_queue),
+            frames: self.path_frames.unwrap_or(d.frames),
+        })
+    }
+}
+
+fn duration(text: &str) -> Result<u64, String> {
+    sonde_lab::path::parse_duration(text).map_err(|e| e.to_string())
+}
+
+fn rate(text: &str) -> Result<u64, String> {
+    sonde_lab::path::parse_rate(text).map_err(|e| e.to_string())
+}
+
+/// `sonde lab __path`, for a lab's path: the program and its leading arguments.
+fn path_command() -> anyhow::Result<Vec<String>> {
+    let exe = std::env::current_exe().context("finding the sonde binary")?;
+    Ok(vec![
+        exe.display().to_string(),
+        "lab".into(),
+        "__path".into(),
+    ])
 }
 
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
@@ -242,6 +332,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
             (true, &[port]) => match sonde_lab::serve_silent(port)? {},
             (true, _) => anyhow::bail!("the silent server takes one port"),
         },
+        LabCommand::Path { dir } => match sonde_path::run(&dir)? {},
     }
 }
 
@@ -281,8 +372,12 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    let path = up.path.config();
+    if let Some(p) = &path {
+        p.validate()?;
+    }
     if up.bridge {
-        return bridge_up(up.name.name, target_cpus, up.queues.unwrap_or(1));
+        return bridge_up(up.name.name, target_cpus, up.queues.unwrap_or(1), path);
     }
     let services = match up.services.as_deref() {
         Some(list) => {
@@ -312,10 +407,11 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
         responder: up.responder,
         target_cpus,
         services,
+        path,
     };
     let exe = std::env::current_exe().context("finding the sonde binary")?;
     let server = vec![exe.display().to_string(), "lab".into(), "__serve".into()];
-    let status = sonde_lab::up(&cfg, &server)?;
+    let status = sonde_lab::up_with_path(&cfg, &server, &path_command()?)?;
     let mut extra = String::new();
     if status.http && status.nginx_pid.is_some() {
         extra.push_str(", nginx on 80 and 443");
@@ -340,6 +436,9 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
         let list: Vec<String> = cpus.iter().map(usize::to_string).collect();
         extra.push_str(&format!(", lab on CPU {}", list.join(",")));
     }
+    if let Some(p) = &status.path {
+        extra.push_str(&format!(", path {} in {}", p.config, p.ns));
+    }
     let mut population = status.population.clone();
     if let Some(six) = &status.population6 {
         population.push_str(&format!(" and {six}"));
@@ -355,17 +454,35 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn bridge_up(name: String, target_cpus: Option<Vec<usize>>, queues: u32) -> anyhow::Result<()> {
+fn bridge_up(
+    name: String,
+    target_cpus: Option<Vec<usize>>,
+    queues: u32,
+    path: Option<sonde_lab::path::PathConfig>,
+) -> anyhow::Result<()> {
+    let path_cmd = if path.is_some() {
+        path_command()?
+    } else {
+        Vec::new()
+    };
     let cfg = sonde_lab::bridge::BridgeConfig {
         name,
         target_cpus,
         queues,
+        path,
+        path_cmd,
     };
     let st = sonde_lab::bridge::up(&cfg)?;
     let ports = &st.iperf_ports;
     let mut pinned = String::new();
     if let Some(cpus) = &st.target_cpus {
         pinned = format!(" on CPU {}", sonde_lab::cpu_list(cpus));
+    }
+    if let Some(p) = &st.path {
+        pinned.push_str(&format!(
+            ", path {} in {} between A and mid",
+            p.config, p.ns
+        ));
     }
     eprintln!(
         "bridge lab \"{}\" is up: A {} on {} in {} — bridge {} in {} — B {} on {} in {}, \
@@ -386,26 +503,80 @@ fn bridge_up(name: String, target_cpus: Option<Vec<usize>>, queues: u32) -> anyh
 }
 
 fn lab_status(name: &str, json: bool) -> anyhow::Result<()> {
-    let value = if sonde_lab::bridge::exists(name) {
-        serde_json::to_value(sonde_lab::bridge::status(name)?)?
+    let (mut value, path) = if sonde_lab::bridge::exists(name) {
+        let st = sonde_lab::bridge::status(name)?;
+        (serde_json::to_value(&st)?, st.path)
     } else {
-        serde_json::to_value(sonde_lab::status(name)?)?
+        let st = sonde_lab::status(name)?;
+        (serde_json::to_value(&st)?, st.path)
     };
+    let report = path.as_ref().map(sonde_lab::path::report);
+    if let (Some(r), Some(object)) = (&report, value.as_object_mut()) {
+        object.insert("path_counters".into(), serde_json::to_value(r)?);
+    }
     if json {
         crate::say(serde_json::to_string(&value)?);
-        return Ok(());
-    }
-    for (key, v) in value.as_object().into_iter().flatten() {
-        let lines = match (key.as_str(), v) {
-            ("services", serde_json::Value::Array(services)) => service_lines(services),
-            _ => status_value(v).into_iter().collect(),
-        };
-        for (i, text) in lines.iter().enumerate() {
-            let key = if i == 0 { key.as_str() } else { "" };
-            crate::say(format!("{key:<17} {text}"));
+    } else {
+        for (key, v) in value.as_object().into_iter().flatten() {
+            let lines = match (key.as_str(), v) {
+                ("path" | "path_counters", _) => continue,
+                ("services", serde_json::Value::Array(services)) => service_lines(services),
+                _ => status_value(v).into_iter().collect(),
+            };
+            for (i, text) in lines.iter().enumerate() {
+                let key = if i == 0 { key.as_str() } else { "" };
+                crate::say(format!("{key:<17} {text}"));
+            }
+        }
+        if let (Some(p), Some(r)) = (&path, &report) {
+            print_path(p, r);
         }
     }
-    Ok(())
+    match report {
+        Some(r) if !r.running => anyhow::bail!(
+            "lab {name:?}'s path is not forwarding: its delay line (pid {}) is not running; remove the lab with: sonde lab down --name {name}",
+            r.pid
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// The path of `lab status`, in words: what it does, whether its delay line runs, and what it
+/// counted each way.
+fn print_path(p: &sonde_lab::path::PathStatus, r: &sonde_lab::path::PathReport) {
+    let mut state = if r.running { "running" } else { "NOT RUNNING" }.to_string();
+    // Rewritten every 100 ms while it runs: older counters mean it is stuck.
+    if let Some(age) = r.age_ms.filter(|a| *a > 1000) {
+        state.push_str(&format!(", counters written {:.1} s ago", age as f64 / 1e3));
+    }
+    crate::say(format!(
+        "{:<17} {} in {} ({} — {}), delay line pid {} {state}",
+        "path", p.config, p.ns, p.scan_side_if, p.net_side_if, p.pid
+    ));
+    let Some(c) = &r.counters else { return };
+    for (what, f) in [("to lab", &c.to_lab), ("to scanner", &c.to_scanner)] {
+        crate::say(format!(
+            "{:<17} {} in, {} out, {} held (peak {}), {} dropped (queue full {}, hold full {}, \
+             too long {}, receive ring full {}, link {}), {} duplicated, {} corrupted, \
+             {} reordered, late by {:.1} µs at most ({:.1} µs mean)",
+            format!("path {what}"),
+            f.frames_in,
+            f.frames_out,
+            f.held,
+            f.held_peak,
+            f.dropped(),
+            f.queue_full,
+            f.hold_full,
+            f.too_long,
+            f.rx_ring_full,
+            f.link_dropped,
+            f.duplicated,
+            f.corrupted,
+            f.reordered,
+            f.late_max_ns as f64 / 1e3,
+            f.late_mean_ns as f64 / 1e3,
+        ));
+    }
 }
 
 /// The services of `lab status`, one line each: what serves on which port, what it shows
