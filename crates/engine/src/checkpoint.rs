@@ -44,6 +44,31 @@ pub fn check_writable(path: &Path, force: bool, resuming: Option<&Path>) -> anyh
     }
 }
 
+/// Creates `path` (never through a link, never over a file), writes `bytes` and syncs them to
+/// the disk.
+fn write_synced(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = output_file::open(path, IfExists::Refuse)?;
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .and_then(|()| match &out {
+            output_file::Output::File(file) => file.sync_all(),
+            output_file::Output::Stdout(_) => Ok(()),
+        })
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Syncs the folder of `path`, so a rename into it survives a crash.
+fn sync_folder_of(path: &Path) -> anyhow::Result<()> {
+    let folder = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(folder)
+        .and_then(|f| f.sync_all())
+        .with_context(|| format!("syncing the folder of {}", path.display()))
+}
+
 fn same_file(a: &Path, b: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     match (std::fs::metadata(a), std::fs::metadata(b)) {
@@ -109,10 +134,11 @@ impl Checkpoint {
             .with_context(|| format!("{} is not a sonde checkpoint", path.display()))
     }
 
-    /// Writes atomically: a crash while writing leaves the old file or none, never half of one.
-    /// The new file is made beside it (never through a link) and renamed over it, which
-    /// replaces a link rather than follow it; a device or FIFO (`--checkpoint /dev/null`) is
-    /// written in place, never replaced.
+    /// Writes atomically and durably: a crash while writing (or a power cut after) leaves the
+    /// old file or the new one, never half of one. The new file is made beside it (never
+    /// through a link), synced, renamed over it (which replaces a link rather than follow
+    /// it), and the folder synced; a failure removes the new file. A device or FIFO
+    /// (`--checkpoint /dev/null`) is written in place, never replaced.
     pub fn save(&self, path: &Path) -> anyhow::Result<()> {
         let text = serde_json::to_string_pretty(self)? + "\n";
         if output_file::is_written_in_place(path) {
@@ -127,8 +153,15 @@ impl Checkpoint {
         let tmp = PathBuf::from(tmp);
         // A leftover of a crashed run that had this pid (unlinking never follows a link).
         let _ = std::fs::remove_file(&tmp);
-        output_file::write_whole(&tmp, text.as_bytes(), IfExists::Refuse)?;
-        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+        let saved = write_synced(&tmp, text.as_bytes())
+            .and_then(|()| {
+                std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+            })
+            .and_then(|()| sync_folder_of(path));
+        if saved.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        saved
     }
 
     /// Refuses to resume into a different run, naming what differs.
@@ -320,6 +353,77 @@ mod tests {
         );
         let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
         assert!(kind.is_fifo(), "the FIFO was replaced by a file");
+    }
+
+    /// A small tmpfs mounted on a scratch folder (a disk that fills), unmounted and removed on
+    /// drop, also when the test fails. None without root.
+    struct SmallDisk(PathBuf);
+
+    impl SmallDisk {
+        fn mount(name: &str) -> Option<SmallDisk> {
+            use std::os::unix::fs::MetadataExt;
+            let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+            if !root {
+                eprintln!("skipping: mounting a tmpfs needs root");
+                return None;
+            }
+            let dir =
+                std::env::temp_dir().join(format!("sonde-disk-{name}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let disk = SmallDisk(dir);
+            let mounted = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "size=64k", "sonde-test"])
+                .arg(&disk.0)
+                .status()
+                .unwrap();
+            assert!(mounted.success(), "mount -t tmpfs failed");
+            Some(disk)
+        }
+
+        /// Fills the disk to the last byte.
+        fn fill(&self) {
+            use std::io::Write;
+            let mut f = std::fs::File::create(self.0.join("filler")).unwrap();
+            let block = [0u8; 4096];
+            while f.write_all(&block).is_ok() {}
+            let _ = f.write_all(&[0]);
+        }
+    }
+
+    impl Drop for SmallDisk {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+
+    /// A full disk: the save fails in one line, and leaves neither a temporary file nor a
+    /// half-written checkpoint.
+    #[test]
+    fn a_full_disk_leaves_no_temporary_file() {
+        let Some(disk) = SmallDisk::mount("full") else {
+            return;
+        };
+        let path = disk.0.join("ck.json");
+        checkpoint().save(&path).unwrap();
+        disk.fill();
+        let big = Checkpoint {
+            module: "x".repeat(256 * 1024),
+            ..checkpoint()
+        };
+        let err = big.save(&path).unwrap_err();
+        assert!(format!("{err:#}").contains("ck.json"), "{err:#}");
+        let mut left: Vec<String> = std::fs::read_dir(&disk.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["ck.json", "filler"], "a temporary file was left");
+        assert_eq!(
+            Checkpoint::load(&path).unwrap(),
+            checkpoint(),
+            "the old one stays"
+        );
     }
 
     #[test]
