@@ -200,7 +200,7 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
         let mut summary = run_plan(&args, plan, writer.holding_back(&refused), &stop, &metrics)?;
         let targets = refused.take();
         if !stop.is_set() && !targets.is_empty() {
-            let (round_args, _list) = names::target_file(&args.run, &targets, "legacy")?;
+            let round_args = names::target_list(&args.run, &targets);
             let options = AppOptions {
                 tls_max: TlsVersion::Tls11,
                 ..app_options(&args)?
@@ -224,7 +224,7 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
         if stop.is_set() {
             break;
         }
-        let (round_args, _list) = names::round_targets(&args.run, &names, round)?;
+        let round_args = names::round_targets(&args.run, &names, round);
         let app = app.clone().with_names(Arc::new(names.round(round)));
         let (plan, _) = grab_plan(&args, &round_args, &place, app, fields.clone())?;
         let last = run_plan(

@@ -35,6 +35,9 @@ pub struct RunArgs {
     /// Read targets from a file, one per line (# comments). IPv6 is scanned from such lists.
     #[arg(short = 'I', long = "input-file")]
     pub input_file: Option<PathBuf>,
+    /// Targets handed over in memory in place of -I (a grab round's): never through a file.
+    #[arg(skip)]
+    pub input_list: Option<sonde_scan::targets::TargetList>,
     /// Allowlist file: only these prefixes are probed.
     #[arg(short = 'w', long)]
     pub allowlist: Option<PathBuf>,
@@ -227,6 +230,7 @@ pub fn resolve(
     let request = TargetRequest {
         tokens: args.targets.clone(),
         input_file: args.input_file.clone(),
+        input_list: args.input_list.clone(),
         ports,
         default_ports,
         allowlist: args.allowlist.clone(),
