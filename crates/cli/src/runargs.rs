@@ -77,7 +77,7 @@ pub struct RunArgs {
     #[arg(short = 'c', long, default_value_t = 8.0)]
     pub cooldown: f64,
     /// Output file (default: stdout, or `-`; parquet needs a file; a device such as /dev/null
-    /// is written as it is).
+    /// is written as it is; another user's FIFO only with --force).
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
     /// Overwrite output files that exist (rows, --summary-json, --status-file, checkpoint).
