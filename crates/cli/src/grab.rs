@@ -172,6 +172,11 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
         &plan.run,
         args.output_format == OutputFormat::Parquet,
     )?;
+    // Bound before the output is made: a taken port leaves no empty file behind.
+    let metrics = args
+        .run
+        .metrics
+        .start(metric_labels(&args, &plan), args.run.quiet)?;
     let writer = open_writer_with(
         args.output_format,
         args.run.output.as_deref(),
@@ -181,10 +186,6 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
     if !args.run.quiet {
         announce(&args, &plan, &notes);
     }
-    let metrics = args
-        .run
-        .metrics
-        .start(metric_labels(&args, &plan), args.run.quiet)?;
     let stop = Stop::on_signals()?;
     let legacy_retry =
         args.app == AppKind::Tls && args.tls_max >= TlsVersion::Tls12 && args.run.resume.is_none();
