@@ -53,6 +53,7 @@ fn close_parser() -> impl TypedValueParser<Value = CloseMode> {
 /// it waits for every connection to end) is not offered.
 #[derive(Args)]
 #[command(
+    after_help = crate::EXIT_STATUS_HELP,
     mut_arg("rate", |a| a.help("New connections per second (first SYNs; retries are not counted); 0 = as fast as possible")),
     mut_arg("cooldown", |a| a.hide(true)),
     mut_arg("threads", |a| a.help("Engine threads, each pinned, on a queue of its own (give --queues N or more), owning its share of the targets and of the source ports; a reply that lands at another thread is handed to its owner. --max-outstanding and -r are split between them")),
@@ -247,7 +248,11 @@ fn finish(
     metrics: crate::metrics::Metrics,
 ) -> anyhow::Result<()> {
     report(args, summary)?;
-    metrics.end(summary)
+    metrics.end(summary)?;
+    match summary.interrupted {
+        true => Err(crate::Interrupted.into()),
+        false => Ok(()),
+    }
 }
 
 fn run_plan(

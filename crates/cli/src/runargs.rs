@@ -354,6 +354,7 @@ impl Resolved {
             xdp_mode: args.xdp_mode,
             ports: args.source_ports,
             resume: self.resume,
+            resumed_from: args.resume.clone(),
             // A resumed run updates the checkpoint it resumes, unless told otherwise.
             checkpoint: args
                 .checkpoint

@@ -3,7 +3,9 @@
 //! cursor's position plus the targets it had taken but not yet handed to the kernel.
 //!
 //! It is written as soon as sending stops (a job scheduler's SIGKILL may follow SIGTERM within
-//! seconds), and written again when the run ends, with the final counts.
+//! seconds), and written again when the run ends, with the final counts. A resumed run that
+//! goes on to its end marks it `complete`, and a complete checkpoint is never resumed again: a
+//! retried job script cannot probe the rest twice.
 //!
 //! By default it goes next to the run's output file (`results.csv.checkpoint.json`), so runs
 //! in one folder (the shards of one scan, say) never write the same one; when the rows go to
@@ -41,6 +43,16 @@ pub fn check_writable(path: &Path, force: bool, resuming: Option<&Path>) -> anyh
             p = path.display()
         ),
         other => Ok(other?),
+    }
+}
+
+/// Saves `done`, a complete checkpoint, at `path`, and over `resumed` too when that is another
+/// file (the checkpoint the run resumed, which must not be resumed again either).
+pub fn save_complete(done: &Checkpoint, path: &Path, resumed: Option<&Path>) -> anyhow::Result<()> {
+    done.save(path)?;
+    match resumed {
+        Some(from) if !same_file(from, path) => done.save(from),
+        _ => Ok(()),
     }
 }
 
@@ -93,6 +105,10 @@ pub struct Checkpoint {
     pub threads: Vec<ThreadCheckpoint>,
     /// False while the run that wrote it was still receiving (cooldown not finished).
     #[serde(default = "yes")]
+    pub receiving_done: bool,
+    /// True once the run is over: every target of the shard probed and its replies received.
+    /// Nothing is left to resume.
+    #[serde(default)]
     pub complete: bool,
 }
 
@@ -130,7 +146,18 @@ impl Checkpoint {
     pub fn load(path: &Path) -> anyhow::Result<Checkpoint> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading checkpoint {}", path.display()))?;
-        serde_json::from_str(&text)
+        let mut value: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a sonde checkpoint", path.display()))?;
+        // Before `receiving_done`, `complete` said what it says now; a checkpoint of that time
+        // was written only by a run that stopped early.
+        if let Some(fields) = value.as_object_mut() {
+            if !fields.contains_key("receiving_done") {
+                let received = fields.remove("complete").unwrap_or(true.into());
+                fields.insert("receiving_done".into(), received);
+                fields.insert("complete".into(), false.into());
+            }
+        }
+        serde_json::from_value(value)
             .with_context(|| format!("{} is not a sonde checkpoint", path.display()))
     }
 
@@ -164,8 +191,15 @@ impl Checkpoint {
         saved
     }
 
-    /// Refuses to resume into a different run, naming what differs.
+    /// Refuses to resume a run that is complete, or into a different run, naming what
+    /// differs.
     pub fn check_matches(&self, run: &RunIdentity) -> anyhow::Result<()> {
+        if self.complete {
+            bail!(
+                "the checkpoint is complete: its {} went to the end, nothing is left to resume (start a new run without --resume)",
+                self.tool
+            );
+        }
         let mut differs = Vec::new();
         if self.tool != run.tool {
             differs.push(format!("it is a {} checkpoint", self.tool));
@@ -224,7 +258,8 @@ mod tests {
             probes: 1,
             sent: 40,
             threads: vec![],
-            complete: true,
+            receiving_done: true,
+            complete: false,
         }
     }
 
@@ -428,8 +463,44 @@ mod tests {
 
     #[test]
     fn old_checkpoints_still_load() {
-        let text = r#"{"seed":1,"key":[1,2],"module":"tcp_syn","targets":4,"shard":[0,1],"probes":1,"sent":2,"threads":[]}"#;
-        let c: Checkpoint = serde_json::from_str(text).unwrap();
-        assert_eq!((c.tool.as_str(), c.complete), ("scan", true));
+        let dir = Scratch::new("old");
+        let path = dir.0.join("ck.json");
+        let oldest = r#"{"seed":1,"key":[1,2],"module":"tcp_syn","targets":4,"shard":[0,1],"probes":1,"sent":2,"threads":[]}"#;
+        std::fs::write(&path, oldest).unwrap();
+        let c = Checkpoint::load(&path).unwrap();
+        assert_eq!(
+            (c.tool.as_str(), c.receiving_done, c.complete),
+            ("scan", true, false)
+        );
+        // `complete` once meant that the cooldown was over: such a run still has targets left.
+        let received = oldest.replace("\"threads\":[]", "\"threads\":[],\"complete\":true");
+        std::fs::write(&path, received).unwrap();
+        let c = Checkpoint::load(&path).unwrap();
+        assert_eq!((c.receiving_done, c.complete), (true, false));
+        c.check_matches(&RunIdentity {
+            targets: 4,
+            ..identity()
+        })
+        .unwrap();
+    }
+
+    /// A resumed run that went to its end left its checkpoint as it was, so running the same
+    /// command again (a retried job) probed the rest a second time.
+    #[test]
+    fn a_complete_checkpoint_is_not_resumed() {
+        let done = Checkpoint {
+            complete: true,
+            ..checkpoint()
+        };
+        let err = done.check_matches(&identity()).unwrap_err().to_string();
+        assert!(
+            err.contains("complete") && err.contains("without --resume"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1);
+        let dir = Scratch::new("complete");
+        let path = dir.0.join("ck.json");
+        done.save(&path).unwrap();
+        assert!(Checkpoint::load(&path).unwrap().complete);
     }
 }

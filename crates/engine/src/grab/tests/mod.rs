@@ -118,6 +118,7 @@ fn plan(targets: &str, rate: f64, dir: &tempdir::Dir) -> GrabPlan<AnyApp> {
         xdp_mode: XdpMode::Auto,
         ports: PortRange::DEFAULT,
         resume: None,
+        resumed_from: None,
         checkpoint: dir.path("grab.checkpoint.json"),
         status_file: None,
         overwrite: true,
