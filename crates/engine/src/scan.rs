@@ -183,6 +183,8 @@ pub fn run(
     if !matches!(reason, StopReason::ReceiverFailed | StopReason::Failed) {
         failure.note(cooldown(&plan, stop, &mut status));
     }
+    // Replies received until now are with the writer.
+    let received_until = Instant::now();
     receiving.set(StopReason::Signal);
     let rx = rx_thread.join().expect("receiver thread panicked");
     let rx_failed = rx.error.is_some();
@@ -200,6 +202,10 @@ pub fn run(
     let link = status.source().link_seen;
     let resumed = plan.run.resume.is_some();
     let (states, sent) = match rx.durable {
+        // A failure skipped the cooldown: the last probes' replies had no time to come.
+        _ if all_written && reason == StopReason::Failed => {
+            before(&progress, received_until, plan.run.cooldown)
+        }
         _ if all_written => at_stop(&progress),
         Some(at) => before(&progress, at, plan.run.cooldown),
         None => at_start(&progress),
@@ -286,7 +292,7 @@ impl Failure {
 struct Progress {
     start: ThreadCheckpoint,
     snapshots: std::collections::VecDeque<(Instant, ThreadCheckpoint, u64)>,
-    stop: Option<(ThreadCheckpoint, u64)>,
+    stop: Option<(Instant, ThreadCheckpoint, u64)>,
 }
 
 /// How often a sender notes where it stands.
@@ -322,7 +328,7 @@ impl Progress {
 /// Each sender's position where it stopped, and the probes sent.
 fn at_stop(progress: &[Progress]) -> (Vec<ThreadCheckpoint>, u64) {
     let stops = progress.iter().filter_map(|p| p.stop.clone());
-    let (states, sent): (Vec<_>, Vec<_>) = stops.unzip();
+    let (states, sent): (Vec<_>, Vec<_>) = stops.map(|(_, state, n)| (state, n)).unzip();
     (states, sent.iter().sum())
 }
 
@@ -340,9 +346,9 @@ fn before(progress: &[Progress], durable: Instant, cooldown: f64) -> (Vec<Thread
         .iter()
         .map(|p| {
             let newest = p
-                .snapshots
+                .stop
                 .iter()
-                .rev()
+                .chain(p.snapshots.iter().rev())
                 .find(|(at, _, _)| until.is_some_and(|u| *at <= u));
             match newest {
                 Some((_, state, n)) => {
@@ -459,7 +465,7 @@ fn send(
                     let result = sender.run(t, stop, &counts.sent, progress);
                     stages::end_thread();
                     Counts::add_cpu(&counts.sender_user_ns, &counts.sender_sys_ns, start);
-                    let end = (sender.feed.checkpoint(), sender.sent);
+                    let end = (Instant::now(), sender.feed.checkpoint(), sender.sent);
                     progress.lock().expect("checkpoint lock")[t].stop = Some(end);
                     if result.is_err() {
                         // The other senders stop too: the run ends here.
