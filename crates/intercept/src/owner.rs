@@ -5,7 +5,11 @@
 
 use std::sync::OnceLock;
 
-use crate::path::{RULE_TAG, TABLE_PREFIX};
+/// How the comment of every NFQUEUE rule sonde adds begins (then `-PID-START` of the process
+/// that added it; an older sonde wrote it alone). Cleanup matches it exactly.
+pub const RULE_TAG: &str = "sonde-intercept";
+/// The prefix of the nftables tables bridge mode adds (then `PID_START` of sonde's process).
+pub const TABLE_PREFIX: &str = "sonde_intercept_";
 
 /// A process, as a rule's comment or a table's name records it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

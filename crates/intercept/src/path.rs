@@ -27,11 +27,7 @@ pub use crate::guard::{guard_main, Guard};
 
 use crate::command::{run, undo};
 
-/// How the comment of every NFQUEUE rule sonde adds begins (then `-PID-START` of the process
-/// that added it; an older sonde wrote it alone). Cleanup matches it exactly.
-pub const RULE_TAG: &str = "sonde-intercept";
-/// The prefix of the nftables tables bridge mode adds (then `PID_START` of sonde's process).
-pub const TABLE_PREFIX: &str = "sonde_intercept_";
+pub use crate::owner::{RULE_TAG, TABLE_PREFIX};
 /// The iptables tables an NFQUEUE rule may go in, all of which cleanup searches. (`nat` sees
 /// only a connection's first packet, so it is refused.)
 pub const RULE_TABLES: [&str; 4] = ["filter", "mangle", "raw", "security"];
