@@ -64,6 +64,7 @@ fn close_parser() -> impl TypedValueParser<Value = CloseMode> {
 /// it waits for every connection to end) is not offered.
 #[derive(Args)]
 #[command(
+    after_help = crate::EXIT_STATUS_HELP,
     mut_arg("rate", |a| a.help("New connections per second (first SYNs; retries are not counted); 0 = as fast as possible")),
     mut_arg("cooldown", |a| a.hide(true)),
     mut_arg("threads", |a| a.help("Engine threads, each pinned, on a queue of its own (give --queues N or more), owning its share of the targets and of the source ports; a reply that lands at another thread is handed to its owner. --max-outstanding and -r are split between them")),
@@ -195,6 +196,11 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
     let ports = args.ports.as_deref();
     let (plan, notes) = grab_plan(&args, &args.run, ports, &place, app.clone(), fields.clone())?;
     let mode = runargs::output_mode(&args.run, &plan.run, format == OutputFormat::Parquet)?;
+    // Bound before the output is made: a taken port leaves no empty file behind.
+    let metrics = args
+        .run
+        .metrics
+        .start(metric_labels(&args, &plan), args.run.quiet)?;
     let metadata = crate::scan::run_metadata(&plan.run);
     let writer = open_writer_with_metadata(
         format,
@@ -206,10 +212,6 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
     if !args.run.quiet {
         announce(&args, &plan, &notes);
     }
-    let metrics = args
-        .run
-        .metrics
-        .start(metric_labels(&args, &plan), args.run.quiet)?;
     let stop = Stop::on_signals()?;
     let legacy_retry =
         args.app == AppKind::Tls && args.tls_max >= TlsVersion::Tls12 && args.run.resume.is_none();
@@ -226,18 +228,18 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
         let refused = names::Refused::default();
         let mut summary = run_plan(&args, plan, writer.holding_back(&refused), &stop, &metrics)?;
         let retries: Vec<_> = [
-            (Retry::FirstFlight, TlsVersion::Tls11, "legacy"),
-            (Retry::Tls12, TlsVersion::Tls12, "tls12"),
+            (Retry::FirstFlight, TlsVersion::Tls11),
+            (Retry::Tls12, TlsVersion::Tls12),
         ]
         .into_iter()
-        .map(|(retry, tls_max, label)| (refused.take(retry), retry, tls_max, label))
+        .map(|(retry, tls_max)| (refused.take(retry), retry, tls_max))
         .filter(|(targets, ..)| !targets.is_empty() && !stop.is_set())
         .collect();
         if retries.is_empty() {
             writer.round(1, true).finish()?;
         }
-        for (i, (targets, retry, tls_max, label)) in retries.iter().enumerate() {
-            let (round_args, _list) = names::target_file(&args.run, targets, label)?;
+        for (i, (targets, retry, tls_max)) in retries.iter().enumerate() {
+            let round_args = names::target_list(&args.run, targets);
             let options = AppOptions {
                 tls_max: *tls_max,
                 tls_retry: *retry == Retry::Tls12,
@@ -262,7 +264,7 @@ pub fn run(args: GrabArgs) -> anyhow::Result<()> {
         if stop.is_set() {
             break;
         }
-        let (round_args, _list) = names::round_targets(&args.run, &names, round)?;
+        let round_args = names::round_targets(&args.run, &names, round);
         let app = app.clone().with_names(Arc::new(names.round(round)));
         let (plan, _) = grab_plan(&args, &round_args, ports, &place, app, fields.clone())?;
         let last = run_plan(
@@ -284,7 +286,11 @@ fn finish(
     metrics: crate::metrics::Metrics,
 ) -> anyhow::Result<()> {
     report(args, summary)?;
-    metrics.end(summary)
+    metrics.end(summary)?;
+    match summary.interrupted {
+        true => Err(crate::Interrupted.into()),
+        false => Ok(()),
+    }
 }
 
 fn run_plan(

@@ -59,6 +59,27 @@ enum Command {
     Intercept(intercept::InterceptArgs),
 }
 
+/// A scan or grab stopped by a signal (Ctrl-C, SIGTERM, SIGHUP, SIGQUIT) before its end. It
+/// has said so, with its checkpoint; sonde exits with [`INTERRUPTED`], so `sonde scan … &&
+/// next` does not go on with half a scan.
+#[derive(Debug)]
+pub struct Interrupted;
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted")
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// The exit status of an interrupted scan or grab: 130, as a shell gives a command that
+/// Ctrl-C ended (128 + SIGINT).
+pub const INTERRUPTED: i32 = 130;
+
+/// The exit statuses a scan and a grab end with, for their --help.
+pub const EXIT_STATUS_HELP: &str = "Exit status: 0 when the run went to its end; 130 when a signal (Ctrl-C, SIGTERM, SIGHUP, SIGQUIT) stopped it first (its checkpoint says where: finish it with --resume); 1 on an error (rows and checkpoint are still written as far as they can be); 2 on a usage error.";
+
 /// Prints a line on stdout; a closed pipe (`sonde ... | head`) ends output quietly instead of
 /// panicking.
 pub fn say(text: impl std::fmt::Display) {
@@ -80,6 +101,9 @@ fn main() {
         Command::Intercept(args) => intercept::run(args),
     };
     if let Err(err) = result {
+        if err.downcast_ref::<Interrupted>().is_some() {
+            std::process::exit(INTERRUPTED);
+        }
         // One line: the context chain joined, no backtrace.
         // Not eprintln!: after a hangup the terminal is gone, and a panic would abort.
         sonde_engine::status::to_stderr(format_args!("sonde: error: {err:#}"));

@@ -18,6 +18,24 @@ pub struct MetricsArgs {
     /// last values (the summary).
     #[arg(long, value_name = "S", default_value_t = 0.0, requires = "metrics", value_parser = linger_seconds)]
     pub metrics_linger: f64,
+    /// With --metrics: a host name the page is also served for (repeatable). Requests naming
+    /// another host than the address listened on (or localhost, on a loopback address) are
+    /// refused (421), so a web page cannot read the metrics through a name rebound to it.
+    #[arg(long, value_name = "NAME", requires = "metrics", value_parser = host_name)]
+    pub metrics_host: Vec<String>,
+}
+
+fn host_name(text: &str) -> Result<String, String> {
+    let name = text.trim();
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+    match ok {
+        true => Ok(name.to_string()),
+        false => Err("give a host name, like metrics.example.org (no port)".into()),
+    }
 }
 
 fn socket_address(text: &str) -> Result<SocketAddr, String> {
@@ -39,7 +57,13 @@ impl MetricsArgs {
     /// with the command that reaches it from a shell.
     pub fn start(&self, run: RunLabels, quiet: bool) -> anyhow::Result<Metrics> {
         let command = run.command;
-        let metrics = Metrics::start(self.metrics, self.metrics_linger, run, true)?;
+        let metrics = Metrics::start(
+            self.metrics,
+            &self.metrics_host,
+            self.metrics_linger,
+            run,
+            true,
+        )?;
         if let (Some(addr), false) = (metrics.address(), quiet) {
             sonde_engine::status::to_stderr(format_args!("{command}: {}", where_served(addr)));
         }
@@ -77,5 +101,7 @@ mod tests {
         assert!(linger_seconds("2.5").is_ok());
         assert!(linger_seconds("-1").is_err());
         assert!(linger_seconds("NaN").is_err());
+        assert_eq!(host_name(" sonde.lab ").unwrap(), "sonde.lab");
+        assert!(host_name("sonde.lab:9464").is_err() && host_name("").is_err());
     }
 }

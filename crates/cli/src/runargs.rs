@@ -37,6 +37,9 @@ pub struct RunArgs {
     /// sonde grab -I -). IPv6 is scanned from such lists.
     #[arg(short = 'I', long = "input-file")]
     pub input_file: Option<PathBuf>,
+    /// Targets handed over in memory in place of -I (a grab round's): never through a file.
+    #[arg(skip)]
+    pub input_list: Option<sonde_scan::targets::TargetList>,
     /// Allowlist file: only these prefixes are probed.
     #[arg(short = 'w', long)]
     pub allowlist: Option<PathBuf>,
@@ -77,7 +80,7 @@ pub struct RunArgs {
     #[arg(short = 'c', long, default_value_t = 8.0)]
     pub cooldown: f64,
     /// Output file (default: stdout, or `-`; parquet needs a file; a device such as /dev/null
-    /// is written as it is).
+    /// is written as it is; another user's FIFO only with --force).
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
     /// Overwrite output files that exist (rows, --summary-json, --status-file, checkpoint).
@@ -267,6 +270,7 @@ pub fn resolve(
     let request = TargetRequest {
         tokens: args.targets.clone(),
         input_file: args.input_file.clone(),
+        input_list: args.input_list.clone(),
         ports,
         default_ports,
         allowlist: args.allowlist.clone(),
@@ -393,6 +397,7 @@ impl Resolved {
             xdp_mode: args.xdp_mode,
             ports: args.source_ports,
             resume: self.resume,
+            resumed_from: args.resume.clone(),
             // A resumed run updates the checkpoint it resumes, unless told otherwise.
             checkpoint: args
                 .checkpoint

@@ -300,7 +300,7 @@ fn bridge_lab_carries_what_a_physical_link_carries() {
         !listed.contains(&format!("sonde-{name}-")),
         "namespaces left: {listed}"
     );
-    let state_dir = format!("/run/sonde/lab/{name}/");
+    let state_dir = format!("/run/sonde/lab/bridges/{name}/");
     assert!(
         !std::path::Path::new(&state_dir).exists(),
         "{state_dir} left"

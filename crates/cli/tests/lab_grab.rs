@@ -300,9 +300,10 @@ fn an_interrupted_grab_resumes_with_nothing_lost_or_twice() {
     )
     .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "interrupted: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     let mut args = vec![

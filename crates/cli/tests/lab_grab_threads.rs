@@ -156,7 +156,12 @@ fn a_two_thread_grab_interrupted_resumes_with_nothing_lost_or_twice() {
     )
     .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "interrupted: {}",
+        stderr(&out)
+    );
     let ck: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&checkpoint).unwrap()).unwrap();
     assert_eq!(ck["threads"].as_array().map(Vec::len), Some(2), "{ck}");

@@ -105,7 +105,12 @@ fn a_hangup_ends_a_scan_with_every_row_and_the_parquet_footer() {
     // 13 s of sending at 5,000 pps: the hangup comes well before the end.
     std::thread::sleep(Duration::from_millis(2500));
     let done = hang_up(child);
-    assert!(done.status.success(), "the scan died: {:?}", done.status);
+    assert_eq!(
+        done.status.code(),
+        Some(130),
+        "the scan died: {:?}",
+        done.status
+    );
     let s = json(&summary);
     assert_eq!(s["interrupted"], true, "{s}");
     assert!(
@@ -117,7 +122,8 @@ fn a_hangup_ends_a_scan_with_every_row_and_the_parquet_footer() {
     assert_eq!(parquet_rows(&out), hits, "rows lost: {s}");
     // The checkpoint went next to the output (never into the working folder) and is final.
     let checkpoint = json(&format!("{out}.checkpoint.json"));
-    assert_eq!(checkpoint["complete"], true, "{checkpoint}");
+    assert_eq!(checkpoint["receiving_done"], true, "{checkpoint}");
+    assert_eq!(checkpoint["complete"], false, "{checkpoint}");
     assert!(!lab.dir.join("sonde-scan.checkpoint.json").exists());
 }
 
@@ -158,14 +164,20 @@ fn a_hangup_ends_a_grab_with_every_row_and_the_parquet_footer() {
     // 8 s of new connections at 500/s: the hangup comes well before the end.
     std::thread::sleep(Duration::from_millis(2500));
     let done = hang_up(child);
-    assert!(done.status.success(), "the grab died: {:?}", done.status);
+    assert_eq!(
+        done.status.code(),
+        Some(130),
+        "the grab died: {:?}",
+        done.status
+    );
     let s = json(&summary);
     assert_eq!(s["interrupted"], true, "{s}");
     let rows = s["completed"].as_i64().unwrap() + s["syn_timeouts"].as_i64().unwrap();
     assert!(rows > 0 && rows < 4096, "{s}");
     assert_eq!(parquet_rows(&out), rows, "rows lost: {s}");
     let checkpoint = json(&format!("{out}.checkpoint.json"));
-    assert_eq!(checkpoint["complete"], true, "{checkpoint}");
+    assert_eq!(checkpoint["receiving_done"], true, "{checkpoint}");
+    assert_eq!(checkpoint["complete"], false, "{checkpoint}");
 }
 
 #[test]

@@ -154,13 +154,33 @@ fn sonde_rules(ns: &str) -> String {
         for table in ["filter", "mangle", "raw", "security"] {
             let out = in_ns(ns, &[program, "-w", "-t", table, "-S"]);
             for line in String::from_utf8_lossy(&out.stdout).lines() {
-                if line.contains("--comment sonde-intercept ") {
+                if is_sonde_rule(line) {
                     found.push(format!("{program} {table}: {line}"));
                 }
             }
         }
     }
     found.join("\n")
+}
+
+/// Whether a line of `iptables -S` is a rule sonde added: its comment is `sonde-intercept`
+/// (older sondes) or `sonde-intercept-PID-START` (the process that added it).
+fn is_sonde_rule(line: &str) -> bool {
+    line.split(" --comment ").skip(1).any(|rest| {
+        let comment = rest.split(' ').next().unwrap_or("");
+        match comment.strip_prefix("sonde-intercept") {
+            Some("") => true,
+            Some(owner) => {
+                let parts: Vec<&str> = owner.split('-').collect();
+                parts.len() == 3
+                    && parts[0].is_empty()
+                    && parts[1..]
+                        .iter()
+                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            }
+            None => false,
+        }
+    })
 }
 
 /// Whether an XDP program is attached to `dev` in `ns`.
@@ -805,6 +825,67 @@ fn cleanup_after_kill_9_removes_mangle_rules_of_both_families() {
     );
     assert_all_arrive(&lab, 7, "IPv4 did not come back after cleanup");
     assert!(ping6_ok(&lab), "IPv6 did not come back after cleanup");
+}
+
+/// `sonde intercept cleanup` used to remove a running intercept's rule: it went on without
+/// dropping, and noticed only at its exit. Cleanup spares what a running sonde added now, and
+/// says so; `--force` removes it, and the intercept then stops at once, saying why.
+#[test]
+fn cleanup_spares_a_running_intercept_and_a_forced_one_notices() {
+    let Some(lab) = bridge_lab() else {
+        return;
+    };
+    let a = ns(&lab, "a");
+    let to_b = format!("OUTPUT -d {B_V4}");
+    let mut run = Intercept::start(
+        &lab,
+        &a,
+        &[
+            "stack",
+            "--queue",
+            "5",
+            "--install-rule",
+            &to_b,
+            "drop udp dst port 9",
+        ],
+        || sonde_rules(&a).lines().count() == 1,
+    );
+    let spared = in_ns(&a, &[SONDE, "intercept", "cleanup"]);
+    assert!(spared.status.success(), "cleanup: {}", stderr(&spared));
+    let said = String::from_utf8_lossy(&spared.stdout).into_owned();
+    assert_eq!(
+        sonde_rules(&a).lines().count(),
+        1,
+        "cleanup removed a running intercept's rule: {said}"
+    );
+    assert!(said.contains("--force"), "{said}");
+    let (sent, got) = udp_stream(
+        &lab,
+        9,
+        Duration::from_millis(5),
+        Duration::from_millis(200),
+    );
+    assert!(sent > 0 && got.is_empty(), "{} of {sent} passed", got.len());
+
+    let forced = in_ns(&a, &[SONDE, "intercept", "cleanup", "--force"]);
+    assert!(
+        forced.status.success(),
+        "cleanup --force: {}",
+        stderr(&forced)
+    );
+    assert_eq!(sonde_rules(&a), "", "--force left the rule");
+    let removed_at = Instant::now();
+    while run.child.try_wait().unwrap().is_none() {
+        assert!(
+            removed_at.elapsed() < Duration::from_secs(5),
+            "the intercept went on without its rule"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = run.wait();
+    assert!(!out.status.success(), "it stopped as if all was well");
+    let err = stderr(&out);
+    assert!(err.contains("removed") && err.contains(&to_b), "{err}");
 }
 
 /// Datagrams from `flows` sockets of A (each its own source port, so the veth spreads them

@@ -435,3 +435,193 @@ fn prometheus_scrapes_a_scan_a_grab_and_a_blast_and_keeps_their_summaries() {
     assert_eq!(success, grab["success"].as_f64().unwrap());
     drop(prom);
 }
+
+/// A command in the lab's namespace, killed when dropped (a client that holds sonde's page).
+struct Held(Child);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A client in `ns` that connects to `addr` and sends its request one byte every 1.5 s (or,
+/// `idle`, nothing at all), for a minute.
+fn slow_client(ns: &str, addr: &str, idle: bool) -> Held {
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let script = format!(
+        "import socket,time\n\
+         s=socket.create_connection(('{host}',{port}))\n\
+         for b in b'GET /metrics HTTP/1.1\\r\\nHost: {addr}\\r\\n\\r\\n':\n\
+         \x20   time.sleep(1.5)\n\
+         \x20   {send}\n\
+         time.sleep(60)\n",
+        send = if idle { "pass" } else { "s.send(bytes([b]))" }
+    );
+    Held(
+        in_ns(ns, &["python3", "-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// The status of `GET /metrics` at `addr` with `Host: host` (none: no Host line), fetched in
+/// `ns`; None when nothing answered within 1 s.
+fn status_for_host(ns: &str, addr: &str, host: Option<&str>) -> Option<u16> {
+    let (ip, port) = addr.rsplit_once(':').unwrap();
+    let header = match host {
+        Some(h) => format!("c.putheader('Host','{h}')"),
+        None => String::new(),
+    };
+    let script = format!(
+        "import http.client\n\
+         c=http.client.HTTPConnection('{ip}',{port},timeout=1)\n\
+         c.putrequest('GET','/metrics',skip_host=True)\n\
+         {header}\n\
+         c.endheaders()\n\
+         print(c.getresponse().status)\n"
+    );
+    let out = run(in_ns(ns, &["python3", "-c", &script]));
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+}
+
+/// Clients that hold a connection (one sending a byte every 1.5 s, one sending nothing) used
+/// to take the page from everyone else (5 of 5 scrapes failed), and to hold sonde after its run
+/// until they went away. A page is answered only for the bound address or the names given
+/// (`--metrics-host`), so a page in a browser cannot read it by DNS rebinding.
+#[test]
+fn slow_clients_cannot_hold_the_page_and_a_foreign_host_is_refused() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&[
+        "--population",
+        "198.18.0.0/24",
+        "--responsive",
+        "0.5",
+        "--tcp-open",
+        "80",
+    ]);
+    let ns = scanner_ns(&lab);
+    let summary = lab.file("scan.json");
+    // About 10 s of sending at 25 pps, then 1 s of cooldown.
+    let mut sonde = Held(
+        Command::new(SONDE)
+            .args(["scan", "--lab", &lab.name, "-q", "--no-default-blocklist"])
+            .args(["198.18.0.0/24", "-p", "80", "-r", "25", "--cooldown", "1"])
+            .args(["-o", &lab.file("scan.csv"), "--summary-json", &summary])
+            .args(["--metrics", METRICS, "--metrics-host", "sonde.lab"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while scrape(&ns).is_none() {
+        assert!(Instant::now() < deadline, "the page never answered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _holders = [
+        slow_client(&ns, METRICS, false),
+        slow_client(&ns, METRICS, false),
+        slow_client(&ns, METRICS, true),
+    ];
+    std::thread::sleep(Duration::from_millis(500));
+    let answered = (0..5)
+        .filter(|_| {
+            std::thread::sleep(Duration::from_millis(300));
+            status_for_host(&ns, METRICS, Some(METRICS)) == Some(200)
+        })
+        .count();
+    assert_eq!(
+        answered, 5,
+        "scrapes answered while slow clients held connections"
+    );
+    for (host, want) in [
+        (Some("127.0.0.1"), 200),
+        (Some("sonde.lab:9464"), 200),
+        (Some("localhost:9464"), 200),
+        (None, 200),
+        (Some("rebound.example:9464"), 421),
+        (Some("127.0.0.1.rebound.example"), 421),
+    ] {
+        assert_eq!(
+            status_for_host(&ns, METRICS, host),
+            Some(want),
+            "Host: {host:?}"
+        );
+    }
+    // The run ends while the slow clients still hold their connections: sonde does not wait
+    // for them.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::metadata(&summary).is_ok_and(|m| m.len() > 0) {
+        assert!(Instant::now() < deadline, "the scan did not end");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ended = Instant::now();
+    let status = loop {
+        if let Some(status) = sonde.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            ended.elapsed() < Duration::from_secs(5),
+            "sonde waited on its metrics clients after the run"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+}
+
+/// A taken --metrics port used to fail a grab after its output was created: the empty file
+/// was left behind, and the run again refused it as existing.
+#[test]
+fn a_taken_metrics_port_creates_no_output() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&["--population", "198.18.0.0/28", "--tcp-open", "80"]);
+    let ns = scanner_ns(&lab);
+    let (_, port) = METRICS.rsplit_once(':').unwrap();
+    let _taken = Held(
+        in_ns(
+            &ns,
+            &[
+                "python3",
+                "-c",
+                &format!("import socket,time\ns=socket.socket()\ns.bind(('127.0.0.1',{port}))\ns.listen()\ntime.sleep(60)\n"),
+            ],
+        )
+        .spawn()
+        .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status_for_host(&ns, METRICS, None).is_none()
+        && !run(in_ns(&ns, &["ss", "-Htln", &format!("sport = :{port}")]))
+            .stdout
+            .starts_with(b"LISTEN")
+    {
+        assert!(Instant::now() < deadline, "the port was not taken");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = lab.file("grab.ndjson");
+    let grab = common::sonde(&[
+        "grab",
+        "--lab",
+        &lab.name,
+        "-q",
+        "--no-default-blocklist",
+        "198.18.0.0/28",
+        "-o",
+        &out,
+        "--metrics",
+        METRICS,
+    ]);
+    assert!(!grab.status.success());
+    assert!(stderr(&grab).contains("--metrics"), "{}", stderr(&grab));
+    assert!(
+        !std::path::Path::new(&out).exists(),
+        "grab created {out} first"
+    );
+}

@@ -95,6 +95,7 @@ fn services_answer_as_the_truth_says() {
         "--services",
         ALL,
     ]);
+    keys_are_private(&lab);
     let truth = truth_rows(&lab);
     let live_on = |port: u64| -> Vec<&serde_json::Value> {
         truth
@@ -230,6 +231,33 @@ fn services_answer_as_the_truth_says() {
 }
 
 /// openssl s_client and ssh-keyscan from the scanner namespace see what the truth says.
+/// No user of the host but root (and exim's group, for exim's key) reads a service's private
+/// key: the smtp key was 0644, read by `nobody`.
+fn keys_are_private(lab: &Lab) {
+    use std::os::unix::fs::MetadataExt;
+    let dir = format!("/run/sonde/lab/{}-services", lab.name);
+    let mut keys = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !(name.ends_with("-key.pem") || name.ends_with("_key")) {
+            continue;
+        }
+        keys += 1;
+        let meta = entry.metadata().unwrap();
+        assert_eq!(meta.mode() & 0o007, 0, "{name} is readable by all");
+        assert_eq!(meta.uid(), 0, "{name} is not root's");
+        if name == "smtp-key.pem" {
+            let exim = nix::unistd::Group::from_name("Debian-exim")
+                .unwrap()
+                .unwrap();
+            assert_eq!(meta.gid(), exim.gid.as_raw(), "{name}'s group");
+            assert_eq!(meta.mode() & 0o777, 0o640, "{name}");
+        }
+    }
+    assert!(keys >= 5, "{keys} keys in {dir}");
+}
+
 fn real_clients_agree(lab: &Lab, truth: &[serde_json::Value]) {
     let row = |port: u64| {
         truth

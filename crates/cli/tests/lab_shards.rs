@@ -75,8 +75,13 @@ fn wait_bounded(mut child: Child, limit: Duration) -> Output {
 }
 
 fn finished(child: Child, what: &str) {
+    ended_with(child, what, 0);
+}
+
+/// Waits for `child` and checks its exit status: 0 at its end, 130 when a signal stopped it.
+fn ended_with(child: Child, what: &str, code: i32) {
     let out = wait_bounded(child, Duration::from_secs(60));
-    assert!(out.status.success(), "{what}: {}", stderr(&out));
+    assert_eq!(out.status.code(), Some(code), "{what}: {}", stderr(&out));
 }
 
 #[test]
@@ -132,7 +137,7 @@ fn slurm_array_shards_resume_and_read_as_one_table_in_duckdb() {
     }
     let pid = nix::unistd::Pid::from_raw(killed.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
-    finished(killed, "the stopped task");
+    ended_with(killed, "the stopped task", 130);
     let checkpoint = format!("{first}.checkpoint.json");
     assert!(Path::new(&checkpoint).exists(), "no checkpoint written");
     // Resubmitted alone: Slurm tells it it is task 2 of an array of one (2-2); the checkpoint

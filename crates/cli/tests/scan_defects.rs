@@ -175,9 +175,10 @@ fn ctrl_c_at_one_probe_per_second_stops_at_once_and_sends_nothing_more() {
     let asked = Instant::now();
     signal(&child, nix::sys::signal::Signal::SIGINT);
     let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "interrupted: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
@@ -238,6 +239,7 @@ fn the_checkpoint_is_written_when_sending_stops_before_the_cooldown() {
         &std::fs::read(&checkpoint).expect("no checkpoint during the cooldown"),
     )
     .unwrap();
+    assert_eq!(early["receiving_done"], false, "{early}");
     assert_eq!(early["complete"], false, "{early}");
     signal(&child, nix::sys::signal::Signal::SIGKILL);
     let _ = child.wait_with_output();

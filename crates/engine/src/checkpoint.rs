@@ -3,7 +3,9 @@
 //! cursor's position plus the targets it had taken but not yet handed to the kernel.
 //!
 //! It is written as soon as sending stops (a job scheduler's SIGKILL may follow SIGTERM within
-//! seconds), and written again when the run ends, with the final counts.
+//! seconds), and written again when the run ends, with the final counts. A resumed run that
+//! goes on to its end marks it `complete`, and a complete checkpoint is never resumed again: a
+//! retried job script cannot probe the rest twice.
 //!
 //! By default it goes next to the run's output file (`results.csv.checkpoint.json`), so runs
 //! in one folder (the shards of one scan, say) never write the same one; when the rows go to
@@ -44,6 +46,41 @@ pub fn check_writable(path: &Path, force: bool, resuming: Option<&Path>) -> anyh
     }
 }
 
+/// Saves `done`, a complete checkpoint, at `path`, and over `resumed` too when that is another
+/// file (the checkpoint the run resumed, which must not be resumed again either).
+pub fn save_complete(done: &Checkpoint, path: &Path, resumed: Option<&Path>) -> anyhow::Result<()> {
+    done.save(path)?;
+    match resumed {
+        Some(from) if !same_file(from, path) => done.save(from),
+        _ => Ok(()),
+    }
+}
+
+/// Creates `path` (never through a link, never over a file), writes `bytes` and syncs them to
+/// the disk.
+fn write_synced(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = output_file::open(path, IfExists::Refuse)?;
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .and_then(|()| match &out {
+            output_file::Output::File(file) => file.sync_all(),
+            output_file::Output::Stdout(_) => Ok(()),
+        })
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Syncs the folder of `path`, so a rename into it survives a crash.
+fn sync_folder_of(path: &Path) -> anyhow::Result<()> {
+    let folder = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(folder)
+        .and_then(|f| f.sync_all())
+        .with_context(|| format!("syncing the folder of {}", path.display()))
+}
+
 fn same_file(a: &Path, b: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     match (std::fs::metadata(a), std::fs::metadata(b)) {
@@ -68,6 +105,10 @@ pub struct Checkpoint {
     pub threads: Vec<ThreadCheckpoint>,
     /// False while the run that wrote it was still receiving (cooldown not finished).
     #[serde(default = "yes")]
+    pub receiving_done: bool,
+    /// True once the run is over: every target of the shard probed and its replies received.
+    /// Nothing is left to resume.
+    #[serde(default)]
     pub complete: bool,
 }
 
@@ -105,14 +146,26 @@ impl Checkpoint {
     pub fn load(path: &Path) -> anyhow::Result<Checkpoint> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading checkpoint {}", path.display()))?;
-        serde_json::from_str(&text)
+        let mut value: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a sonde checkpoint", path.display()))?;
+        // Before `receiving_done`, `complete` said what it says now; a checkpoint of that time
+        // was written only by a run that stopped early.
+        if let Some(fields) = value.as_object_mut() {
+            if !fields.contains_key("receiving_done") {
+                let received = fields.remove("complete").unwrap_or(true.into());
+                fields.insert("receiving_done".into(), received);
+                fields.insert("complete".into(), false.into());
+            }
+        }
+        serde_json::from_value(value)
             .with_context(|| format!("{} is not a sonde checkpoint", path.display()))
     }
 
-    /// Writes atomically: a crash while writing leaves the old file or none, never half of one.
-    /// The new file is made beside it (never through a link) and renamed over it, which
-    /// replaces a link rather than follow it; a device or FIFO (`--checkpoint /dev/null`) is
-    /// written in place, never replaced.
+    /// Writes atomically and durably: a crash while writing (or a power cut after) leaves the
+    /// old file or the new one, never half of one. The new file is made beside it (never
+    /// through a link), synced, renamed over it (which replaces a link rather than follow
+    /// it), and the folder synced; a failure removes the new file. A device or FIFO
+    /// (`--checkpoint /dev/null`) is written in place, never replaced.
     pub fn save(&self, path: &Path) -> anyhow::Result<()> {
         let text = serde_json::to_string_pretty(self)? + "\n";
         if output_file::is_written_in_place(path) {
@@ -127,12 +180,26 @@ impl Checkpoint {
         let tmp = PathBuf::from(tmp);
         // A leftover of a crashed run that had this pid (unlinking never follows a link).
         let _ = std::fs::remove_file(&tmp);
-        output_file::write_whole(&tmp, text.as_bytes(), IfExists::Refuse)?;
-        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+        let saved = write_synced(&tmp, text.as_bytes())
+            .and_then(|()| {
+                std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+            })
+            .and_then(|()| sync_folder_of(path));
+        if saved.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        saved
     }
 
-    /// Refuses to resume into a different run, naming what differs.
+    /// Refuses to resume a run that is complete, or into a different run, naming what
+    /// differs.
     pub fn check_matches(&self, run: &RunIdentity) -> anyhow::Result<()> {
+        if self.complete {
+            bail!(
+                "the checkpoint is complete: its {} went to the end, nothing is left to resume (start a new run without --resume)",
+                self.tool
+            );
+        }
         let mut differs = Vec::new();
         if self.tool != run.tool {
             differs.push(format!("it is a {} checkpoint", self.tool));
@@ -191,7 +258,8 @@ mod tests {
             probes: 1,
             sent: 40,
             threads: vec![],
-            complete: true,
+            receiving_done: true,
+            complete: false,
         }
     }
 
@@ -322,10 +390,117 @@ mod tests {
         assert!(kind.is_fifo(), "the FIFO was replaced by a file");
     }
 
+    /// A small tmpfs mounted on a scratch folder (a disk that fills), unmounted and removed on
+    /// drop, also when the test fails. None without root.
+    struct SmallDisk(PathBuf);
+
+    impl SmallDisk {
+        fn mount(name: &str) -> Option<SmallDisk> {
+            use std::os::unix::fs::MetadataExt;
+            let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+            if !root {
+                eprintln!("skipping: mounting a tmpfs needs root");
+                return None;
+            }
+            let dir =
+                std::env::temp_dir().join(format!("sonde-disk-{name}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let disk = SmallDisk(dir);
+            let mounted = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "size=64k", "sonde-test"])
+                .arg(&disk.0)
+                .status()
+                .unwrap();
+            assert!(mounted.success(), "mount -t tmpfs failed");
+            Some(disk)
+        }
+
+        /// Fills the disk to the last byte.
+        fn fill(&self) {
+            use std::io::Write;
+            let mut f = std::fs::File::create(self.0.join("filler")).unwrap();
+            let block = [0u8; 4096];
+            while f.write_all(&block).is_ok() {}
+            let _ = f.write_all(&[0]);
+        }
+    }
+
+    impl Drop for SmallDisk {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+
+    /// A full disk: the save fails in one line, and leaves neither a temporary file nor a
+    /// half-written checkpoint.
+    #[test]
+    fn a_full_disk_leaves_no_temporary_file() {
+        let Some(disk) = SmallDisk::mount("full") else {
+            return;
+        };
+        let path = disk.0.join("ck.json");
+        checkpoint().save(&path).unwrap();
+        disk.fill();
+        let big = Checkpoint {
+            module: "x".repeat(256 * 1024),
+            ..checkpoint()
+        };
+        let err = big.save(&path).unwrap_err();
+        assert!(format!("{err:#}").contains("ck.json"), "{err:#}");
+        let mut left: Vec<String> = std::fs::read_dir(&disk.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["ck.json", "filler"], "a temporary file was left");
+        assert_eq!(
+            Checkpoint::load(&path).unwrap(),
+            checkpoint(),
+            "the old one stays"
+        );
+    }
+
     #[test]
     fn old_checkpoints_still_load() {
-        let text = r#"{"seed":1,"key":[1,2],"module":"tcp_syn","targets":4,"shard":[0,1],"probes":1,"sent":2,"threads":[]}"#;
-        let c: Checkpoint = serde_json::from_str(text).unwrap();
-        assert_eq!((c.tool.as_str(), c.complete), ("scan", true));
+        let dir = Scratch::new("old");
+        let path = dir.0.join("ck.json");
+        let oldest = r#"{"seed":1,"key":[1,2],"module":"tcp_syn","targets":4,"shard":[0,1],"probes":1,"sent":2,"threads":[]}"#;
+        std::fs::write(&path, oldest).unwrap();
+        let c = Checkpoint::load(&path).unwrap();
+        assert_eq!(
+            (c.tool.as_str(), c.receiving_done, c.complete),
+            ("scan", true, false)
+        );
+        // `complete` once meant that the cooldown was over: such a run still has targets left.
+        let received = oldest.replace("\"threads\":[]", "\"threads\":[],\"complete\":true");
+        std::fs::write(&path, received).unwrap();
+        let c = Checkpoint::load(&path).unwrap();
+        assert_eq!((c.receiving_done, c.complete), (true, false));
+        c.check_matches(&RunIdentity {
+            targets: 4,
+            ..identity()
+        })
+        .unwrap();
+    }
+
+    /// A resumed run that went to its end left its checkpoint as it was, so running the same
+    /// command again (a retried job) probed the rest a second time.
+    #[test]
+    fn a_complete_checkpoint_is_not_resumed() {
+        let done = Checkpoint {
+            complete: true,
+            ..checkpoint()
+        };
+        let err = done.check_matches(&identity()).unwrap_err().to_string();
+        assert!(
+            err.contains("complete") && err.contains("without --resume"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1);
+        let dir = Scratch::new("complete");
+        let path = dir.0.join("ck.json");
+        done.save(&path).unwrap();
+        assert!(Checkpoint::load(&path).unwrap().complete);
     }
 }

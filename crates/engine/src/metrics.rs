@@ -29,11 +29,13 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Binds the exporter (before anything is sent, so a taken port fails the command at once)
-    /// and says where it listens, unless `quiet`.
-    /// `addr`: where to serve (None: no exporter); `linger_s`: seconds to stay up after the end.
+    /// Binds the exporter (before anything is sent or any output made, so a taken port fails
+    /// the command at once, leaving nothing behind) and says where it listens, unless `quiet`.
+    /// `addr`: where to serve (None: no exporter); `hosts`: names besides the address that the
+    /// page is served for (`--metrics-host`); `linger_s`: seconds to stay up after the end.
     pub fn start(
         addr: Option<SocketAddr>,
+        hosts: &[String],
         linger_s: f64,
         run: RunLabels,
         quiet: bool,
@@ -42,7 +44,7 @@ impl Metrics {
             None => None,
             Some(addr) => {
                 let labels = Labels::new(run.command, run.module, run.backend, run.shard);
-                let exporter = Exporter::bind(addr, labels, run.target_rate).with_context(|| {
+                let exporter = Exporter::bind(addr, labels, run.target_rate, hosts).with_context(|| {
                     format!("cannot serve --metrics on {addr}: give a free address and port of this host (inside the lab's scanner namespace with --lab)")
                 })?;
                 if !quiet {

@@ -47,6 +47,8 @@ pub struct RunPlan {
     pub xdp_mode: XdpMode,
     pub ports: PortRange,
     pub resume: Option<Checkpoint>,
+    /// The file `resume` was read from (`--resume`).
+    pub resumed_from: Option<PathBuf>,
     pub checkpoint: PathBuf,
     pub status_file: Option<PathBuf>,
     /// `--force`: an output file that exists may be overwritten (the status file is opened by

@@ -114,6 +114,11 @@ pub struct ScanSummary {
 
 /// Runs the scan until every target is probed (or `stop`), then receives for the cooldown,
 /// writes every row to `writer` and finishes it.
+///
+/// On every way out the output is finished (as far as the disk allows) and, when targets are
+/// left, the checkpoint counts only what the output holds: when the rows could not all be
+/// written, the senders' positions as they stood a cooldown before the output last held every
+/// row (see [`Progress`]). A failure is returned after that, naming the checkpoint.
 pub fn run(
     plan: ScanPlan,
     writer: Box<dyn RowWriter + Send>,
@@ -131,7 +136,7 @@ pub fn run(
         .collect::<anyhow::Result<Vec<_>>>()?;
     let total: u64 = feeds.iter().map(Feed::left).sum();
     let watch = Stopwatch::start();
-    let states = Mutex::new(vec![None; feeds.len()]);
+    let progress = Mutex::new(feeds.iter().map(Progress::start).collect::<Vec<_>>());
     let receiving = Stop::manual();
     let rx_thread = {
         let (receiving, stop) = (receiving.clone(), stop.clone());
@@ -147,6 +152,7 @@ pub fn run(
         IfExists::force(plan.run.overwrite),
     )?
     .publishing(plan.run.metrics.clone());
+    let mut failure = Failure::default();
     let send_start = Instant::now();
     let send_result = send(
         &plan,
@@ -154,7 +160,7 @@ pub fn run(
         io.senders.into_iter().zip(feeds).collect(),
         stop,
         &counts,
-        &states,
+        &progress,
         &mut status,
     );
     let send_wall = send_result
@@ -163,44 +169,58 @@ pub fn run(
         .and_then(|ends| ends.iter().max().copied())
         .unwrap_or_else(Instant::now)
         .duration_since(send_start);
+    failure.note(send_result);
     let reason = stop.reason();
     let interrupted = reason != StopReason::None;
-    let states: Vec<ThreadCheckpoint> = states
-        .into_inner()
-        .expect("checkpoint lock")
-        .into_iter()
-        .flatten()
-        .collect();
+    let progress = progress.into_inner().expect("checkpoint lock");
     let pps = counts.sent.get() as f64 / send_wall.as_secs_f64().max(1e-9);
     status.source_mut().send_ended(pps);
     if interrupted {
-        save_checkpoint(&plan, &states, counts.sent.get(), false)?;
+        status.source_mut().stopped_early();
+        let (states, sent) = at_stop(&progress);
+        failure.note(save_checkpoint(&plan, &states, sent, false, false));
     }
-    if reason != StopReason::ReceiverFailed {
-        cooldown(&plan, stop, &mut status)?;
+    if !matches!(reason, StopReason::ReceiverFailed | StopReason::Failed) {
+        failure.note(cooldown(&plan, stop, &mut status));
     }
+    // Replies received until now are with the writer.
+    let received_until = Instant::now();
     receiving.set(StopReason::Signal);
-    let rx_result = rx_thread.join().expect("receiver thread panicked");
-    let (writer, dedup) = match rx_result {
-        Ok(done) => done,
-        Err(e) => {
-            // The checkpoint was written above only if sending was stopped.
-            let at = plan.run.checkpoint.display().to_string();
-            let line = receiver_failure(&e, counts.sent.get(), total, interrupted.then_some(&at));
-            return Err(e.context(line));
-        }
-    };
-    writer.finish().context("finishing the output")?;
+    let rx = rx_thread.join().expect("receiver thread panicked");
+    let rx_failed = rx.error.is_some();
+    if let Some(e) = rx.error {
+        // The checkpoint this failure writes is named below, with the error.
+        let line = receiver_failure(&e, counts.sent.get(), total);
+        failure.note::<()>(Err(e.context(line)));
+    }
+    let finished = rx.writer.finish().context("finishing the output");
+    let all_written = !rx_failed && finished.is_ok();
+    failure.note(finished);
     // The last line reads the interface's counters once more; the summary takes that reading.
-    status.tick(Phase::Done, true)?;
+    failure.note(status.tick(Phase::Done, true));
     let link = status.source().link_seen;
-    send_result?;
-    let checkpoint = if interrupted {
-        save_checkpoint(&plan, &states, counts.sent.get(), true)?;
+    let resumed = plan.run.resume.is_some();
+    let (states, sent) = match rx.durable {
+        // A failure skipped the cooldown: the last probes' replies had no time to come.
+        _ if all_written && reason == StopReason::Failed => {
+            before(&progress, received_until, plan.run.cooldown)
+        }
+        _ if all_written => at_stop(&progress),
+        Some(at) => before(&progress, at, plan.run.cooldown),
+        None => at_start(&progress),
+    };
+    let checkpoint = if interrupted || failure.is_some() || !all_written {
+        failure.note(save_checkpoint(&plan, &states, sent, true, false));
         Some(plan.run.checkpoint.display().to_string())
     } else {
+        if resumed {
+            failure.note(mark_complete(&plan, &states, sent));
+        }
         None
     };
+    if let Some(e) = failure.take() {
+        return Err(e.context(format!("checkpoint: {}", plan.run.checkpoint.display())));
+    }
     let cpu = watch.cpu();
     Ok(ScanSummary {
         targets: plan.run.space.len(),
@@ -222,7 +242,7 @@ pub fn run(
         receiver_user_ns_per_reply: per(counts.receiver_user_ns.get(), counts.received.get()),
         receiver_sys_ns_per_reply: per(counts.receiver_sys_ns.get(), counts.received.get()),
         peak_rss_bytes: peak_rss_bytes(),
-        dedup_reserved_bytes: dedup.reserved_bytes(),
+        dedup_reserved_bytes: rx.dedup.reserved_bytes(),
         interrupted,
         module: plan.probe.name().into(),
         backend: plan.run.backend.name().into(),
@@ -243,6 +263,103 @@ pub fn run(
     })
 }
 
+/// The first error of a run that goes on to finish what it can.
+#[derive(Default)]
+struct Failure(Option<anyhow::Error>);
+
+impl Failure {
+    /// Keeps `result`'s error if it is the first.
+    fn note<T>(&mut self, result: anyhow::Result<T>) {
+        if let Err(e) = result {
+            self.0.get_or_insert(e);
+        }
+    }
+
+    fn is_some(&self) -> bool {
+        self.0.is_some()
+    }
+
+    fn take(&mut self) -> Option<anyhow::Error> {
+        self.0.take()
+    }
+}
+
+/// Where one sender stood as the run went: at its start, now and then while sending (every
+/// [`SNAPSHOT_EVERY`], as far back as a checkpoint may need to go), and at its stop. Each with
+/// the probes it had sent by then.
+#[derive(Clone)]
+struct Progress {
+    start: ThreadCheckpoint,
+    snapshots: std::collections::VecDeque<(Instant, ThreadCheckpoint, u64)>,
+    stop: Option<(Instant, ThreadCheckpoint, u64)>,
+}
+
+/// How often a sender notes where it stands.
+const SNAPSHOT_EVERY: Duration = Duration::from_millis(100);
+/// How far back, beyond the cooldown, a sender's snapshots are kept: the output's last known
+/// good moment is at most a flush interval and the time to stop before the end.
+const SNAPSHOTS_KEPT: Duration = Duration::from_secs(10);
+
+impl Progress {
+    fn start(feed: &Feed) -> Progress {
+        Progress {
+            start: feed.checkpoint(),
+            snapshots: std::collections::VecDeque::new(),
+            stop: None,
+        }
+    }
+
+    /// Notes where `feed` stands at `now` (`sent` probes so far), and forgets snapshots no
+    /// checkpoint can need any more: all but the newest one older than the cooldown and
+    /// [`SNAPSHOTS_KEPT`].
+    fn snapshot(&mut self, now: Instant, feed: &Feed, sent: u64, cooldown: Duration) {
+        self.snapshots.push_back((now, feed.checkpoint(), sent));
+        let horizon = now.checked_sub(cooldown + SNAPSHOTS_KEPT);
+        while let Some(horizon) = horizon {
+            match self.snapshots.get(1) {
+                Some((at, _, _)) if *at <= horizon => self.snapshots.pop_front(),
+                _ => break,
+            };
+        }
+    }
+}
+
+/// Each sender's position where it stopped, and the probes sent.
+fn at_stop(progress: &[Progress]) -> (Vec<ThreadCheckpoint>, u64) {
+    let stops = progress.iter().filter_map(|p| p.stop.clone());
+    let (states, sent): (Vec<_>, Vec<_>) = stops.map(|(_, state, n)| (state, n)).unzip();
+    (states, sent.iter().sum())
+}
+
+/// Each sender's position when the run began (nothing of this run is known to be written).
+fn at_start(progress: &[Progress]) -> (Vec<ThreadCheckpoint>, u64) {
+    (progress.iter().map(|p| p.start.clone()).collect(), 0)
+}
+
+/// Each sender's position `cooldown` seconds before `durable`, when the output last held every
+/// row: every probe sent by then had its whole cooldown of replies written.
+fn before(progress: &[Progress], durable: Instant, cooldown: f64) -> (Vec<ThreadCheckpoint>, u64) {
+    let until = durable.checked_sub(Duration::from_secs_f64(cooldown));
+    let mut sent = 0;
+    let states = progress
+        .iter()
+        .map(|p| {
+            let newest = p
+                .stop
+                .iter()
+                .chain(p.snapshots.iter().rev())
+                .find(|(at, _, _)| until.is_some_and(|u| *at <= u));
+            match newest {
+                Some((_, state, n)) => {
+                    sent += n;
+                    state.clone()
+                }
+                None => p.start.clone(),
+            }
+        })
+        .collect();
+    (states, sent)
+}
 /// The scanner interface's own loss counters, and their reading when the run began.
 struct LinkWatch {
     counters: LinkCounters,
@@ -322,7 +439,7 @@ fn send(
     lanes: Vec<(AnyTx, Feed)>,
     stop: &Stop,
     counts: &Counts,
-    states: &Mutex<Vec<Option<ThreadCheckpoint>>>,
+    progress: &Mutex<Vec<Progress>>,
     status: &mut StatusLine<ScanStatus>,
 ) -> anyhow::Result<Vec<Instant>> {
     std::thread::scope(|scope| {
@@ -340,26 +457,42 @@ fn send(
                             plan.run.rate / f64::from(plan.run.threads),
                             plan.run.batch,
                         ),
+                        sent: 0,
                     };
                     let start = CpuTimes::thread_now();
                     stages::begin_thread(Role::Tx);
-                    let result = sender.run(t, stop, &counts.sent);
+                    let result = sender.run(t, stop, &counts.sent, progress);
                     stages::end_thread();
                     Counts::add_cpu(&counts.sender_user_ns, &counts.sender_sys_ns, start);
-                    states.lock().expect("checkpoint lock")[t] = Some(sender.feed.checkpoint());
+                    let end = (Instant::now(), sender.feed.checkpoint(), sender.sent);
+                    progress.lock().expect("checkpoint lock")[t].stop = Some(end);
+                    if result.is_err() {
+                        // The other senders stop too: the run ends here.
+                        stop.set(StopReason::Failed);
+                    }
                     result.map(|()| Instant::now())
                 })
             })
             .collect();
+        let mut status_error = None;
         while handles.iter().any(|h| !h.is_finished()) {
             std::thread::sleep(Duration::from_millis(50));
             let done = status.source().done_fraction();
-            status.tick(Phase::Sending { done }, false)?;
+            if status_error.is_none() {
+                if let Err(e) = status.tick(Phase::Sending { done }, false) {
+                    stop.set(StopReason::Failed);
+                    status_error = Some(e.context("writing the status file"));
+                }
+            }
         }
-        handles
+        let ends = handles
             .into_iter()
             .map(|h| h.join().expect("sender thread panicked"))
-            .collect()
+            .collect::<anyhow::Result<Vec<Instant>>>();
+        match status_error {
+            Some(e) => Err(e),
+            None => ends,
+        }
     })
 }
 
@@ -370,13 +503,30 @@ struct Sender<'a> {
     feed: Feed,
     clock: Instant,
     pacer: Pacer,
+    /// Probes this sender has sent.
+    sent: u64,
 }
 
 impl Sender<'_> {
-    fn run(&mut self, thread: usize, stop: &Stop, sent: &Counter) -> anyhow::Result<()> {
+    fn run(
+        &mut self,
+        thread: usize,
+        stop: &Stop,
+        sent: &Counter,
+        progress: &Mutex<Vec<Progress>>,
+    ) -> anyhow::Result<()> {
         pin_to_cpu(self.plan.run.sender_cpu(thread));
         Pacer::tighten_timers();
+        let cooldown = Duration::from_secs_f64(self.plan.run.cooldown);
+        let mut noted = Instant::now();
         loop {
+            let now = Instant::now();
+            if now.duration_since(noted) >= SNAPSHOT_EVERY {
+                noted = now;
+                if let Ok(mut progress) = progress.lock() {
+                    progress[thread].snapshot(now, &self.feed, self.sent, cooldown);
+                }
+            }
             if !self.pacer.wait(stop.flag()) {
                 break;
             }
@@ -399,6 +549,7 @@ impl Sender<'_> {
             self.feed.accept(n);
             self.pacer.charge(n);
             sent.add(n as u64);
+            self.sent += n as u64;
         }
         self.pacer.finish(stop.flag());
         self.tx.flush()?;
@@ -431,12 +582,7 @@ fn cooldown(
 /// What a failed receiver did to the run, in one true line: why (the output's reader went
 /// away, or another failure), whether every probe had been sent or where sending stopped, and
 /// the checkpoint when one was written.
-fn receiver_failure(
-    error: &anyhow::Error,
-    sent: u64,
-    total: u64,
-    checkpoint: Option<&String>,
-) -> String {
+fn receiver_failure(error: &anyhow::Error, sent: u64, total: u64) -> String {
     let broken_pipe = error.chain().any(|cause| {
         cause
             .downcast_ref::<std::io::Error>()
@@ -447,14 +593,10 @@ fn receiver_failure(
     } else {
         "the receiver failed"
     };
-    let sending = if sent >= total {
-        format!("all {sent} probes had been sent")
+    if sent >= total {
+        format!("{why}; all {sent} probes had been sent")
     } else {
-        format!("sending stopped after {sent} of {total} probes")
-    };
-    match checkpoint {
-        Some(at) => format!("{why}; {sending}; checkpoint written to {at} (--resume {at} goes on)"),
-        None => format!("{why}; {sending}"),
+        format!("{why}, so sending stopped after {sent} of {total} probes")
     }
 }
 
@@ -462,9 +604,20 @@ fn save_checkpoint(
     plan: &ScanPlan,
     threads: &[ThreadCheckpoint],
     sent: u64,
+    receiving_done: bool,
     complete: bool,
 ) -> anyhow::Result<()> {
-    let checkpoint = Checkpoint {
+    checkpoint(plan, threads, sent, receiving_done, complete).save(&plan.run.checkpoint)
+}
+
+fn checkpoint(
+    plan: &ScanPlan,
+    threads: &[ThreadCheckpoint],
+    sent: u64,
+    receiving_done: bool,
+    complete: bool,
+) -> Checkpoint {
+    Checkpoint {
         tool: "scan".into(),
         seed: plan.run.seed,
         key: plan.run.key,
@@ -474,9 +627,20 @@ fn save_checkpoint(
         probes: plan.run.probes,
         sent: plan.run.sent_before() + sent,
         threads: threads.to_vec(),
+        receiving_done,
         complete,
-    };
-    checkpoint.save(&plan.run.checkpoint)
+    }
+}
+
+/// A resumed run went to its end: its checkpoint (and the one it resumed, when that is another
+/// file) says so, and is never resumed again.
+fn mark_complete(plan: &ScanPlan, threads: &[ThreadCheckpoint], sent: u64) -> anyhow::Result<()> {
+    let done = checkpoint(plan, threads, sent, true, true);
+    crate::checkpoint::save_complete(
+        &done,
+        &plan.run.checkpoint,
+        plan.run.resumed_from.as_deref(),
+    )
 }
 
 /// The receiving side: kernel-filtered frames in, validated rows out.
@@ -492,10 +656,25 @@ struct Receiver {
     resets: Vec<(IpAddr, u16, u16, u32)>,
     /// When the receivers' drop counters were last read (a system call for AF_XDP).
     drops_read: Instant,
+    /// A text output's rows go to the file every [`FLUSH_EVERY`], so the run knows when the
+    /// file last held every row so far; a parquet file is whole only once finished (None).
+    flushed: Option<Instant>,
 }
 
 /// How often the receivers' drop counters are read.
 const DROPS_EVERY: Duration = Duration::from_millis(100);
+/// How often a text output's rows are handed to the file (one write a second).
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
+
+/// What the receiving thread hands back: the writer (to be finished, whatever happened), the
+/// dedup table, its error if it failed, and when the output last held every row received
+/// (None: not known, as for a parquet file before its footer).
+struct RxEnd {
+    writer: Box<dyn RowWriter + Send>,
+    dedup: Dedup,
+    error: Option<anyhow::Error>,
+    durable: Option<Instant>,
+}
 
 impl Receiver {
     fn open(
@@ -516,6 +695,8 @@ impl Receiver {
             )),
             _ => None,
         };
+        // Text rows can be handed to the file at any time; parquet's would each be a row group.
+        let flushed = writer.renderer().map(|_| Instant::now());
         Ok(Receiver {
             rxs,
             rst,
@@ -526,24 +707,22 @@ impl Receiver {
             clock,
             resets: Vec::with_capacity(256),
             drops_read: Instant::now(),
+            flushed,
         })
     }
 
     /// Receives until `receiving` is set. A failure (e.g. the output cannot be written) stops
-    /// the senders at once through `stop` and is returned.
-    fn run(
-        mut self,
-        receiving: &Stop,
-        stop: &Stop,
-    ) -> anyhow::Result<(Box<dyn RowWriter + Send>, Dedup)> {
+    /// the senders at once through `stop` and is handed back with the writer.
+    fn run(mut self, receiving: &Stop, stop: &Stop) -> RxEnd {
         self.plan.run.confine_receiver();
         let start = CpuTimes::thread_now();
         stages::begin_thread(Role::Rx);
+        let mut error = None;
         while !receiving.is_set() {
-            if let Err(e) = self.pass() {
-                stages::end_thread();
+            if let Err(e) = self.pass().and_then(|()| self.flush_now_and_then()) {
                 stop.set(StopReason::ReceiverFailed);
-                return Err(e);
+                error = Some(e);
+                break;
             }
         }
         stages::end_thread();
@@ -551,8 +730,30 @@ impl Receiver {
         Counts::add_cpu(&counts.receiver_user_ns, &counts.receiver_sys_ns, start);
         let drops: u64 = self.rxs.iter_mut().map(AnyRx::take_drops).sum();
         self.counts.drops.add(drops);
+        if error.is_none() {
+            error = self.writer.flush_rows().err();
+        }
+        RxEnd {
+            writer: self.writer,
+            dedup: self.dedup,
+            error,
+            durable: self.flushed,
+        }
+    }
+
+    /// Hands a text output's rows to the file once [`FLUSH_EVERY`] has passed, and notes when
+    /// it did: every row received before then is in the file.
+    fn flush_now_and_then(&mut self) -> anyhow::Result<()> {
+        let Some(last) = self.flushed else {
+            return Ok(());
+        };
+        if last.elapsed() < FLUSH_EVERY {
+            return Ok(());
+        }
+        let now = Instant::now();
         self.writer.flush_rows()?;
-        Ok((self.writer, self.dedup))
+        self.flushed = Some(now);
+        Ok(())
     }
 
     /// One batch from the receivers (waiting up to 50 ms for it), handled.
@@ -736,6 +937,8 @@ struct ScanStatus {
     /// The interface's own counters, read at every tick, and what they had added at the last.
     link: Option<LinkWatch>,
     link_seen: Option<LinkDrops>,
+    /// Sending stopped before every probe was sent.
+    stopped: bool,
 }
 
 impl ScanStatus {
@@ -749,6 +952,7 @@ impl ScanStatus {
             final_pps: None,
             link_seen: link.as_ref().map(|_| LinkDrops::default()),
             link,
+            stopped: false,
         }
     }
 
@@ -762,6 +966,11 @@ impl ScanStatus {
 
     fn send_ended(&mut self, pps: f64) {
         self.final_pps = Some(pps);
+    }
+
+    /// Sending stopped before the end (a signal, a failure): the last lines say how far it got.
+    fn stopped_early(&mut self) {
+        self.stopped = true;
     }
 }
 
@@ -828,6 +1037,13 @@ impl StatusSource for ScanStatus {
         self.counts.sent.get()
     }
 
+    fn share_done_at_end(&self) -> f64 {
+        match self.stopped {
+            true => self.done_fraction(),
+            false => 1.0,
+        }
+    }
+
     fn metrics(&self, page: &mut Page) {
         let c = &self.counts;
         page.counter("sonde_sent_total", "Probes sent", c.sent.get());
@@ -888,23 +1104,18 @@ mod tests {
     fn a_failed_receiver_s_line_is_true() {
         let gone = anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
             .context("writing the output");
-        let line = receiver_failure(&gone, 256, 256, None);
+        let line = receiver_failure(&gone, 256, 256);
         assert_eq!(
             line,
             "the output's reader went away (broken pipe); all 256 probes had been sent"
         );
-        let at = "scan.checkpoint.json".to_string();
-        let line = receiver_failure(&gone, 100, 256, Some(&at));
+        let line = receiver_failure(&gone, 100, 256);
         assert!(
-            line.contains("sending stopped after 100 of 256 probes"),
-            "{line}"
-        );
-        assert!(
-            line.contains("checkpoint written to scan.checkpoint.json"),
+            line.contains("went away (broken pipe), so sending stopped after 100 of 256 probes"),
             "{line}"
         );
         let full = anyhow::anyhow!("No space left on device");
-        let line = receiver_failure(&full, 256, 256, None);
+        let line = receiver_failure(&full, 256, 256);
         assert!(line.starts_with("the receiver failed;") && !line.contains("checkpoint"));
     }
 

@@ -44,6 +44,11 @@ pub trait StatusSource {
     fn paced(&self) -> u64 {
         0
     }
+    /// The share of the work done once sending has ended (the cooldown's and the last
+    /// line's): all of it, unless the run stopped early, when it is what was done.
+    fn share_done_at_end(&self) -> f64 {
+        1.0
+    }
     /// Its series for `--metrics`: the counters it already reads for the line (called right
     /// after [`StatusSource::sample`], once a tick, never on a hot path).
     fn metrics(&self, _page: &mut Page) {}
@@ -139,11 +144,15 @@ impl<S: StatusSource> StatusLine<S> {
                 let left = until.saturating_duration_since(now).as_secs_f64();
                 (
                     "cooldown",
-                    100.0,
+                    100.0 * self.source.share_done_at_end().clamp(0.0, 1.0),
                     format!("receiving, {} left", human_seconds(left)),
                 )
             }
-            Phase::Done => ("done", 100.0, "done".to_string()),
+            Phase::Done => (
+                "done",
+                100.0 * self.source.share_done_at_end().clamp(0.0, 1.0),
+                "done".to_string(),
+            ),
         };
         let line = format!(
             "{:>5} {percent:>5.1}% ({where_}); {text}",
@@ -300,6 +309,50 @@ mod tests {
         assert_eq!(value(&last, "sonde_seconds_left"), "0");
         assert_eq!(value(&last, "sonde_rate"), "0", "nothing paced since");
         assert_eq!(last.matches("# TYPE sonde_sent_total counter").count(), 1);
+    }
+
+    /// A run stopped at 44 %: its cooldown and last lines said 100 %.
+    struct StoppedAt(f64);
+    impl StatusSource for StoppedAt {
+        fn csv_header(&self) -> &'static str {
+            "n"
+        }
+        fn sample(&mut self, _: &Tick) -> (String, String) {
+            ("n".into(), "0".into())
+        }
+        fn seconds_left(&self) -> Option<f64> {
+            None
+        }
+        fn share_done_at_end(&self) -> f64 {
+            self.0
+        }
+    }
+
+    #[test]
+    fn a_run_stopped_early_ends_at_the_share_it_reached() {
+        let path =
+            std::env::temp_dir().join(format!("sonde-status-stop-{}.csv", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let labels = sonde_meter::metrics::Labels::new("scan", "tcp_syn", "xdp", 0);
+        let publisher = Publisher::unserved(labels, 0.0);
+        let mut s = StatusLine::new(StoppedAt(0.44), true, Some(&path), IfExists::Refuse)
+            .unwrap()
+            .publishing(Some(publisher.clone()));
+        let until = Instant::now() + Duration::from_secs(1);
+        s.tick(Phase::Cooldown { until }, true).unwrap();
+        s.tick(Phase::Done, true).unwrap();
+        drop(s);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[1].contains(",cooldown,44.00,"), "{text}");
+        assert!(lines[2].contains(",done,44.00,"), "{text}");
+        let page = publisher.current();
+        let done = page
+            .lines()
+            .find(|l| l.starts_with("sonde_done_ratio{"))
+            .unwrap();
+        assert!(done.ends_with(" 0.44"), "{done}");
     }
 
     #[test]

@@ -55,6 +55,8 @@ pub enum StopReason {
     Signal,
     /// The receiver failed (e.g. the output could not be written).
     ReceiverFailed,
+    /// Another part of the run failed: a sender, or the status file.
+    Failed,
 }
 
 /// The stop flag every thread of a run watches.
@@ -112,6 +114,7 @@ impl Stop {
     /// reason recorded is a signal.
     pub fn reason(&self) -> StopReason {
         match self.reason.load(Ordering::Acquire) {
+            3 => StopReason::Failed,
             2 => StopReason::ReceiverFailed,
             1 => StopReason::Signal,
             _ if self.is_set() => StopReason::Signal,

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use ipnet::{Ipv4Net, Ipv6Net};
 use sonde_scan::targets::{
-    default_blocklist, parse_targets, read_target_list, PrefixSet, TargetSpace, TargetSpec,
-    DEFAULT_BLOCKLIST,
+    default_blocklist, parse_targets, read_target_list, PrefixSet, TargetList, TargetSpace,
+    TargetSpec, DEFAULT_BLOCKLIST,
 };
 
 /// The operators' opt-out list, applied to every scan when it exists.
@@ -40,6 +40,8 @@ pub struct TargetRequest {
     pub tokens: Vec<String>,
     /// `-I FILE`: more of them, one per line (`addr:port` lines and sonde's csv output too).
     pub input_file: Option<PathBuf>,
+    /// Such a list already in memory (a grab round's targets), in place of `input_file`.
+    pub input_list: Option<TargetList>,
     /// The ports given (`-p`); `None`: the ports the input file names, else `default_ports`.
     pub ports: Option<Vec<u16>>,
     pub default_ports: Vec<u16>,
@@ -68,10 +70,19 @@ pub fn read_targets(
     input_file: Option<&Path>,
     large_scan_ok: bool,
 ) -> anyhow::Result<(Vec<String>, TargetSpec, Vec<u16>)> {
+    let list = input_file.map(read_target_list).transpose()?;
+    read_listed_targets(tokens, list, large_scan_ok)
+}
+
+/// [`read_targets`] with the `-I` list already read (or given in memory).
+fn read_listed_targets(
+    tokens: &[String],
+    list: Option<TargetList>,
+    large_scan_ok: bool,
+) -> anyhow::Result<(Vec<String>, TargetSpec, Vec<u16>)> {
     let mut tokens = tokens.to_vec();
     let mut file_ports = Vec::new();
-    if let Some(path) = input_file {
-        let list = read_target_list(path)?;
+    if let Some(list) = list {
         tokens.extend(list.tokens);
         file_ports = list.ports;
     }
@@ -91,7 +102,10 @@ pub fn read_targets(
 /// Builds the target space from checked targets (see [`read_targets`]), enforcing the lab's
 /// scope.
 pub fn plan_targets(req: &TargetRequest) -> anyhow::Result<TargetPlan> {
-    let (tokens, spec, file_ports) = read_targets(&req.tokens, req.input_file.as_deref(), true)?;
+    let (tokens, spec, file_ports) = match &req.input_list {
+        Some(list) => read_listed_targets(&req.tokens, Some(list.clone()), true)?,
+        None => read_targets(&req.tokens, req.input_file.as_deref(), true)?,
+    };
     let ports = match (&req.ports, file_ports.is_empty()) {
         (Some(given), _) => given.clone(),
         (None, false) => file_ports,

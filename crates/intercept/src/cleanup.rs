@@ -1,12 +1,16 @@
 //! `sonde intercept cleanup`: removes what a killed sonde intercept left in this network
 //! namespace — its NFQUEUE rules (any table, IPv4 and IPv6), its netdev tables, and libxdp's
-//! program on the interfaces those tables name — going on past any that fail.
+//! program on the interfaces those tables name — going on past any that fail. What a sonde
+//! that still runs made (each rule's comment and table's name say which process made it, see
+//! [`crate::owner`]) is spared unless forced: removing it would silently stop that sonde's
+//! filtering.
 
 use std::process::{Command, Stdio};
 
 use anyhow::anyhow;
 
-use crate::path::{check_iface_name, RULE_PROGRAMS, RULE_TABLES, RULE_TAG, TABLE_PREFIX};
+use crate::owner::{self, Owner};
+use crate::path::{check_iface_name, RULE_PROGRAMS, RULE_TABLES};
 
 /// What cleanup did.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -15,6 +19,8 @@ pub struct Cleanup {
     pub removed: usize,
     /// One line for each thing that could not be listed or removed.
     pub failures: Vec<String>,
+    /// Rules and tables left in place because the sonde that made them still runs: the pids.
+    pub spared: Vec<u32>,
 }
 
 /// How cleanup reaches the system (a trait so the logic can be tested without one).
@@ -26,6 +32,8 @@ pub trait System {
     fn run(&mut self, cmd: &[String]) -> anyhow::Result<()>;
     /// Detaches the AF_XDP bridge's program from `iface`; true if it was attached.
     fn detach_xdp(&mut self, iface: &str) -> anyhow::Result<bool>;
+    /// Whether the process that made a rule or table still runs.
+    fn is_running(&mut self, owner: &Owner) -> bool;
 }
 
 /// The calling process's network namespace.
@@ -60,21 +68,38 @@ impl System for ThisHost {
     fn detach_xdp(&mut self, iface: &str) -> anyhow::Result<bool> {
         sonde_io::detach_bridge_program(iface)
     }
+
+    fn is_running(&mut self, owner: &Owner) -> bool {
+        owner.is_running()
+    }
 }
 
-/// Removes every leftover it finds through `sys`: NFQUEUE rules whose comment is exactly
-/// sonde's, in each table of iptables and ip6tables; netdev tables named sonde_intercept_PID,
-/// and libxdp's bridge program on the interfaces they name. Each failure is noted and the
-/// rest goes on.
-pub fn cleanup(sys: &mut impl System) -> Cleanup {
+/// Removes every leftover it finds through `sys`: NFQUEUE rules whose comment is sonde's, in
+/// each table of iptables and ip6tables; netdev tables named sonde_intercept_PID_START, and
+/// libxdp's bridge program on the interfaces they name. What a running sonde made is spared,
+/// unless `force`. Each failure is noted and the rest goes on.
+pub fn cleanup(sys: &mut impl System, force: bool) -> Cleanup {
     let mut done = Cleanup::default();
     for program in RULE_PROGRAMS {
         for table in RULE_TABLES {
-            remove_rules(sys, program, table, &mut done);
+            remove_rules(sys, program, table, force, &mut done);
         }
     }
-    remove_tables(sys, &mut done);
+    remove_tables(sys, force, &mut done);
+    done.spared.sort_unstable();
+    done.spared.dedup();
     done
+}
+
+/// Whether what `owner` made is left alone: it still runs, and cleanup is not forced.
+fn spare(sys: &mut impl System, owner: Option<Owner>, force: bool, done: &mut Cleanup) -> bool {
+    match owner {
+        Some(owner) if !force && sys.is_running(&owner) => {
+            done.spared.push(owner.pid);
+            true
+        }
+        _ => false,
+    }
 }
 
 /// Notes the outcome of removing one thing.
@@ -85,7 +110,13 @@ fn note(done: &mut Cleanup, result: anyhow::Result<bool>) {
     }
 }
 
-fn remove_rules(sys: &mut impl System, program: &str, table: &str, done: &mut Cleanup) {
+fn remove_rules(
+    sys: &mut impl System,
+    program: &str,
+    table: &str,
+    force: bool,
+    done: &mut Cleanup,
+) {
     let listing = match sys.output(&[program, "-w", "-t", table, "-S"]) {
         Ok(Some(text)) => text,
         Ok(None) => return,
@@ -93,7 +124,13 @@ fn remove_rules(sys: &mut impl System, program: &str, table: &str, done: &mut Cl
     };
     for line in listing.lines() {
         let words = split_saved_rule(line);
-        if words.first().map(String::as_str) != Some("-A") || !has_sonde_comment(&words) {
+        if words.first().map(String::as_str) != Some("-A") {
+            continue;
+        }
+        let Some(owner) = sonde_comment(&words) else {
+            continue;
+        };
+        if spare(sys, owner, force, done) {
             continue;
         }
         let mut cmd: Vec<String> = [program, "-w", "-t", table, "-D"]
@@ -105,7 +142,7 @@ fn remove_rules(sys: &mut impl System, program: &str, table: &str, done: &mut Cl
     }
 }
 
-fn remove_tables(sys: &mut impl System, done: &mut Cleanup) {
+fn remove_tables(sys: &mut impl System, force: bool, done: &mut Cleanup) {
     let listing = match sys.output(&["nft", "list", "tables", "netdev"]) {
         Ok(Some(text)) => text,
         Ok(None) => return,
@@ -115,10 +152,13 @@ fn remove_tables(sys: &mut impl System, done: &mut Cleanup) {
         .lines()
         .filter_map(|l| l.strip_prefix("table netdev "))
     {
-        if !is_sonde_table(table.trim()) {
+        let table = table.trim();
+        let Some(owner) = owner::of_table(table) else {
+            continue;
+        };
+        if spare(sys, Some(owner), force, done) {
             continue;
         }
-        let table = table.trim();
         // The interfaces it keeps off the path, where a killed xdp bridge left its program.
         let devices = match sys.output(&["nft", "list", "table", "netdev", table]) {
             Ok(text) => text.as_deref().map(table_devices).unwrap_or_default(),
@@ -137,17 +177,15 @@ fn remove_tables(sys: &mut impl System, done: &mut Cleanup) {
     }
 }
 
-/// `sonde_intercept_` and a process id: a table sonde made, not one that merely starts so.
-fn is_sonde_table(name: &str) -> bool {
-    name.strip_prefix(TABLE_PREFIX)
-        .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
-}
-
-/// Whether a rule carries exactly sonde's comment (not one that only contains the text).
-fn has_sonde_comment(words: &[String]) -> bool {
-    words
-        .windows(2)
-        .any(|w| w[0] == "--comment" && w[1] == RULE_TAG)
+/// The owner named by a rule's comment when it is sonde's (`Some(None)`: an older sonde's,
+/// which names none); None for a rule without sonde's comment (one that merely contains the
+/// text is not).
+fn sonde_comment(words: &[String]) -> Option<Option<Owner>> {
+    words.windows(2).find_map(|w| {
+        (w[0] == "--comment")
+            .then(|| owner::of_rule(&w[1]))
+            .flatten()
+    })
 }
 
 /// The devices of a netdev table's chains, as `nft list table` prints them (`device "ma"`),
@@ -207,6 +245,7 @@ mod tests {
         failing: Vec<String>,
         ran: Vec<String>,
         xdp: Vec<String>,
+        running: Vec<u32>,
     }
 
     impl System for FakeHost {
@@ -228,6 +267,9 @@ mod tests {
         fn detach_xdp(&mut self, iface: &str) -> anyhow::Result<bool> {
             self.xdp.push(iface.to_string());
             Ok(iface != "mb")
+        }
+        fn is_running(&mut self, owner: &Owner) -> bool {
+            self.running.contains(&owner.pid)
         }
     }
 
@@ -268,7 +310,7 @@ mod tests {
             "nft list table netdev sonde_intercept_4242".into(),
             "table netdev sonde_intercept_4242 {\n\tchain in0 {\n\t\ttype filter hook ingress device \"ma\" priority filter; policy drop;\n\t}\n\tchain in1 {\n\t\ttype filter hook ingress device \"mb\" priority filter; policy drop;\n\t}\n}\n".into(),
         );
-        let done = cleanup(&mut host);
+        let done = cleanup(&mut host, false);
         assert_eq!(
             host.ran,
             [
@@ -308,12 +350,47 @@ mod tests {
             split_saved_rule("-A \"unterminated"),
             ["-A", "unterminated"]
         );
-        assert!(is_sonde_table("sonde_intercept_17"));
-        assert!(!is_sonde_table("sonde_intercept_"));
-        assert!(!is_sonde_table("sonde_intercept_x1"));
         assert_eq!(
             table_devices("device \"ma\" x device \"b\\\"ad\" device \"mb\""),
             ["ma", "mb"]
         );
+    }
+
+    /// cleanup removed a running intercept's rules and table: it went on filtering nothing,
+    /// and learned of it only at its exit. What a running sonde made is spared now, and
+    /// removed only with --force; what a dead one left goes.
+    #[test]
+    fn what_a_running_sonde_made_is_spared_unless_forced() {
+        let host = || {
+            let mut host = FakeHost::default();
+            host.listings.insert(
+                "iptables -w -t filter -S".into(),
+                "-A OUTPUT -d 198.19.254.2/32 -m comment --comment sonde-intercept-4242-77 -j NFQUEUE\n\
+                 -A OUTPUT -d 198.19.254.9/32 -m comment --comment sonde-intercept-5151-88 -j NFQUEUE\n"
+                    .into(),
+            );
+            host.listings.insert(
+                "nft list tables netdev".into(),
+                "table netdev sonde_intercept_4242_77\ntable netdev sonde_intercept_5151_88\n"
+                    .into(),
+            );
+            host.running = vec![4242];
+            host
+        };
+        let mut spared = host();
+        let done = cleanup(&mut spared, false);
+        assert_eq!(
+            spared.ran,
+            [
+                "iptables -w -t filter -D OUTPUT -d 198.19.254.9/32 -m comment --comment sonde-intercept-5151-88 -j NFQUEUE",
+                "nft delete table netdev sonde_intercept_5151_88",
+            ],
+            "only the dead sonde's"
+        );
+        assert_eq!((done.removed, done.spared.as_slice()), (2, &[4242][..]));
+        let mut forced = host();
+        let done = cleanup(&mut forced, true);
+        assert_eq!(forced.ran.len(), 4, "{:?}", forced.ran);
+        assert_eq!((done.removed, done.spared.len()), (4, 0));
     }
 }

@@ -19,6 +19,21 @@ pub(crate) fn undo(commands: &[Vec<String>]) -> anyhow::Result<()> {
     first
 }
 
+/// Whether `cmd` runs and exits 0 (a check: `iptables -C`, `nft list table`). A command that
+/// cannot be started counts as a success: nothing is known to be missing.
+pub(crate) fn succeeds(cmd: &[String]) -> bool {
+    let Some((program, args)) = cmd.split_first() else {
+        return true;
+    };
+    Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_or(true, |s| s.success())
+}
+
 pub(crate) fn run(cmd: &[String]) -> anyhow::Result<()> {
     let (program, args) = cmd
         .split_first()

@@ -21,6 +21,7 @@ pub mod counters;
 pub mod filter;
 pub mod flow;
 pub mod guard;
+pub mod owner;
 pub mod path;
 pub mod rewrite;
 pub mod rules;

@@ -2,11 +2,16 @@
 //! so the kernel hands packets to it, each recorded with the command that removes it.
 //!
 //! - stack mode: `iptables -t TABLE -A CHAIN MATCH… -j NFQUEUE` (or ip6tables; the xt target
-//!   through nft compat: this kernel's nft has no `queue` expression), tagged with a comment so
-//!   leftovers can be found;
+//!   through nft compat: this kernel's nft has no `queue` expression), tagged with a comment
+//!   naming sonde's process (`sonde-intercept-PID-START`, see [`crate::owner`]) so leftovers can
+//!   be found and told from what a running sonde uses;
 //! - bridge mode: an nftables `netdev` table whose ingress chains drop everything arriving on
 //!   the two interfaces. Packet sockets see a frame before that hook, so sonde still gets it,
 //!   but the kernel's own bridge or router does not forward it a second time.
+//!
+//! While sonde runs it checks, once a second, that its rules and table are still in place
+//! ([`PathChanges::check_in_place`]): one removed from under it (by hand, or by `cleanup
+//! --force`) stops it at once, with an error naming it.
 //!
 //! Every change is undone on exit and on Ctrl-C (and SIGTERM, SIGHUP, SIGQUIT). With
 //! `--fail-open` a guard process (see [`Guard`]) learns each undo command before its change is
@@ -22,22 +27,30 @@ pub use crate::guard::{guard_main, Guard};
 
 use crate::command::{run, undo};
 
-/// The comment every NFQUEUE rule sonde adds carries (cleanup matches it exactly).
-pub const RULE_TAG: &str = "sonde-intercept";
-/// The prefix of the nftables tables bridge mode adds (then sonde's process id).
-pub const TABLE_PREFIX: &str = "sonde_intercept_";
+pub use crate::owner::{RULE_TAG, TABLE_PREFIX};
 /// The iptables tables an NFQUEUE rule may go in, all of which cleanup searches. (`nat` sees
 /// only a connection's first packet, so it is refused.)
 pub const RULE_TABLES: [&str; 4] = ["filter", "mangle", "raw", "security"];
 /// The programs whose rules cleanup searches: IPv4 and IPv6.
 pub const RULE_PROGRAMS: [&str; 2] = ["iptables", "ip6tables"];
 
-/// The changes made so far, newest last, each as the command line that undoes it; and the
-/// fail-open guard, when there is one, which learns each of them first.
+/// The changes made so far, newest last, each as the command line that undoes it (and the one
+/// that checks it is still in place); and the fail-open guard, when there is one, which learns
+/// each of them first.
 #[derive(Default)]
 pub struct PathChanges {
     undo: Vec<Vec<String>>,
+    /// The changes that can be checked while sonde runs.
+    checks: Vec<Check>,
     guard: Option<Guard>,
+}
+
+/// A change that can be checked: what it is (for people), the command that succeeds while it is
+/// in place, and its undo.
+struct Check {
+    what: String,
+    check: Vec<String>,
+    undo: Vec<String>,
 }
 
 /// Which NFQUEUE queues a rule feeds.
@@ -124,7 +137,8 @@ impl InstallRule {
         .map(str::to_string)
         .into();
         cmd.extend(self.matches.iter().cloned());
-        cmd.extend(["-m", "comment", "--comment", RULE_TAG, "-j", "NFQUEUE"].map(str::to_string));
+        let tag = crate::owner::Owner::me().rule_tag();
+        cmd.extend(["-m", "comment", "--comment", &tag, "-j", "NFQUEUE"].map(str::to_string));
         if queues.count > 1 {
             let last = queues.first + queues.count - 1;
             cmd.extend([
@@ -156,6 +170,7 @@ impl PathChanges {
     pub fn new(guard: Option<Guard>) -> PathChanges {
         PathChanges {
             undo: Vec::new(),
+            checks: Vec::new(),
             guard,
         }
     }
@@ -202,21 +217,62 @@ impl PathChanges {
         let rule = InstallRule::parse(spec)?;
         let add = rule.command("-A", queues, bypass);
         let undo = rule.command("-D", queues, bypass);
-        self.change(undo, || {
+        self.change(undo.clone(), || {
             run(&add).with_context(|| format!("--install-rule \"{spec}\""))
-        })
+        })?;
+        self.checks.push(Check {
+            what: format!("the NFQUEUE rule of --install-rule \"{spec}\""),
+            check: rule.command("-C", queues, bypass),
+            undo,
+        });
+        Ok(())
     }
 
     /// Adds a netdev table that drops at ingress every frame arriving on `ifaces` (after packet
     /// sockets have seen it).
     pub fn take_off_wire(&mut self, ifaces: &[&str]) -> anyhow::Result<()> {
-        let table = format!("{TABLE_PREFIX}{}", std::process::id());
+        let table = crate::owner::Owner::me().table_name();
         let script = ingress_drop_script(&table, ifaces)?;
-        let undo = ["nft", "delete", "table", "netdev", &table].map(str::to_string);
-        self.change(undo.into(), || {
+        let undo: Vec<String> = ["nft", "delete", "table", "netdev", &table]
+            .map(str::to_string)
+            .into();
+        self.change(undo.clone(), || {
             nft(&script)
                 .with_context(|| format!("taking {} off the kernel's path", ifaces.join(" and ")))
-        })
+        })?;
+        self.checks.push(Check {
+            what: format!(
+                "the netdev table {table} (which keeps {} off the kernel's path)",
+                ifaces.join(" and ")
+            ),
+            check: ["nft", "list", "table", "netdev", &table]
+                .map(str::to_string)
+                .into(),
+            undo,
+        });
+        Ok(())
+    }
+
+    /// Checks that every rule and table made is still in place (one command each: call it
+    /// now and then, not per packet). One that is gone was removed from under sonde, which then
+    /// filters nothing it was asked to: an error naming it. Its undo is dropped (nothing is left
+    /// to undo).
+    pub fn check_in_place(&mut self) -> anyhow::Result<()> {
+        let Some(at) = self
+            .checks
+            .iter()
+            .position(|c| !crate::command::succeeds(&c.check))
+        else {
+            return Ok(());
+        };
+        let gone = self.checks.remove(at);
+        if let Some(undo) = self.undo.iter().rposition(|u| *u == gone.undo) {
+            self.undo.remove(undo);
+        }
+        Err(anyhow!(
+            "{} was removed while sonde ran (by `sonde intercept cleanup --force`, or by hand): stopping, as it no longer filtered what it was asked to",
+            gone.what
+        ))
     }
 
     /// Undoes every change, newest first, and sends the guard away; reports the first failure
@@ -318,9 +374,10 @@ mod tests {
     fn the_table_and_family_of_an_install_rule_are_recorded() {
         let q = Queues { first: 3, count: 1 };
         let rule = InstallRule::parse("OUTPUT -t mangle -d 198.19.254.2").unwrap();
+        let tag = crate::owner::Owner::me().rule_tag();
         assert_eq!(
             words(&rule.command("-D", q, false)),
-            "iptables -w -t mangle -D OUTPUT -d 198.19.254.2 -m comment --comment sonde-intercept -j NFQUEUE --queue-num 3"
+            format!("iptables -w -t mangle -D OUTPUT -d 198.19.254.2 -m comment --comment {tag} -j NFQUEUE --queue-num 3")
         );
         let rule = InstallRule::parse("-t raw OUTPUT -d 2001:2:0:fe::2 -p udp").unwrap();
         assert_eq!((rule.program, rule.table.as_str()), ("ip6tables", "raw"));

@@ -400,6 +400,27 @@ impl LoadedFilter {
         Ok(opts.retval)
     }
 
+    /// Runs the program once on `frame` (BPF_PROG_TEST_RUN) and returns its XDP action and the
+    /// frame as the program left it.
+    #[cfg(test)]
+    fn test_run_frame(&self, frame: &[u8]) -> io::Result<(u32, Vec<u8>)> {
+        let mut out = vec![0u8; frame.len() + 256];
+        let mut opts = bpf::bpf_test_run_opts {
+            sz: std::mem::size_of::<bpf::bpf_test_run_opts>() as _,
+            data_in: frame.as_ptr().cast(),
+            data_size_in: frame.len() as u32,
+            data_out: out.as_mut_ptr().cast(),
+            data_size_out: out.len() as u32,
+            repeat: 1,
+            ..Default::default()
+        };
+        // SAFETY: `frame` and `out` outlive the call, which reads `data_size_in` bytes of the
+        // one and writes at most `data_size_out` bytes into the other.
+        check(unsafe { bpf::bpf_prog_test_run_opts(self.prog.as_raw_fd(), &mut opts) })?;
+        out.truncate(opts.data_size_out as usize);
+        Ok((opts.retval, out))
+    }
+
     /// Runs the program on `count` copies of `frame` as if they had arrived on queue 0 of the
     /// calling thread's `lo` (BPF_F_TEST_XDP_LIVE_FRAMES): what it redirects really reaches
     /// the AF_XDP socket in `xsks_map` at queue 0, which must be bound to that `lo`.

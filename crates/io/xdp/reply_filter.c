@@ -52,7 +52,8 @@
 
 // STAMP_ARRIVALS: each frame taken grows by this trailer: filter_cfg.stamp_mark, then
 // bpf_ktime_get_ns() (CLOCK_MONOTONIC), both in host order. The receiver checks the mark and
-// takes the trailer off; a frame that cannot grow goes unstamped.
+// takes the trailer off; a frame that cannot grow goes unstamped, and one that goes to the
+// OS after all (no socket on its queue) is shrunk back first.
 #define STAMP_LEN 16
 
 #define TCP_SYN 0x02
@@ -504,27 +505,29 @@ static __always_inline int matches(struct xdp_md *ctx, void *data, void *end,
 }
 
 // Appends the trailer of STAMP_ARRIVALS: the receiver then times the frame by when it
-// arrived, not by when it was read (a loop that sleeps reads replies in batches).
-static __always_inline void stamp_arrival(struct xdp_md *ctx, __u64 mark)
+// arrived, not by when it was read (a loop that sleeps reads replies in batches). Returns 1
+// when the frame grew (by STAMP_LEN), 0 when it could not.
+static __always_inline int stamp_arrival(struct xdp_md *ctx, __u64 mark)
 {
 	__u64 now = bpf_ktime_get_ns();
 
 	if (bpf_xdp_adjust_tail(ctx, STAMP_LEN))
-		return;
+		return 0;
 	// The trailer's offset from the start (the verifier takes no arithmetic on data_end),
 	// bounded for it: a frame taken here is far shorter than 16 KiB.
 	__u64 len = bpf_xdp_get_buff_len(ctx);
 
 	if (len < STAMP_LEN || len > 0x3fff)
-		return;
+		return 1;
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	__u8 *trailer = data + ((len - STAMP_LEN) & 0x3fff);
 
 	if ((void *)(trailer + STAMP_LEN) > end)
-		return;
+		return 1;
 	__builtin_memcpy(trailer, &mark, 8);
 	__builtin_memcpy(trailer + 8, &now, 8);
+	return 1;
 }
 
 SEC("xdp")
@@ -537,10 +540,17 @@ int sonde_reply_filter(struct xdp_md *ctx)
 
 	if (!cfg || !matches(ctx, data, end, cfg))
 		return XDP_PASS;
+	int grown = 0;
+
 	if (cfg->protos & STAMP_ARRIVALS)
-		stamp_arrival(ctx, cfg->stamp_mark);
-	// No socket on this queue: the frame goes to the OS instead.
-	return bpf_redirect_map(&xsks_map, ctx->rx_queue_index, XDP_PASS);
+		grown = stamp_arrival(ctx, cfg->stamp_mark);
+	// No socket on this queue (receivers opening or closing): the frame goes to the OS
+	// instead, as it arrived, without the trailer that was never on the wire.
+	long action = bpf_redirect_map(&xsks_map, ctx->rx_queue_index, XDP_PASS);
+
+	if (action != XDP_REDIRECT && grown)
+		bpf_xdp_adjust_tail(ctx, -STAMP_LEN);
+	return action;
 }
 
 char _license[] SEC("license") = "GPL";

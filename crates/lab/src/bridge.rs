@@ -12,7 +12,7 @@
 //! when sonde is not running). A and B share one /24 and one /64 inside the lab's benchmarking
 //! space and have no route beyond them. Like the rest of the lab, everything is made by `ip` and
 //! `ethtool` commands that can be read here and repeated by hand; what `up` made is recorded in
-//! `/run/sonde/lab/N/bridge.json`, beside the iperf3 servers' pid and log files.
+//! `/run/sonde/lab/bridges/N/bridge.json`, beside the iperf3 servers' pid and log files.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
@@ -76,7 +76,7 @@ pub struct BridgeConfig {
     pub path_cmd: Vec<String>,
 }
 
-/// A bridge lab that is up, as recorded in `/run/sonde/lab/<name>/bridge.json`.
+/// A bridge lab that is up, as recorded in `/run/sonde/lab/bridges/<name>/bridge.json`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct BridgeStatus {
     pub name: String,

@@ -309,7 +309,8 @@ pub(crate) fn listening_ports(pid: u32, file: &str) -> Vec<u16> {
 
 /// Ends every process in namespace `ns` (the server, whatever it started, and
 /// anything else left there): SIGTERM, then SIGKILL after STOP_TIMEOUT.
-/// Processes in the lab's net namespace are the lab's by construction.
+/// Processes in the lab's namespaces are the lab's by construction; sonde itself, and the
+/// processes it runs under (a `lab down` from a shell inside the lab), are spared.
 pub(crate) fn stop_all(ns: &str) -> Result<()> {
     let pids = ns_pids(ns)?;
     signal_all(&pids, Signal::SIGTERM);
@@ -366,13 +367,34 @@ fn start_ticks(pid: u32) -> Option<u64> {
     after_comm.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// Pids whose network namespace is `ns` (a zombie has none, so it is done).
+/// Pids whose network namespace is `ns` (a zombie has none, so it is done), but for this
+/// process and those it runs under.
 fn ns_pids(ns: &str) -> Result<Vec<i32>> {
     let text = ip_line(&format!("netns pids {ns}"))?;
+    let spared = this_and_ancestors();
     Ok(text
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
+        .filter(|p| !spared.contains(p))
         .collect())
+}
+
+/// This process and its parent, its parent's parent, … up to init.
+fn this_and_ancestors() -> Vec<i32> {
+    let mut chain = Vec::new();
+    let mut pid = std::process::id() as i32;
+    while pid > 1 && !chain.contains(&pid) {
+        chain.push(pid);
+        pid = parent_of(pid).unwrap_or(0);
+    }
+    chain
+}
+
+/// Field 4 of /proc/PID/stat (after the command name, which may hold spaces and parentheses).
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, after_comm) = stat.rsplit_once(')')?;
+    after_comm.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn signal_all(pids: &[i32], sig: Signal) {

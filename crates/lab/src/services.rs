@@ -257,9 +257,10 @@ fn start_exim(p: &Place, running: &mut Running) -> Result<()> {
     let exim = find_program("exim4", "exim4-daemon-light")?;
     let cert_sha256 =
         p.ca.sign(p.dir, "smtp-", &EC_KEY, "/O=sonde/CN=sonde lab smtp")?;
-    // exim reads its key, and writes its spool and logs, as its own user after dropping root.
+    // exim reads its key, and writes its spool and logs, as its own user after dropping root:
+    // the key is its group's to read, and no one else's.
     let key = p.file("smtp-key.pem")?;
-    set_mode(&key, 0o644)?;
+    share_with_group(&key, EXIM_USER)?;
     for folder in ["exim-spool", "exim-log"] {
         let path = p.file(folder)?;
         std::fs::create_dir_all(&path).map_err(|e| anyhow!("cannot create {path}: {e}"))?;
@@ -682,6 +683,21 @@ fn first_line(addr: IpAddr, port: u16) -> Result<String> {
 }
 
 // ---- helpers --------------------------------------------------------------------------------
+
+/// Makes `path` root's, readable by `group` as well (0640), and by no one else.
+fn share_with_group(path: &str, group: &str) -> Result<()> {
+    let gid = nix::unistd::Group::from_name(group)
+        .ok()
+        .flatten()
+        .ok_or_else(|| {
+            anyhow!("the group {group} is missing (its package makes it: run scripts/setup)")
+        })?
+        .gid;
+    set_mode(path, 0o600)?;
+    std::os::unix::fs::chown(path, Some(0), Some(gid.as_raw()))
+        .map_err(|e| anyhow!("cannot give {path} to the group {group}: {e}"))?;
+    set_mode(path, 0o640)
+}
 
 fn set_mode(path: &str, mode: u32) -> Result<()> {
     let perms = std::os::unix::fs::PermissionsExt::from_mode(mode);

@@ -140,8 +140,14 @@ fn teardown(name: &str) -> Result<()> {
             server::stop_if_same(started);
         }
     }
-    if ns_exists(&net) {
-        note(server::stop_all(&net));
+    // What runs in the scanner namespace (a scan, an intercept, the shell of a `lab exec`)
+    // would keep it alive once it has no name, with its rules and programs, where nothing
+    // could find it: ended as the net namespace's servers are (an intercept removes its rules
+    // on SIGTERM).
+    for ns in [&scan, &net] {
+        if ns_exists(ns) {
+            note(server::stop_all(ns));
+        }
     }
     note(path::teardown(name));
     for ns in [&net, &scan] {

@@ -47,9 +47,13 @@ pub(crate) fn exists(name: &str) -> bool {
     file(name, ".json").exists()
 }
 
+/// Where bridge labs keep their folders: apart from the other labs' files and folders, so no
+/// name of one (`x-http`) is a folder of another (lab `x`'s nginx).
+const BRIDGE_DIR: &str = "/run/sonde/lab/bridges";
+
 /// The folder of bridge lab `name`: its `bridge.json` and the iperf3 servers' pid and log files.
 pub(crate) fn bridge_dir(name: &str) -> PathBuf {
-    PathBuf::from(STATE_DIR).join(name)
+    PathBuf::from(BRIDGE_DIR).join(name)
 }
 
 /// The state file of bridge lab `name`. It is written before anything else of the lab is made
@@ -166,20 +170,42 @@ pub(crate) fn remove(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Names of labs with a state file (`NAME.json`, or `NAME/bridge.json` for a bridge lab).
+/// Names of labs with a state file (`NAME.json`, or `bridges/NAME/bridge.json` for a bridge
+/// lab).
 pub(crate) fn names() -> Vec<String> {
-    let Ok(dir) = fs::read_dir(STATE_DIR) else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| {
-            let file = e.file_name();
-            let file = file.to_str()?;
-            match file.strip_suffix(".json") {
-                Some(name) => Some(name.to_string()),
-                None => is_bridge(file).then(|| file.to_string()),
-            }
-        })
+    let entries = |dir: &str| fs::read_dir(dir).into_iter().flatten().flatten();
+    let labs = entries(STATE_DIR).filter_map(|e| {
+        let file = e.file_name();
+        Some(file.to_str()?.strip_suffix(".json")?.to_string())
+    });
+    let bridges = entries(BRIDGE_DIR).filter_map(|e| {
+        let name = e.file_name().to_str()?.to_string();
+        is_bridge(&name).then_some(name)
+    });
+    labs.chain(bridges)
         .filter(|n| validate_name(n).is_ok())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bridge lab named `x-http` or `x-services` had the folder of lab `x`'s nginx or
+    /// services, which `up` and `down` of lab `x` remove.
+    #[test]
+    fn a_bridge_labs_folder_is_no_other_labs_folder() {
+        for lab in ["x", "lab-1"] {
+            for suffix in DIR_SUFFIXES {
+                let bridge = format!("{lab}{suffix}");
+                let theirs = PathBuf::from(STATE_DIR).join(&bridge);
+                assert!(
+                    !bridge_dir(&bridge).starts_with(&theirs)
+                        && !theirs.starts_with(bridge_dir(&bridge)),
+                    "bridge lab {bridge} and lab {lab} share {}",
+                    theirs.display()
+                );
+            }
+        }
+    }
 }

@@ -616,3 +616,65 @@ fn down_stops_the_servers_even_when_the_namespace_lost_its_name() {
     assert!(!pids.iter().any(|p| running(*p)), "a server outlived down");
     assert_gone(&name);
 }
+
+/// Whether process `pid` still runs (a zombie has ended).
+fn still_runs(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, r)| r.split_whitespace().next());
+    matches!(state, Some(s) if s != "Z" && s != "X")
+}
+
+/// A process left in the scanner namespace (an intercept, a shell of `lab exec`, run as any
+/// user) used to outlive `down`: the namespace lost its name, and the process went on in it
+/// with its rules and programs, where nothing could find it. `down` ends it, as it ends the
+/// net namespace's.
+#[test]
+fn down_ends_what_runs_in_the_scanner_namespace() {
+    if !can_run() {
+        return;
+    }
+    let name = unique_name("p");
+    let _guard = Guard(name.clone());
+    let cfg = LabConfig {
+        name: name.clone(),
+        population: "198.18.9.0/29".parse().unwrap(),
+        ..LabConfig::default()
+    };
+    sonde_lab::up(&cfg, &[SERVER.to_string()]).unwrap();
+    let scan_ns = format!("sonde-{name}-scan");
+    let mut left = Command::new("ip")
+        .args(["netns", "exec", &scan_ns, "runuser", "-u", "nobody", "--"])
+        .args(["sleep", "300"])
+        .spawn()
+        .unwrap();
+    let pid = left.id();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let in_ns = || {
+        let out = Command::new("ip")
+            .args(["netns", "pids", &scan_ns])
+            .output();
+        let pids = String::from_utf8_lossy(&out.unwrap().stdout).into_owned();
+        pids.split_whitespace().count() > 0
+    };
+    while !in_ns() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(in_ns(), "nothing runs in {scan_ns}");
+    sonde_lab::down(&name).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while left.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ended = left.try_wait().unwrap().is_some();
+    if !ended {
+        let _ = left.kill();
+        let _ = left.wait();
+    }
+    assert!(
+        ended && !still_runs(pid),
+        "down left a process of {scan_ns} running"
+    );
+    assert_gone(&name);
+}

@@ -315,23 +315,86 @@ impl Publisher {
 }
 
 /// An HTTP server on its own thread that answers `GET /metrics` with the latest page. It
-/// stops when dropped.
+/// stops when dropped, without waiting for any client.
 pub struct Exporter {
     addr: SocketAddr,
     publisher: Publisher,
     thread: Option<JoinHandle<()>>,
 }
 
-/// How long a scraper may take to send its request or read the page.
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one client may take, from its connection to the page sent: one that trickles its
+/// request, or sends none, is cut off then.
+const CLIENT_DEADLINE: Duration = Duration::from_secs(2);
+/// Clients served at once, each on a thread of its own; a connection beyond them is closed at
+/// once (scrapers are few, and each client holds its place for [`CLIENT_DEADLINE`] at most).
+const MAX_CLIENTS: usize = 8;
 /// How long the idle server waits in `accept` before it looks at the stop flag: it wakes up
 /// this rarely, so an unwatched exporter costs next to nothing, and ends this soon after a
 /// drop.
 const ACCEPT_WAIT: Duration = Duration::from_millis(250);
 
+/// Whom the page is for: requests naming another host in `Host` are refused (421), so a page
+/// in a browser cannot read the metrics through a name rebound to this address.
+#[derive(Clone, Debug)]
+pub struct Hosts {
+    bound: std::net::IpAddr,
+    names: Vec<String>,
+}
+
+impl Hosts {
+    /// Requests for `bound` (any address of the host when unspecified, `0.0.0.0` or `::`;
+    /// `localhost` too when it is a loopback or unspecified one), or for one of `names`.
+    pub fn new(bound: std::net::IpAddr, names: &[String]) -> Hosts {
+        Hosts {
+            bound,
+            names: names.iter().map(|n| n.to_ascii_lowercase()).collect(),
+        }
+    }
+
+    /// Whether a request whose `Host` header says `host` (None: it has none, as an HTTP/1.0
+    /// client's; a browser always sends one) is answered.
+    fn allow(&self, host: Option<&str>) -> bool {
+        let Some(host) = host else {
+            return true;
+        };
+        let name = strip_port(host).to_ascii_lowercase();
+        let any = self.bound.is_unspecified();
+        if let Ok(ip) = name
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+        {
+            return any || ip == self.bound;
+        }
+        (name == "localhost" && (any || self.bound.is_loopback())) || self.names.contains(&name)
+    }
+}
+
+/// `name:port` → `name`, `[v6]:port` → `[v6]`; anything else as it is.
+fn strip_port(host: &str) -> &str {
+    let host = host.trim();
+    if host.starts_with('[') {
+        return host
+            .split_once(']')
+            .map_or(host, |(v6, _)| &host[..v6.len() + 1]);
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if !name.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => {
+            name
+        }
+        _ => host,
+    }
+}
+
 impl Exporter {
-    /// Listens on `addr` (exactly there, nowhere else) and serves from a thread of its own.
-    pub fn bind(addr: SocketAddr, labels: Labels, target_rate: f64) -> io::Result<Exporter> {
+    /// Listens on `addr` (exactly there, nowhere else) and serves from a thread of its own,
+    /// answering requests for `hosts` only.
+    pub fn bind(
+        addr: SocketAddr,
+        labels: Labels,
+        target_rate: f64,
+        names: &[String],
+    ) -> io::Result<Exporter> {
         let listener = TcpListener::bind(addr)?;
         // A listening socket's receive timeout bounds `accept` (Linux).
         let wait = nix::sys::time::TimeVal::new(0, ACCEPT_WAIT.as_micros() as _);
@@ -339,11 +402,12 @@ impl Exporter {
             .map_err(io::Error::from)?;
         let addr = listener.local_addr()?;
         let publisher = Publisher::unserved(labels, target_rate);
+        let hosts = Hosts::new(addr.ip(), names);
         let thread = {
             let shared = publisher.shared.clone();
             std::thread::Builder::new()
                 .name("sonde-metrics".into())
-                .spawn(move || serve(listener, &shared))?
+                .spawn(move || serve(listener, shared, hosts))?
         };
         publisher.publish(publisher.live_page());
         Ok(Exporter {
@@ -377,6 +441,8 @@ impl Exporter {
 }
 
 impl Drop for Exporter {
+    /// Stops accepting (within [`ACCEPT_WAIT`]); a client still being served is left to its
+    /// thread, which ends by its deadline or with the process, never waited for.
     fn drop(&mut self) {
         self.publisher.shared.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
@@ -385,14 +451,29 @@ impl Drop for Exporter {
     }
 }
 
-/// The exporter's thread: one connection at a time (scrapers are few), each bounded by
-/// [`CLIENT_TIMEOUT`].
-fn serve(listener: TcpListener, shared: &Shared) {
+/// The exporter's thread: accepts, and hands each client to a thread of its own, at most
+/// [`MAX_CLIENTS`] at once.
+fn serve(listener: TcpListener, shared: Arc<Shared>, hosts: Hosts) {
+    let hosts = Arc::new(hosts);
+    let serving = Arc::new(AtomicU64::new(0));
     while !shared.stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, _)) => {
-                if answer(stream, shared).is_ok() {
-                    shared.scrapes.fetch_add(1, Ordering::Relaxed);
+                if serving.load(Ordering::Relaxed) >= MAX_CLIENTS as u64 {
+                    continue; // closed: dropped
+                }
+                serving.fetch_add(1, Ordering::Relaxed);
+                let (shared, hosts, done) = (shared.clone(), hosts.clone(), serving.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("sonde-metrics-client".into())
+                    .spawn(move || {
+                        if answer(stream, &shared, &hosts).is_ok() {
+                            shared.scrapes.fetch_add(1, Ordering::Relaxed);
+                        }
+                        done.fetch_sub(1, Ordering::Relaxed);
+                    });
+                if spawned.is_err() {
+                    serving.fetch_sub(1, Ordering::Relaxed);
                 }
             }
             // The wait ran out: look at the stop.
@@ -407,18 +488,48 @@ fn serve(listener: TcpListener, shared: &Shared) {
     }
 }
 
-/// Reads one request and answers it: the page for `GET /metrics`, 404 for another path, 405
-/// for another method. `Ok` only when a page was sent.
-fn answer(stream: TcpStream, shared: &Shared) -> io::Result<()> {
-    stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
-    stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
-    respond(stream, &shared.page)
+/// A stream whose waits can be bounded: each read or write is given what is left of the
+/// client's deadline.
+trait Bounded: Read + Write {
+    fn bound_waits(&mut self, left: Duration) -> io::Result<()>;
 }
 
-/// [`answer`]'s exchange, over any stream.
-fn respond(mut stream: impl Read + Write, page: &Mutex<String>) -> io::Result<()> {
-    let head = read_head(&mut stream)?;
+impl Bounded for TcpStream {
+    fn bound_waits(&mut self, left: Duration) -> io::Result<()> {
+        self.set_read_timeout(Some(left))?;
+        self.set_write_timeout(Some(left))
+    }
+}
+
+/// Reads one request and answers it within [`CLIENT_DEADLINE`]: the page for `GET /metrics`,
+/// 404 for another path, 405 for another method, 421 for another host. `Ok` only when a page
+/// was sent.
+fn answer(mut stream: TcpStream, shared: &Shared, hosts: &Hosts) -> io::Result<()> {
+    let deadline = Instant::now() + CLIENT_DEADLINE;
+    respond(&mut stream, &shared.page, hosts, deadline)
+}
+
+/// What is left until `deadline`, or a timeout error when nothing is.
+fn time_left(deadline: Instant) -> io::Result<Duration> {
+    match deadline.checked_duration_since(Instant::now()) {
+        Some(left) if !left.is_zero() => Ok(left),
+        _ => Err(io::ErrorKind::TimedOut.into()),
+    }
+}
+
+/// [`answer`]'s exchange, over any stream whose waits can be bounded.
+fn respond(
+    stream: &mut impl Bounded,
+    page: &Mutex<String>,
+    hosts: &Hosts,
+    deadline: Instant,
+) -> io::Result<()> {
+    let head = read_head(stream, deadline)?;
     let (status, body) = match request_line(&head) {
+        Some(_) if !hosts.allow(host_header(&head)) => (
+            "421 Misdirected Request",
+            "sonde serves its metrics for the address it listens on and the --metrics-host names only\n".into(),
+        ),
         Some(("GET" | "HEAD", "/metrics")) => {
             let page = page.lock().unwrap_or_else(|e| e.into_inner()).clone();
             ("200 OK", page)
@@ -428,33 +539,67 @@ fn respond(mut stream: impl Read + Write, page: &Mutex<String>) -> io::Result<()
     };
     let ok = status.starts_with("200");
     let content_type = if ok { CONTENT_TYPE } else { "text/plain" };
-    write!(
-        stream,
+    let mut reply = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
-    )?;
+    );
     if !head.starts_with(b"HEAD ") {
-        stream.write_all(body.as_bytes())?;
+        reply.push_str(&body);
     }
-    stream.flush()?;
+    write_all_by(stream, reply.as_bytes(), deadline)?;
     match ok {
         true => Ok(()),
         false => Err(io::ErrorKind::NotFound.into()),
     }
 }
 
-/// The request up to its blank line, at most 8 KiB.
-fn read_head(stream: &mut impl Read) -> io::Result<Vec<u8>> {
+/// Writes `bytes` whole before `deadline` (a client that reads too slowly is cut off).
+fn write_all_by(stream: &mut impl Bounded, mut bytes: &[u8], deadline: Instant) -> io::Result<()> {
+    while !bytes.is_empty() {
+        stream.bound_waits(time_left(deadline)?)?;
+        match stream.write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    stream.flush()
+}
+
+/// The request up to its blank line, at most 8 KiB, read before `deadline`.
+fn read_head(stream: &mut impl Bounded, deadline: Instant) -> io::Result<Vec<u8>> {
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
-        let n = stream.read(&mut buf)?;
+        stream.bound_waits(time_left(deadline)?)?;
+        let n = match stream.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
         if n == 0 {
             break;
         }
         head.extend_from_slice(&buf[..n]);
     }
     Ok(head)
+}
+
+/// The value of the request's `Host` header, if it has one (one that is not text is no name
+/// the page is for: empty).
+fn host_header(head: &[u8]) -> Option<&str> {
+    let end = head
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(head.len());
+    head[..end].split(|&b| b == b'\n').skip(1).find_map(|line| {
+        let colon = line.iter().position(|&b| b == b':')?;
+        let name = line[..colon].trim_ascii();
+        let value = line[colon + 1..].trim_ascii();
+        name.eq_ignore_ascii_case(b"host")
+            .then(|| std::str::from_utf8(value).unwrap_or(""))
+    })
 }
 
 /// The method and the path (without a query) of a request's first line.
@@ -571,6 +716,20 @@ mod tests {
         }
     }
 
+    impl Bounded for Exchange {
+        fn bound_waits(&mut self, _: Duration) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(60)
+    }
+
+    fn local() -> Hosts {
+        Hosts::new("127.0.0.1".parse().unwrap(), &["sonde.lab".into()])
+    }
+
     /// The reply to `request`, and whether it counted as a scrape. (The exporter's socket is
     /// exercised by the lab test, inside a lab namespace: tests bind nothing in the root one.)
     fn get(publisher: &Publisher, request: &str) -> (String, bool) {
@@ -578,7 +737,7 @@ mod tests {
             request: io::Cursor::new(request.as_bytes().to_vec()),
             reply: Vec::new(),
         };
-        let ok = respond(&mut exchange, &publisher.shared.page).is_ok();
+        let ok = respond(&mut exchange, &publisher.shared.page, &local(), far()).is_ok();
         (String::from_utf8(exchange.reply).unwrap(), ok)
     }
 
@@ -586,7 +745,10 @@ mod tests {
     fn the_exporter_serves_the_latest_page_and_then_the_summary() {
         let publisher = Publisher::unserved(labels(), 1000.0);
         publisher.publish(publisher.live_page());
-        let (first, ok) = get(&publisher, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        let (first, ok) = get(
+            &publisher,
+            "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9464\r\n\r\n",
+        );
         assert!(ok && first.starts_with("HTTP/1.1 200 OK\r\n"), "{first}");
         assert!(first.contains(CONTENT_TYPE));
         assert!(first.contains("sonde_target_rate{"), "{first}");
@@ -618,5 +780,102 @@ mod tests {
             let (reply, ok) = get(&publisher, request);
             assert!(reply.starts_with(status) && !ok, "{request:?}: {reply}");
         }
+    }
+    /// A client that sends a byte now and then, each within any per-read timeout: it held the
+    /// only serving thread for as long as it liked. Its whole exchange has a deadline now.
+    struct Trickle {
+        sent: usize,
+        waits: Vec<Duration>,
+    }
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let wait = *self.waits.last().expect("a wait was set before each read");
+            std::thread::sleep(wait.min(Duration::from_millis(20)));
+            self.sent += 1;
+            buf[0] = b"GET /metrics HTTP/1.1\r\nX: "[self.sent.min(26) - 1];
+            Ok(1)
+        }
+    }
+
+    impl Write for Trickle {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Bounded for Trickle {
+        fn bound_waits(&mut self, left: Duration) -> io::Result<()> {
+            self.waits.push(left);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_trickling_client_is_cut_off_at_its_deadline() {
+        let page = Mutex::new(String::new());
+        let mut client = Trickle {
+            sent: 0,
+            waits: Vec::new(),
+        };
+        let deadline = Instant::now() + Duration::from_millis(200);
+        let err = respond(&mut client, &page, &local(), deadline).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(Instant::now() >= deadline);
+        assert!(
+            client.sent < 8192,
+            "it read all it would take: {}",
+            client.sent
+        );
+        // Every read was bounded by what was left, never by more.
+        assert!(
+            client.waits.windows(2).all(|w| w[1] <= w[0]),
+            "{:?}",
+            client.waits
+        );
+    }
+
+    #[test]
+    fn only_the_bound_address_and_the_names_given_are_served() {
+        let (publisher, hosts) = (Publisher::unserved(labels(), 0.0), local());
+        let status = |host: &str| {
+            let request = format!("GET /metrics HTTP/1.1\r\n{host}\r\n\r\n");
+            let mut exchange = Exchange {
+                request: io::Cursor::new(request.into_bytes()),
+                reply: Vec::new(),
+            };
+            let _ = respond(&mut exchange, &publisher.shared.page, &hosts, far());
+            let reply = String::from_utf8(exchange.reply).unwrap();
+            reply[9..12].to_string()
+        };
+        for allowed in [
+            "Host: 127.0.0.1:9464",
+            "host: 127.0.0.1",
+            "HOST:  localhost:9464 ",
+            "Host: SONDE.lab:9464",
+            "X-Other: 1",
+        ] {
+            assert_eq!(status(allowed), "200", "{allowed}");
+        }
+        for refused in [
+            "Host: rebound.example:9464",
+            "Host: 127.0.0.2:9464",
+            "Host: 127.0.0.1.rebound.example",
+            "Host: sonde.lab.rebound.example",
+            "Host: [::1]:9464",
+            "Host: ",
+        ] {
+            assert_eq!(status(refused), "421", "{refused}");
+        }
+        let any = Hosts::new("0.0.0.0".parse().unwrap(), &[]);
+        assert!(any.allow(Some("198.18.0.1:9464")) && any.allow(Some("[2001:2::1]:9464")));
+        assert!(any.allow(Some("localhost")) && !any.allow(Some("rebound.example")));
+        let v6 = Hosts::new("2001:2::1".parse().unwrap(), &[]);
+        assert!(v6.allow(Some("[2001:2::1]:9464")) && !v6.allow(Some("localhost")));
+        assert_eq!(strip_port("[::1]:80"), "[::1]");
+        assert_eq!(strip_port("a.example"), "a.example");
     }
 }

@@ -8,7 +8,10 @@
 //!   where sonde is told to write, in a shared folder such as /tmp, could point at any file of
 //!   the user running sonde, often root;
 //! - an existing file that is not a regular one (`/dev/null`, a FIFO, a terminal) is written as
-//!   it is, never truncated or replaced.
+//!   it is, never truncated or replaced. A device is taken as it is; a FIFO or socket only when
+//!   the user running sonde owns it, or with `--force`: one made by another user would hand
+//!   that user every row. A FIFO nobody reads is refused after two seconds (it is opened
+//!   without blocking, and tried again meanwhile), rather than hold the run for good.
 //!
 //! Files are created with `O_CREAT | O_EXCL`, so a file that appears between the check and the
 //! open is not overwritten either.
@@ -18,6 +21,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, ErrorKind, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// What to do when the file already exists as a regular file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +51,10 @@ pub enum OpenError {
     Exists(PathBuf),
     Symlink(PathBuf),
     Directory(PathBuf),
+    /// A FIFO or socket another user made (it would read every row).
+    NotYours(PathBuf),
+    /// A FIFO no process has open for reading.
+    NoReader(PathBuf),
     Io(PathBuf, io::Error),
 }
 
@@ -66,6 +74,16 @@ impl fmt::Display for OpenError {
             OpenError::Directory(p) => {
                 write!(f, "{} is a directory: give a file name", p.display())
             }
+            OpenError::NotYours(p) => write!(
+                f,
+                "{} is a FIFO or socket of another user, who would read every row: give a file of your own, or --force to write there anyway",
+                p.display()
+            ),
+            OpenError::NoReader(p) => write!(
+                f,
+                "{} is a FIFO that nothing reads: start its reader first",
+                p.display()
+            ),
             OpenError::Io(p, e) => write!(f, "cannot write {}: {e}", p.display()),
         }
     }
@@ -102,9 +120,10 @@ impl Write for Output {
     }
 }
 
-/// True for `-`, standard output.
+/// True for `-` and `/dev/stdout` (a link to whatever standard output is: a terminal, a pipe,
+/// a file), standard output.
 pub fn is_stdout(path: &Path) -> bool {
-    path == Path::new("-")
+    path == Path::new("-") || path == Path::new("/dev/stdout")
 }
 
 /// Opens `path` for writing, as the module docs say.
@@ -119,9 +138,7 @@ pub fn open(path: &Path, if_exists: IfExists) -> Result<Output, OpenError> {
     }
     // Something is there: a regular file (allowed or not), a link, a device, a FIFO…
     check(path, if_exists)?;
-    let file = options(if_exists)
-        .open(path)
-        .map_err(|e| classify(path, e))?;
+    let file = open_in_place(path, if_exists)?;
     // Judged again on what was opened: the name may have changed hands since the check.
     let meta = file.metadata().map_err(|e| OpenError::Io(path.into(), e))?;
     if meta.is_file() {
@@ -146,10 +163,64 @@ pub fn check(path: &Path, if_exists: IfExists) -> Result<(), OpenError> {
         Ok(m) if m.is_file() && if_exists == IfExists::Refuse => {
             Err(OpenError::Exists(path.into()))
         }
+        Ok(m) if !is_taken_as_it_is(&m) && if_exists != IfExists::Overwrite => {
+            Err(OpenError::NotYours(path.into()))
+        }
         Ok(_) => Ok(()),
         Err(e) if e.kind() == ErrorKind::NotFound => check_folder(path),
         Err(e) => Err(OpenError::Io(path.into(), e)),
     }
+}
+
+/// Whether something that is there may be written without `--force` (regular files have
+/// their own rule): a device (`/dev/null`, a terminal), or what the user running sonde owns.
+fn is_taken_as_it_is(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let kind = meta.file_type();
+    kind.is_file()
+        || kind.is_char_device()
+        || kind.is_block_device()
+        || meta.uid() == nix::unistd::geteuid().as_raw()
+}
+
+/// How long a FIFO's writer waits for a reader (one started beside sonde, as in
+/// `sonde scan -o pipe & reader < pipe`) before the FIFO is refused.
+const READER_WAIT: Duration = Duration::from_secs(2);
+
+/// Opens what is at `path` (checked) without truncating it. Without O_NONBLOCK a FIFO's
+/// writer waits for a reader, for good if none comes; with it, no reader is ENXIO, which is
+/// tried again for [`READER_WAIT`], then refused.
+fn open_in_place(path: &Path, if_exists: IfExists) -> Result<File, OpenError> {
+    let deadline = Instant::now() + READER_WAIT;
+    loop {
+        let opened = options(if_exists)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+            .open(path);
+        match opened {
+            Ok(file) => {
+                blocking(&file).map_err(|e| OpenError::Io(path.into(), e))?;
+                return Ok(file);
+            }
+            Err(e) if e.raw_os_error() == Some(nix::libc::ENXIO) => {
+                if Instant::now() >= deadline {
+                    return Err(OpenError::NoReader(path.into()));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(classify(path, e)),
+        }
+    }
+}
+
+/// Clears the O_NONBLOCK the file was opened with: writes wait for room as a file's do.
+fn blocking(file: &File) -> io::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    let flags = fcntl(fd, FcntlArg::F_GETFL).map_err(io::Error::from)?;
+    let flags = OFlag::from_bits_truncate(flags) - OFlag::O_NONBLOCK;
+    fcntl(fd, FcntlArg::F_SETFL(flags)).map_err(io::Error::from)?;
+    Ok(())
 }
 
 /// A file that does not exist yet can be made only in a folder that does.
@@ -293,6 +364,7 @@ mod tests {
         }
         assert!(is_written_in_place(Path::new("/dev/null")));
         assert!(is_written_in_place(Path::new("-")));
+        assert!(is_stdout(Path::new("/dev/stdout")), "a link, but to stdout");
         assert!(matches!(
             open(Path::new("-"), IfExists::Refuse),
             Ok(Output::Stdout(_))
@@ -317,6 +389,92 @@ mod tests {
         assert_eq!(reader.join().unwrap(), "through the pipe\n");
         let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
         assert!(kind.is_fifo(), "the FIFO was replaced");
+    }
+
+    /// `mkfifo PATH`; false (the test then skips) when it cannot be made.
+    fn mkfifo(path: &Path) -> bool {
+        let made = std::process::Command::new("mkfifo").arg(path).status();
+        made.is_ok_and(|s| s.success())
+    }
+
+    /// `open` of `path` on a thread of its own, given `wait` to return: None if it did not
+    /// (it blocks; the thread is left behind).
+    fn open_within(path: &Path, how: IfExists, wait: std::time::Duration) -> Option<bool> {
+        let (done, result) = std::sync::mpsc::channel();
+        let path = path.to_path_buf();
+        std::thread::spawn(move || {
+            let opened = open(&path, how);
+            let _ = done.send(opened.map(drop));
+        });
+        let outcome = result.recv_timeout(wait).ok()?;
+        if let Err(e) = &outcome {
+            let text = e.to_string();
+            assert_eq!(text.lines().count(), 1, "{text}");
+            assert!(text.contains(&path_name(e)), "{text}");
+        }
+        Some(outcome.is_ok())
+    }
+
+    fn path_name(e: &OpenError) -> String {
+        match e {
+            OpenError::Exists(p)
+            | OpenError::Symlink(p)
+            | OpenError::Directory(p)
+            | OpenError::NotYours(p)
+            | OpenError::NoReader(p)
+            | OpenError::Io(p, _) => p.display().to_string(),
+        }
+    }
+
+    /// A FIFO nobody reads used to block the run for good (a scan hung before its first
+    /// probe): it is refused within seconds, in one line.
+    #[test]
+    fn a_fifo_nobody_reads_is_refused_within_seconds() {
+        let dir = Scratch::new("fifo-unread");
+        let fifo = dir.path("pipe");
+        if !mkfifo(&fifo) {
+            eprintln!("skipping: mkfifo failed");
+            return;
+        }
+        let wait = READER_WAIT + std::time::Duration::from_secs(3);
+        assert_eq!(
+            open_within(&fifo, IfExists::Refuse, wait),
+            Some(false),
+            "open blocked on a FIFO with no reader"
+        );
+    }
+
+    /// Another user's FIFO (or socket) at -o hands every row to that user: only with --force.
+    /// A device (/dev/null) and the user's own FIFO need nothing.
+    #[test]
+    fn another_users_fifo_needs_force() {
+        use std::os::unix::fs::MetadataExt;
+        if std::fs::metadata("/proc/self").map_or(true, |m| m.uid() != 0) {
+            eprintln!("skipping: giving a FIFO to another user needs root");
+            return;
+        }
+        let dir = Scratch::new("fifo-owner");
+        let fifo = dir.path("pipe");
+        if !mkfifo(&fifo) {
+            eprintln!("skipping: mkfifo failed");
+            return;
+        }
+        let nobody = std::process::Command::new("chown")
+            .args(["nobody"])
+            .arg(&fifo)
+            .status();
+        assert!(nobody.is_ok_and(|s| s.success()), "chown nobody");
+        let err = check(&fifo, IfExists::Refuse).unwrap_err().to_string();
+        assert!(err.contains("--force") && err.lines().count() == 1, "{err}");
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || read(&fifo))
+        };
+        let wait = READER_WAIT + std::time::Duration::from_secs(3);
+        assert_eq!(open_within(&fifo, IfExists::Refuse, wait), Some(false));
+        write(&fifo, IfExists::Overwrite, "forced\n").unwrap();
+        assert_eq!(reader.join().unwrap(), "forced\n");
+        check(Path::new("/dev/null"), IfExists::Refuse).unwrap();
     }
 
     #[test]

@@ -66,11 +66,6 @@ pub fn run(args: &CaptureArgs, iface: &str, expr: &str, out: &str) -> anyhow::Re
         snaplen: args.snaplen,
         linktype: sonde_io::filter::linktype_of_dlt(link.dlt),
     };
-    let writer = CaptureWriter::create(out, info, args.rotate_mb, super::if_exists(args))?;
-    let stop = Arc::new(AtomicBool::new(false));
-    sonde_engine::stop::set_on_stop_signals(&stop)?;
-    let counters = Arc::new(Counters::default());
-    let iface_drops_start = iface_rx_dropped(iface);
     let labels = RunLabels {
         command: "capture",
         module: "live",
@@ -78,7 +73,13 @@ pub fn run(args: &CaptureArgs, iface: &str, expr: &str, out: &str) -> anyhow::Re
         shard: 0,
         target_rate: 0.0,
     };
+    // Bound before the file is made: a taken port leaves no empty file behind.
     let metrics = args.metrics.start(labels, args.quiet)?;
+    let writer = CaptureWriter::create(out, info, args.rotate_mb, super::if_exists(args))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    sonde_engine::stop::set_on_stop_signals(&stop)?;
+    let counters = Arc::new(Counters::default());
+    let iface_drops_start = iface_rx_dropped(iface);
     let plan = Plan::new(sources, args.count, CHUNKS_PER_THREAD);
     let cpu_start = sonde_meter::CpuTimes::now();
     let started = Instant::now();

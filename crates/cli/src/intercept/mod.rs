@@ -31,7 +31,8 @@ a filter that silently lets everything through when it fails gives wrong results
 telling. With --fail-open traffic goes on unfiltered (NFQUEUE's queue bypass, and a guard
 process removes sonde's rules and tables). Exit, Ctrl-C, SIGTERM, SIGHUP and SIGQUIT always
 remove everything sonde installed; after a crash without --fail-open, run
-`sonde intercept cleanup` in the same network namespace.";
+`sonde intercept cleanup` in the same network namespace. While it runs, sonde checks once a
+second that its rules and table are in place, and stops with an error if one was removed.";
 
 /// A user-space packet filter: take traffic off its path, decide in batches, send it on in order.
 #[derive(Args)]
@@ -56,8 +57,15 @@ enum Mode {
     Bridge(BridgeArgs),
     /// Remove what a killed sonde intercept left in this network namespace: NFQUEUE rules
     /// with sonde's comment (every table, iptables and ip6tables), its netdev tables, and the
-    /// AF_XDP bridge's XDP program on the interfaces those tables name.
-    Cleanup,
+    /// AF_XDP bridge's XDP program on the interfaces those tables name. What a sonde intercept
+    /// that still runs made is left alone (each rule and table names its process), unless
+    /// --force.
+    Cleanup {
+        /// Remove the rules and tables of running sonde intercepts too (they then stop, with
+        /// an error).
+        #[arg(long)]
+        force: bool,
+    },
     /// (internal) The fail-open guard: undoes sonde's changes if sonde dies.
     #[command(hide = true)]
     Guard,
@@ -158,7 +166,7 @@ pub fn run(args: InterceptArgs) -> anyhow::Result<()> {
             };
             run::bridge(a.iface_a, a.iface_b, backend, a.common)
         }
-        Mode::Cleanup => cleanup(),
+        Mode::Cleanup { force } => cleanup(force),
         Mode::Guard => {
             // The guard outlives sonde: a hang-up, Ctrl-C or quit meant for sonde is not for it.
             let ignored = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -184,10 +192,20 @@ pub fn run(args: InterceptArgs) -> anyhow::Result<()> {
 
 /// `sonde intercept cleanup`: everything it can remove, then one line; fails (one line) if
 /// anything could not be removed.
-fn cleanup() -> anyhow::Result<()> {
-    let done = sonde_intercept::cleanup::cleanup(&mut sonde_intercept::cleanup::ThisHost);
+fn cleanup(force: bool) -> anyhow::Result<()> {
+    let done = sonde_intercept::cleanup::cleanup(&mut sonde_intercept::cleanup::ThisHost, force);
+    let spared = match done.spared.as_slice() {
+        [] => String::new(),
+        pids => format!(
+            "; left those of running sonde intercept(s) (pid {}): --force removes them too",
+            pids.iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
     crate::say(format!(
-        "removed {} rule(s), table(s) and XDP program(s) sonde intercept had left",
+        "removed {} rule(s), table(s) and XDP program(s) sonde intercept had left{spared}",
         done.removed
     ));
     match done.failures.as_slice() {

@@ -230,8 +230,8 @@ fn finish(
     add_lost: impl FnOnce(&mut Totals),
 ) -> anyhow::Result<()> {
     let mut live = metrics.publisher().map(LivePage::new);
-    watch(&run, common, live.as_mut());
-    let stop_error = run.stop_and_join();
+    let removed = watch(&run, &mut changes, common, live.as_mut());
+    let stop_error = removed.err().or(run.stop_and_join());
     let wall = run.start.elapsed();
     let cpu = CpuTimes::now().since(&cpu);
     let mut totals = run.totals();
@@ -349,17 +349,34 @@ fn publish(live: &mut LivePage, t: &Totals, common: &Common, running: bool) {
     });
 }
 
-/// The status, until the duration passes, a signal, or a thread fails.
-fn watch(run: &Workers, common: &Common, mut live: Option<&mut LivePage>) {
+/// How often a running intercept checks that its rules and table are still in place.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// The status, until the duration passes, a signal, or a thread fails; or until a rule or table
+/// of `changes` is found removed (checked every [`CHECK_EVERY`]), which is returned.
+fn watch(
+    run: &Workers,
+    changes: &mut PathChanges,
+    common: &Common,
+    mut live: Option<&mut LivePage>,
+) -> anyhow::Result<()> {
     let out = StatusOut::new(common.quiet);
     let deadline = common
         .duration
         .map(|s| run.start + Duration::from_secs_f64(s.max(0.0)));
     let mut last = (Instant::now(), Totals::default());
+    let mut checked = Instant::now();
     while !run.stop.load(Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
+        }
+        if checked.elapsed() >= CHECK_EVERY {
+            checked = Instant::now();
+            if let Err(e) = changes.check_in_place() {
+                out.finish();
+                return Err(e);
+            }
         }
         if let Some(live) = live.as_deref_mut().filter(|l| l.due()) {
             let now = run.totals();
@@ -388,4 +405,5 @@ fn watch(run: &Workers, common: &Common, mut live: Option<&mut LivePage>) {
         last = (Instant::now(), now);
     }
     out.finish();
+    Ok(())
 }

@@ -22,6 +22,7 @@ use crate::metrics::RunLabels;
 use crate::runargs::{self, Place, RunArgs};
 
 #[derive(Args)]
+#[command(after_help = crate::EXIT_STATUS_HELP)]
 pub struct ScanArgs {
     #[command(flatten)]
     run: RunArgs,
@@ -105,7 +106,11 @@ pub fn run(args: ScanArgs) -> anyhow::Result<()> {
     plan.run.metrics = metrics.publisher();
     let summary = execute(&args, plan, fields, &notes)?;
     report(&args, &summary)?;
-    metrics.end(&summary)
+    metrics.end(&summary)?;
+    match summary.interrupted {
+        true => Err(crate::Interrupted.into()),
+        false => Ok(()),
+    }
 }
 
 /// The labels of a scan's series (`--metrics`).

@@ -126,6 +126,9 @@ pub fn run<A: GrabApp>(
     let success = counts.success.get();
     let conn_per_s = success_rate(success, wall);
     status.source_mut().run_ended(conn_per_s);
+    if stop.reason() != StopReason::None {
+        status.source_mut().stopped_early();
+    }
     status.tick(Phase::Done, true)?;
     let cpu = watch.cpu();
     let syn_timeouts = pool.tally(Status::SynTimeout);

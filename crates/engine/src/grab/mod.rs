@@ -447,6 +447,8 @@ pub(crate) struct GrabStatus {
     finish_rate: f64,
     /// The whole run's success rate, once it has ended.
     final_rate: Option<f64>,
+    /// The run stopped before every target had its connection.
+    stopped: bool,
 }
 
 impl GrabStatus {
@@ -459,6 +461,7 @@ impl GrabStatus {
             rate: 0.0,
             finish_rate: 0.0,
             final_rate: None,
+            stopped: false,
         }
     }
 
@@ -479,6 +482,12 @@ impl GrabStatus {
     pub fn run_ended(&mut self, success_per_s: f64) {
         self.final_rate = Some(success_per_s);
     }
+
+    /// The run stopped before its end (a signal, a failure): the last line says how far it
+    /// got, not 100 %.
+    pub fn stopped_early(&mut self) {
+        self.stopped = true;
+    }
 }
 
 /// Successes per second over `wall_s` seconds: the summary's `conn_per_s`, and the status
@@ -490,6 +499,13 @@ pub fn success_rate(success: u64, wall_s: f64) -> f64 {
 impl StatusSource for GrabStatus {
     fn csv_header(&self) -> &'static str {
         "finished,success,success_per_s,outstanding,syn_sent,syn_retransmitted,retransmits_received,drops"
+    }
+
+    fn share_done_at_end(&self) -> f64 {
+        match self.stopped {
+            true => self.done_fraction(),
+            false => 1.0,
+        }
     }
 
     fn sample(&mut self, tick: &Tick) -> (String, String) {

@@ -61,6 +61,8 @@ const STATUS_EVERY: Duration = Duration::from_millis(100);
 /// At a second Ctrl-C, how long a thread may wait for room in its transmit ring to send the
 /// open connections' RSTs.
 const CLOSING_FOR: Duration = Duration::from_millis(200);
+/// How often a text output's rows are handed to the file (one write a second).
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 /// One engine thread's queues: its transmit queue and the receivers it reads.
 pub struct GrabIo {
@@ -113,6 +115,10 @@ pub fn run<A: GrabApp>(
 /// when it stopped opening connections (for the checkpoint).
 struct Shared {
     writer: Mutex<Box<dyn RowWriter + Send>>,
+    /// The targets of the text rows handed to the writer since it last flushed them to the
+    /// file (every [`FLUSH_EVERY`]): if the output then fails, their rows may be lost, and
+    /// the checkpoint puts them back. None for parquet, which is whole only once finished.
+    unflushed: Option<Mutex<Vec<u64>>>,
     phase: AtomicU8,
     clock: Instant,
     drained: Mutex<Vec<Option<ThreadCheckpoint>>>,
@@ -156,6 +162,28 @@ impl Shared {
     fn wake_all(&self) {
         for wake in &self.wakes {
             wake.notify();
+        }
+    }
+
+    /// Hands a text output's rows to the file: the targets of the rows written so far are
+    /// then safe.
+    fn flush_text_rows(&self) -> anyhow::Result<()> {
+        let Some(unflushed) = &self.unflushed else {
+            return Ok(());
+        };
+        let mut writer = self.writer()?;
+        writer.flush_rows().context("writing the output")?;
+        drop(writer);
+        if let Ok(mut targets) = unflushed.lock() {
+            targets.clear();
+        }
+        Ok(())
+    }
+
+    /// The rows of `targets` are with the writer (not yet, perhaps, in the file).
+    fn written(&self, targets: &[u64]) {
+        if let Some(Ok(mut unflushed)) = self.unflushed.as_ref().map(Mutex::lock) {
+            unflushed.extend_from_slice(targets);
         }
     }
 
@@ -212,6 +240,8 @@ pub fn run_on<A: GrabApp>(
     let renderers: Vec<_> = (0..threads).map(|_| writer.renderer()).collect();
     let (events, done_rx) = mpsc::channel();
     let shared = Shared {
+        // Text rows can be handed to the file at any time; parquet's would each be a row group.
+        unflushed: writer.renderer().map(|_| Mutex::new(Vec::new())),
         writer: Mutex::new(writer),
         phase: AtomicU8::new(RUN),
         clock: Instant::now(),
@@ -227,6 +257,8 @@ pub fn run_on<A: GrabApp>(
         loopers.push(Looper::new(&plan, lane, io, mailbox, renderer, marks)?);
     }
     let total = loopers.iter().map(|l| l.feed.left()).sum();
+    // Where each thread's targets stood before this run wrote anything.
+    let starts: Vec<ThreadCheckpoint> = loopers.iter().map(|l| l.feed.checkpoint()).collect();
     let counts: Vec<Arc<GrabCounts>> = loopers.iter().map(|l| l.counts.clone()).collect();
     let mut status = StatusLine::new(
         GrabStatus::new(counts.clone(), total),
@@ -245,6 +277,11 @@ pub fn run_on<A: GrabApp>(
                     pin_to_cpu(plan.run.sender_cpu(looper.lane));
                     Pacer::tighten_timers();
                     let outcome = looper.run(shared);
+                    if outcome.is_err() {
+                        // Its connections end now; a target whose row cannot be written is
+                        // put back for a resume (see `write_rows`).
+                        let _ = looper.abort(shared);
+                    }
                     shared.publish_feed(looper.lane, &looper.feed);
                     let failed = outcome.is_err();
                     let _ = shared.events.send(ThreadEvent::Ended { failed });
@@ -262,31 +299,60 @@ pub fn run_on<A: GrabApp>(
             .collect();
         (ends, status_error)
     });
-    let ends = ends
+    // Whatever failed, the output is finished and the checkpoint written before the error is
+    // returned: every thread published where its targets stand, a failed one included.
+    let mut failure = None;
+    let ends: Vec<ThreadEnd> = ends
         .into_iter()
-        .collect::<anyhow::Result<Vec<ThreadEnd>>>()?;
+        .filter_map(|end| end.map_err(|e| failure.get_or_insert(e)).ok())
+        .collect();
+    if let Err(e) = status_error {
+        failure.get_or_insert(e.context("writing the status file"));
+    }
     let interrupted = stop.reason() != StopReason::None;
-    let checkpoint = if interrupted {
-        save_checkpoint(
-            &plan,
-            &ends.iter().map(|e| e.feed.clone()).collect::<Vec<_>>(),
-            &counts,
-            true,
-        )?;
+    let finished = match shared.writer.into_inner() {
+        Ok(writer) => writer.finish().context("finishing the output"),
+        Err(_) => Err(anyhow::anyhow!(
+            "the row writer was left locked by a failed thread"
+        )),
+    };
+    let mut feeds: Vec<ThreadCheckpoint> = match shared.drained.into_inner() {
+        Ok(drained) => drained.into_iter().flatten().collect(),
+        Err(_) => ends.iter().map(|e| e.feed.clone()).collect(),
+    };
+    if let Err(e) = finished {
+        failure.get_or_insert(e);
+        // Rows the file may not hold: their targets go back for a resume (a parquet file
+        // holds none without its footer).
+        match shared.unflushed.map(Mutex::into_inner) {
+            Some(Ok(unflushed)) if !feeds.is_empty() => {
+                feeds[0].pending.splice(0..0, unflushed);
+            }
+            _ => feeds = starts,
+        }
+    }
+    let checkpoint = if interrupted || failure.is_some() {
+        let saved = save_checkpoint(&plan, &feeds, &counts, true, false);
+        if let Err(e) = saved {
+            failure.get_or_insert(e);
+        }
         Some(plan.run.checkpoint.display().to_string())
     } else {
+        if plan.run.resume.is_some() {
+            save_checkpoint(&plan, &feeds, &counts, true, true)?;
+        }
         None
     };
-    status_error?;
-    let writer = shared
-        .writer
-        .into_inner()
-        .map_err(|_| anyhow::anyhow!("the row writer was left locked by a failed thread"))?;
-    writer.finish().context("finishing the output")?;
+    if let Some(e) = failure {
+        return Err(e.context(format!("checkpoint: {}", plan.run.checkpoint.display())));
+    }
     let summary = summarize(&plan, &ends, &watch, interrupted, checkpoint);
     // Now the queues close (see `ThreadEnd::io`).
     drop(ends.into_iter().map(|end| end.io).collect::<Vec<_>>());
     status.source_mut().run_ended(summary.conn_per_s);
+    if interrupted {
+        status.source_mut().stopped_early();
+    }
     status.tick(Phase::Done, true)?;
     Ok(summary)
 }
@@ -305,7 +371,15 @@ fn coordinate<A: GrabApp>(
     let (mut running, mut idle) = (threads, 0);
     let mut drain_saved = false;
     let mut error = None;
+    let mut flushed = Instant::now();
     while running > 0 {
+        if flushed.elapsed() >= FLUSH_EVERY && error.is_none() {
+            flushed = Instant::now();
+            if let Err(e) = shared.flush_text_rows() {
+                shared.set_phase(ABORT);
+                error = Some(e);
+            }
+        }
         match events.recv_timeout(STATUS_EVERY) {
             Ok(ThreadEvent::Idle) => {
                 idle += 1;
@@ -358,19 +432,22 @@ fn save_drained<A: GrabApp>(
         Err(_) => None,
     };
     match feeds {
-        Some(feeds) => save_checkpoint(plan, &feeds, counts, false).map(|()| true),
+        Some(feeds) => save_checkpoint(plan, &feeds, counts, false, false).map(|()| true),
         None => Ok(false),
     }
 }
 
+/// Saves the checkpoint; a complete one (a resumed run that went to its end) also over the
+/// checkpoint it resumed, when that is another file.
 fn save_checkpoint<A: GrabApp>(
     plan: &GrabPlan<A>,
     feeds: &[ThreadCheckpoint],
     counts: &[Arc<GrabCounts>],
+    receiving_done: bool,
     complete: bool,
 ) -> anyhow::Result<()> {
     let run = &plan.run;
-    Checkpoint {
+    let checkpoint = Checkpoint {
         tool: "grab".into(),
         seed: run.seed,
         key: run.key,
@@ -380,9 +457,17 @@ fn save_checkpoint<A: GrabApp>(
         probes: run.probes,
         sent: run.sent_before() + counts.iter().map(|c| c.syn_sent.get()).sum::<u64>(),
         threads: feeds.to_vec(),
+        receiving_done,
         complete,
+    };
+    match complete {
+        true => crate::checkpoint::save_complete(
+            &checkpoint,
+            &run.checkpoint,
+            run.resumed_from.as_deref(),
+        ),
+        false => checkpoint.save(&run.checkpoint),
     }
-    .save(&run.checkpoint)
 }
 
 /// The threads' figures added up into the run's summary.
@@ -550,6 +635,8 @@ pub(in crate::grab) struct Looper<'p, A: GrabApp> {
     /// This thread's renderer of the writer's rows (text formats), and its rows of a pass.
     renderer: Option<Box<dyn RowRenderer>>,
     rendered: Vec<u8>,
+    /// The targets of the rows of the pass being written (put back if they cannot be).
+    row_targets: Vec<u64>,
     /// When the receivers' drop counters were last read (a system call for AF_XDP).
     drops_read: Instant,
     syn_retransmitted: u64,
@@ -680,6 +767,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             app_values: Vec::new(),
             renderer,
             rendered: Vec::new(),
+            row_targets: Vec::new(),
             drops_read: Instant::now(),
             syn_retransmitted: 0,
             syn_timeouts: 0,
@@ -1036,6 +1124,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
         if !self.engine.has_outcomes() && self.timed_out.is_empty() {
             return Ok(0);
         }
+        self.row_targets.clear();
         let written = match self.renderer.take() {
             Some(mut renderer) => {
                 let mut rendered = std::mem::take(&mut self.rendered);
@@ -1054,6 +1143,13 @@ impl<'p, A: GrabApp> Looper<'p, A> {
                 rows.and_then(|rows| writer.end_batch().map(|()| rows))
             }
         };
+        match written {
+            Ok(_) => shared.written(&self.row_targets),
+            // These rows may not be in the file: a resume gives their targets another go.
+            Err(_) => self
+                .feed
+                .put_back(self.row_targets.drain(..).collect::<Vec<_>>()),
+        }
         written.context("writing the output")
     }
 
@@ -1073,9 +1169,11 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             plan,
             app_values,
             counts,
+            row_targets,
             ..
         } = self;
         engine.drain_replies(|outcome, bytes, session| {
+            row_targets.extend(plan.run.space.index_of(outcome.addr, outcome.port));
             let described = outcome.status == Status::Success || !bytes.is_empty();
             let mut app_outcome = None;
             *app_values = if described {
@@ -1103,6 +1201,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             }
         });
         for index in std::mem::take(&mut self.timed_out) {
+            self.row_targets.push(index);
             let (addr, port) = self.plan.run.space.target_at(index);
             let outcome = Outcome {
                 addr,

@@ -325,6 +325,36 @@ fn judge(f: &LoadedFilter) -> (Verdict<'_>, Verdict<'_>) {
     (Box::new(take), Box::new(pass))
 }
 
+/// With no AF_XDP socket on the frame's queue (while receivers open or close), a frame the
+/// filter takes goes to the kernel instead (XDP_PASS): it must go as it came, not with the 16
+/// bytes of the arrival stamp, which tcpdump and sonde's own ring capture recorded as if they
+/// had been on the wire.
+#[test]
+fn a_frame_passed_for_want_of_a_socket_keeps_its_length() {
+    if !can_load() {
+        return;
+    }
+    let stamping = FilterSpec {
+        stamp_arrivals: true,
+        spare_host_sockets: false,
+        ..spec()
+    };
+    let filter = LoadedFilter::load(&stamping).unwrap();
+    for frame in [
+        v4(SCAN4, 6, 0, 0, &tcp(OURS, SYN | ACK)),
+        v6(SCAN6, 17, &udp(OURS)),
+    ] {
+        let (action, out) = filter.test_run_frame(&frame).unwrap();
+        assert_eq!(action, XDP_PASS, "no socket: the kernel's");
+        assert_eq!(
+            out.len(),
+            frame.len(),
+            "the frame grew on its way to the kernel"
+        );
+        assert_eq!(out, frame);
+    }
+}
+
 #[test]
 fn takes_exactly_the_replies() {
     if !can_load() {

@@ -120,6 +120,7 @@ pub(super) fn plan(targets: &str, rate: f64, dir: &tempdir::Dir) -> GrabPlan<Any
         xdp_mode: XdpMode::Auto,
         ports: PortRange::DEFAULT,
         resume: None,
+        resumed_from: None,
         checkpoint: dir.path("grab.checkpoint.json"),
         status_file: None,
         overwrite: true,
