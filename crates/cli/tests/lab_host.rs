@@ -9,6 +9,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -174,10 +175,12 @@ fn interrupt_resume_and_resume_again(tool: &str, extra: &[&str]) {
         "--tcp-open",
         "80",
     ]);
+    // The file's name picks its format: rows of a scan in CSV, a grab's in NDJSON.
+    let ext = if tool == "scan" { "csv" } else { "ndjson" };
     let (first, rest, again) = (
-        lab.file("first.csv"),
-        lab.file("rest.csv"),
-        lab.file("again.csv"),
+        lab.file(&format!("first.{ext}")),
+        lab.file(&format!("rest.{ext}")),
+        lab.file(&format!("again.{ext}")),
     );
     let checkpoint = format!("{first}.checkpoint.json");
     let base = [
@@ -232,7 +235,8 @@ fn interrupt_resume_and_resume_again(tool: &str, extra: &[&str]) {
                 let text = std::fs::read_to_string(path).unwrap();
                 text.lines()
                     .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-                    .filter(|r| r["status"] == "success")
+                    // tcp_status: the connection opened (status is what the banner read found)
+                    .filter(|r| r["tcp_status"] == "success")
                     .map(|r| r["saddr"].as_str().unwrap().to_string())
                     .collect()
             };
@@ -261,7 +265,7 @@ fn an_interrupted_grab_exits_130_and_resumes_exactly_once() {
     if !can_run_labs() {
         return;
     }
-    interrupt_resume_and_resume_again("grab", &["--syn-retries", "0", "-O", "ndjson"]);
+    interrupt_resume_and_resume_again("grab", &["--syn-retries", "0"]);
 }
 
 /// A disk that fills under the rows: the scan fails in one line, and its checkpoint counts
@@ -523,11 +527,19 @@ fn a_fifo_at_o_neither_hangs_the_scan_nor_feeds_another_user() {
             .unwrap()
             .success());
     }
-    let mut reader = Command::new("runuser")
-        .args(["-u", "nobody", "--", "cat", &theirs])
-        .stdout(Stdio::piped())
+    // cat runs as nobody itself (no runuser in between, whose kill would leave cat blocked on
+    // the FIFO), on /dev/null, so even if it outlived the test it would hold no one's output
+    // open; the guard ends it also when an assertion fails.
+    let reader = Command::new("cat")
+        .arg(&theirs)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let _reader = KillOnDrop(reader);
     let scan = lab.scan(&["198.18.0.0/28", "-p", "80", "-o", &theirs]);
     assert_eq!(scan.status.code(), Some(1));
     let line = assert_one_line(&scan);
@@ -535,8 +547,19 @@ fn a_fifo_at_o_neither_hangs_the_scan_nor_feeds_another_user() {
         line.contains("--force") && line.contains("another user"),
         "{line}"
     );
-    let _ = reader.kill();
-    let _ = reader.wait();
+}
+
+/// Debian's `nobody` (and nogroup).
+const NOBODY: u32 = 65534;
+
+/// A helper process ended (and reaped) when the test ends, passed or failed.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// grab wrote each round's targets (several names per target) to
