@@ -10,11 +10,11 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{can_run_labs, sonde, stderr, Lab, SONDE};
+use common::{can_run_labs, sonde, stderr, Lab, SmallDisk, SONDE};
 use nix::sys::signal::Signal;
 
 /// `sonde ARGS` running in the background, its stderr kept.
@@ -115,43 +115,6 @@ fn last_percent(err: &str) -> f64 {
         .unwrap_or_else(|| panic!("no status line in {err}"));
     let before = line.split("% (").next().unwrap();
     before.split_whitespace().last().unwrap().parse().unwrap()
-}
-
-/// A small tmpfs on a folder of the lab's scratch space: a disk that fills. Unmounted on drop,
-/// also when the test fails.
-struct SmallDisk(PathBuf);
-
-impl SmallDisk {
-    fn mount(lab: &Lab, kib: u32) -> SmallDisk {
-        let dir = lab.dir.join("disk");
-        std::fs::create_dir_all(&dir).unwrap();
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "sonde-test"])
-            .arg(&dir)
-            .status()
-            .unwrap();
-        assert!(ok.success(), "mount -t tmpfs");
-        SmallDisk(dir)
-    }
-
-    fn file(&self, name: &str) -> String {
-        self.0.join(name).to_str().unwrap().to_string()
-    }
-
-    /// Fills what is left of it.
-    fn fill(&self) {
-        use std::io::Write;
-        let mut f = std::fs::File::create(self.0.join("filler")).unwrap();
-        let block = [0u8; 4096];
-        while f.write_all(&block).is_ok() {}
-        while f.write_all(&[0]).is_ok() {}
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
 }
 
 fn assert_one_line(out: &Output) -> String {

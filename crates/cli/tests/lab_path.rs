@@ -94,8 +94,11 @@ fn path_counters(lab: &Lab) -> serde_json::Value {
 }
 
 /// The counters of one direction (`to_lab`, `to_scanner`), once they show `frames_in` of at
-/// least `min_in` (they are written every 100 ms).
+/// least `min_in`. The delay line writes them every 100 ms, so the first read waits out two
+/// writes: counters read as a run ends would miss its last frames (a grab once counted 6 bad
+/// checksums against 5 flips written so far).
 fn flow(lab: &Lab, direction: &str, min_in: u64) -> serde_json::Value {
+    std::thread::sleep(Duration::from_millis(250));
     let end = Instant::now() + Duration::from_secs(3);
     loop {
         let c = path_counters(lab);

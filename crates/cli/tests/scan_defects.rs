@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{can_run_labs, sonde, stderr, Lab, SONDE};
+use common::{can_run_labs, sonde, stderr, Lab, SmallDisk, SONDE};
 
 /// `sonde scan --lab L --no-default-blocklist -q ARGS`, started in the background.
 fn spawn_scan(lab: &Lab, args: &[&str]) -> Child {
@@ -105,7 +105,9 @@ fn a_failing_receiver_stops_the_senders_and_says_why() {
         "--tcp-open",
         "80",
     ]);
-    // /dev/full takes the header but fails the first flush of rows: the receiver fails.
+    // A 16 KiB disk takes the header (written at once) but fails the first flush of rows, at
+    // 64 KiB: the receiver fails mid-run. (/dev/full now fails the header, before any probe.)
+    let disk = SmallDisk::mount(&lab, 16);
     let summary = lab.file("s.json");
     let out = lab.scan(&[
         "198.18.0.0/16",
@@ -116,11 +118,9 @@ fn a_failing_receiver_stops_the_senders_and_says_why() {
         "-c",
         "1",
         "-o",
-        "/dev/full",
-        "--force",
+        &disk.file("rows.csv"),
         "--summary-json",
         &summary,
-        // With rows on a device the checkpoint would go to the working folder: the source tree.
         "--checkpoint",
         &lab.file("full.checkpoint.json"),
     ]);

@@ -152,3 +152,40 @@ pub fn grab_score(line: &str) -> (u64, u64, u64, u64, u64) {
         number("false positives "),
     )
 }
+
+/// A small tmpfs on a folder of the lab's scratch space: a disk that fills. Unmounted on drop,
+/// also when the test fails.
+pub struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    pub fn mount(lab: &Lab, kib: u32) -> SmallDisk {
+        let dir = lab.dir.join("disk");
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "sonde-test"])
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "mount -t tmpfs");
+        SmallDisk(dir)
+    }
+
+    pub fn file(&self, name: &str) -> String {
+        self.0.join(name).to_str().unwrap().to_string()
+    }
+
+    /// Fills what is left of it.
+    pub fn fill(&self) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.0.join("filler")).unwrap();
+        let block = [0u8; 4096];
+        while f.write_all(&block).is_ok() {}
+        while f.write_all(&[0]).is_ok() {}
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
