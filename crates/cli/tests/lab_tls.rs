@@ -417,8 +417,19 @@ fn s_client_once(lab: &Lab, port: u16, sni: &str) -> [Option<String>; 3] {
             .find_map(|l| l.trim().strip_prefix(key).map(|v| v.trim().to_string()))
             .filter(|v| !v.is_empty() && v != "(NONE)" && v != "0000")
     };
-    let version = after("Protocol  :");
-    let cipher = after("Cipher    :").map(|name| {
+    // "New, TLSv1.3, Cipher is NAME" comes right after the handshake; the session block's
+    // "Protocol  :" and "Cipher    :" lines only once a TLS 1.3 server's ticket was read, which
+    // s_client, its input at an end, does not always wait for.
+    let (new_version, new_cipher) = text
+        .lines()
+        .find_map(|l| {
+            let (version, cipher) = l.trim().strip_prefix("New, ")?.split_once(", Cipher is ")?;
+            Some((version.to_string(), cipher.trim().to_string()))
+        })
+        .filter(|(_, cipher)| cipher != "(NONE)")
+        .unzip();
+    let version = after("Protocol  :").or(new_version);
+    let cipher = after("Cipher    :").or(new_cipher).map(|name| {
         let std = std::process::Command::new("openssl")
             .args(["ciphers", "-stdname", &name])
             .output()
