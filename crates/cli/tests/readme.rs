@@ -173,11 +173,14 @@ fn names_a_lab(command: &str, labs: &[String]) -> bool {
         || SENDS_NOTHING
             .iter()
             .any(|start| command == start.trim_end() || command.starts_with(start))
-        || labs.iter().any(|lab| {
-            contains_whole(command, &format!("--name {lab}"))
-                || contains_whole(command, &format!("--lab {lab}"))
-                || command.contains(&format!("sonde-{lab}-"))
-        })
+        || labs.iter().any(|lab| uses_lab(command, lab))
+}
+
+/// Whether `command` works on lab `lab`: names it, or one of its namespaces.
+fn uses_lab(command: &str, lab: &str) -> bool {
+    contains_whole(command, &format!("--name {lab}"))
+        || contains_whole(command, &format!("--lab {lab}"))
+        || command.contains(&format!("sonde-{lab}-"))
 }
 
 fn name_of(path: &Path) -> String {
@@ -228,13 +231,8 @@ fn every_sh_example_stays_in_its_own_lab() {
         // second lab after taking its first down).
         for lab in &labs {
             let down = format!("sonde lab down --name {lab}");
-            let uses = |c: &&&str| {
-                contains_whole(c, &format!("--name {lab}"))
-                    || contains_whole(c, &format!("--lab {lab}"))
-                    || c.contains(&format!("sonde-{lab}-"))
-            };
             assert_eq!(
-                commands.iter().rev().find(uses).copied(),
+                commands.iter().rev().find(|c| uses_lab(c, lab)).copied(),
                 Some(down.as_str()),
                 "{name}: its examples end lab {lab} by taking it down"
             );
