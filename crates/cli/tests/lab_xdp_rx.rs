@@ -570,10 +570,17 @@ fn a_wide_filter_stalls_them(lab: &LabFacts, ephemeral: PortRange) {
     let wide = PortRange::new(ephemeral.first, OURS.last).expect("a range");
     let mut rx = open_tcp(TcpTake::All, wide, true);
     let mut ports = Vec::new();
+    // The sockets stay open until the frames are counted: one closed at once (its line unread)
+    // resets and is gone, and the server's FIN still in flight then has no socket to spare.
+    let mut held = Vec::new();
     for i in 0..5 {
         let remote = SocketAddrV4::new(lab.targets[i % lab.targets.len()], 80);
         let (port, res) = connect_ephemeral(remote, Duration::from_secs(3));
-        res.unwrap_or_else(|e| panic!("sparing filter: connection from {port} to {remote}: {e}"));
+        held.push(
+            res.unwrap_or_else(|e| {
+                panic!("sparing filter: connection from {port} to {remote}: {e}")
+            }),
+        );
         ports.push(port);
     }
     // Only these connections' frames count: the lab's server may still be resending its
@@ -591,6 +598,7 @@ fn a_wide_filter_stalls_them(lab: &LabFacts, ephemeral: PortRange) {
         frames.len()
     );
     drop(rx);
+    drop(held);
     eprintln!("with TcpTake::All on {wide}, sparing the host's sockets: 5 connections completed");
 
     let mut rx = open_tcp(TcpTake::All, wide, false);
