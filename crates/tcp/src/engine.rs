@@ -910,7 +910,10 @@ impl<A: App> Engine<A> {
     }
 
     /// A SYN on an established connection: a retransmitted SYN-ACK means our handshake ACK
-    /// (and the request with it) was lost; anything else gets a challenge ACK (RFC 5961 4).
+    /// (and the request with it) was lost, unless it answers a later SYN of ours (a SYN retry
+    /// that crossed the first SYN-ACK on a long path: it says nothing of our ACK, so it gets a
+    /// bare ACK and the request waits for its timer); anything else gets a challenge ACK
+    /// (RFC 5961 4).
     fn on_dup_synack(&mut self, idx: u32, ck: Cookie, seg: &Seg, now_us: u64) {
         let conn = self.conn(idx);
         let in_order = self.in_order(idx);
@@ -918,7 +921,11 @@ impl<A: App> Engine<A> {
         let same = seg.has(TcpFlags::ACK)
             && seg.tcp.seq_number == irs
             && seg.tcp.ack_number == Some(ck.iss.wrapping_add(1));
-        let (acked, limit) = (conn.acked(), conn.send_limit());
+        let (acked, mut limit) = (conn.acked(), conn.send_limit());
+        if same && answers_a_later_syn(conn, seg) {
+            self.stats.synacks_to_retries += 1;
+            limit = acked;
+        }
         if same {
             // Echo this SYN-ACK's timestamp, not the first one's: the server measures its RTT
             // from our echo, and a 1 s-old echo would stretch its retransmission timer past our
@@ -1905,6 +1912,18 @@ fn echo_rtt(seg: &Seg, now_us: u64, span_us: u64) -> Option<u32> {
     // Zero means the peer echoed nothing. An echo from the future wraps to a huge age.
     let rtt = (now_us as u32).wrapping_sub(tsecr);
     (tsecr != 0 && u64::from(rtt) <= span_us).then_some(rtt)
+}
+
+/// Whether a SYN-ACK on an open connection echoes a SYN sent after the one that opened it:
+/// the opening SYN-ACK's echo is `since_us - rtt_us` (both from it, our TSval being our µs
+/// clock). Unknown without timestamps: then no.
+fn answers_a_later_syn(conn: &Conn, seg: &Seg) -> bool {
+    let (Some((_, tsecr)), Some(rtt), State::Open) = (seg.tcp.timestamp, conn.rtt(), conn.state())
+    else {
+        return false;
+    };
+    let opening_echo = conn.since_us.wrapping_sub(rtt);
+    tsecr != 0 && tsecr.wrapping_sub(opening_echo) as i32 > 0
 }
 
 /// The absolute time (µs) of a 32-bit timestamp taken at or before `now_us`.

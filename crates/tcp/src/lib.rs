@@ -343,6 +343,10 @@ pub struct Stats {
     pub challenge_acks: u64,
     /// Challenge ACKs not sent because the run's budget for the second was spent.
     pub challenge_acks_limited: u64,
+    /// SYN-ACKs on open connections that answered a SYN retry (their echo is of a SYN sent
+    /// after the one that opened the connection): answered with a bare ACK, the request left
+    /// to its timer. Counted in `acks_sent`.
+    pub synacks_to_retries: u64,
     /// Frames to our addresses and ports that failed validation (bad cookie, no connection,
     /// bad checksum, malformed), ICMP errors whose quote fails it included.
     pub invalid: u64,
@@ -381,6 +385,7 @@ impl std::ops::AddAssign<&Stats> for Stats {
             rsts_sent,
             challenge_acks,
             challenge_acks_limited,
+            synacks_to_retries,
             invalid,
             bad_checksums,
             table_full,
@@ -407,6 +412,7 @@ impl std::ops::AddAssign<&Stats> for Stats {
         self.rsts_sent += rsts_sent;
         self.challenge_acks += challenge_acks;
         self.challenge_acks_limited += challenge_acks_limited;
+        self.synacks_to_retries += synacks_to_retries;
         self.invalid += invalid;
         self.bad_checksums += bad_checksums;
         self.table_full += table_full;

@@ -261,6 +261,40 @@ fn retransmitted_synack_repeats_ack_and_request() {
 }
 
 #[test]
+fn a_synack_to_a_syn_retry_gets_a_bare_ack() {
+    // A 1 s path: our SYN's retry leaves just before the first SYN-ACK arrives, and the
+    // server answers both. The second SYN-ACK echoes the retry's TSval: it says nothing of our
+    // handshake ACK, so the request is not sent again (it was, once per retry, at 1 s RTT).
+    let mut h = Harness::v4();
+    let first = h.syn().tcp.timestamp.unwrap().0;
+    h.now += 1_000_000;
+    let retry = h.syn().tcp.timestamp.unwrap().0;
+    assert_ne!(first, retry);
+    h.now += 2_000;
+    h.server.client_tsval = first;
+    assert!(matches!(h.input(&h.server.syn_ack()), Rx::Answered { .. }));
+    let sent = h.flush();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(sent[1].payload, REQUEST);
+    h.now += 1_000_000;
+    h.server.client_tsval = retry;
+    h.input(&h.server.syn_ack());
+    let sent = h.flush();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].flags(), TcpFlags::ACK);
+    assert!(sent[0].payload.is_empty());
+    assert_eq!(h.engine.stats().retransmits_sent, 0);
+    assert_eq!(h.engine.stats().synacks_to_retries, 1);
+    // The server's own retransmission of the first SYN-ACK still means our ACK was lost.
+    h.server.client_tsval = first;
+    h.input(&h.server.syn_ack());
+    let sent = h.flush();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(sent[1].payload, REQUEST);
+    assert_eq!(h.engine.stats().retransmits_sent, 1);
+}
+
+#[test]
 fn ipv6_connection() {
     let mut h = Harness::new(config(), TestApp::http(), Server::new("2001:2::1:7", 443));
     let syn = h.syn();
