@@ -65,7 +65,7 @@ fn close_parser() -> impl TypedValueParser<Value = CloseMode> {
 #[derive(Args)]
 #[command(
     after_help = crate::EXIT_STATUS_HELP,
-    mut_arg("rate", |a| a.help("New connections per second (first SYNs; retries are not counted); 0 = as fast as possible")),
+    mut_arg("rate", |a| a.help("New connections per second (first SYNs; retries are not counted, so a target that never answers gets 1 + --syn-retries SYNs); 0 = as fast as possible")),
     mut_arg("cooldown", |a| a.hide(true)),
     mut_arg("threads", |a| a.help("Engine threads, each pinned, on a queue of its own (give --queues N or more), owning its share of the targets and of the source ports; a reply that lands at another thread is handed to its owner. --max-outstanding and -r are split between them")),
 )]
@@ -132,9 +132,14 @@ pub struct GrabArgs {
     /// hold more (a TLS session is planned at 16 KiB: 32768 at once by default).
     #[arg(long, default_value_t = 512)]
     session_memory: usize,
-    /// Extra SYNs to a target that has not answered (1 s, then 2 s, 4 s, …).
+    /// Extra SYNs to a target that has not answered (after --syn-timeout, then twice that, …).
     #[arg(long, default_value_t = 2, value_parser = crate::runargs::number_from(0u8, 8))]
     syn_retries: u8,
+    /// Seconds before a SYN's first retry (each further one waits twice the last). Keep it
+    /// above the path's round trip: on a longer path every retry races its answer and costs
+    /// the target a second SYN-ACK.
+    #[arg(long, default_value_t = 1.0, value_parser = crate::runargs::seconds_value)]
+    syn_timeout: f64,
     /// Seconds from the handshake to the first reply byte.
     #[arg(long, default_value_t = 5.0)]
     first_byte_timeout: f64,
@@ -368,7 +373,7 @@ fn grab_plan(
         tcp,
         app,
         syn_retries: args.syn_retries,
-        syn_timeout_us: 1_000_000,
+        syn_timeout_us: seconds_us(args.syn_timeout, "--syn-timeout")?,
         arp_for,
         fields,
     };
@@ -411,6 +416,16 @@ fn app_options(args: &GrabArgs) -> anyhow::Result<AppOptions> {
 }
 
 fn check_limits(args: &GrabArgs) -> anyhow::Result<()> {
+    // A target's SYNs wait syn_timeout · (2^(retries+1) − 1) for an answer in all; the engine
+    // keeps 32-bit µs timestamps, so every wait stays within 30 minutes.
+    let span = args.syn_timeout * f64::from((2u32 << args.syn_retries) - 1);
+    if span > 1800.0 {
+        bail!(
+            "--syn-timeout {} with --syn-retries {} waits {span:.0} s for an answer: at most 1800 s (30 minutes); lower either",
+            args.syn_timeout,
+            args.syn_retries
+        );
+    }
     if args.max_outstanding == 0 {
         bail!("--max-outstanding 0 would never open a connection: give 1 or more");
     }

@@ -344,7 +344,7 @@ fn an_interrupted_grab_resumes_with_nothing_lost_or_twice() {
 #[test]
 fn bad_grab_input_gets_one_clear_line() {
     let missing = "/nonexistent/sonde-payload.bin";
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 8] = [
         (
             &["grab", "198.18.0.0/24", "--http-path", "no-slash"],
             "--http-path",
@@ -366,6 +366,18 @@ fn bad_grab_input_gets_one_clear_line() {
             "--max-outstanding",
         ),
         (&["grab", "198.18.0.0/24", "-M", "gopher"], "gopher"),
+        (
+            &[
+                "grab",
+                "198.18.0.0/24",
+                "--syn-timeout",
+                "100",
+                "--syn-retries",
+                "5",
+            ],
+            "--syn-timeout",
+        ),
+        (&["grab", "198.18.0.0/24", "--syn-timeout", "0"], "seconds"),
         (&["grab", "--lab", "x", "0.0.0.0/7"], "--confirm-large-scan"),
     ];
     for (args, needle) in cases {

@@ -25,9 +25,10 @@ pub(crate) const LAB_SPACE6: Ipv6Net = net6([0x2001, 2, 0, 0, 0, 0, 0, 0], 48);
 pub(crate) const LINK_NET6: Ipv6Net = net6([0x2001, 2, 0, 0xffff, 0, 0, 0, 0], 64);
 pub(crate) const SCAN_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 0xffff, 0, 0, 0, 1);
 pub(crate) const GATEWAY_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 0xffff, 0, 0, 0, 0xfe);
-/// Narrowest IPv6 population prefix length allowed: /112 has 65,536
-/// addresses, so the truth stays enumerable.
-const MIN_PREFIX6: u8 = 112;
+/// Narrowest IPv6 population prefix length allowed: /110 has 262,144 addresses (twice the
+/// widest IPv4 population, a /15), so the truth stays enumerable, and with a /15 a grab can
+/// hold more than 250,000 connections open at once across a long path.
+const MIN_PREFIX6: u8 = 110;
 pub(crate) const SCAN_IF: &str = "sx0";
 pub(crate) const NET_IF: &str = "nx0";
 /// With loss: an interface of the net namespace that stays down, where nftables sends the
@@ -77,7 +78,7 @@ pub struct LabConfig {
     /// Share of packets to the population dropped at random (0.0..1.0).
     pub loss: f64,
     /// An IPv6 population besides the IPv4 one: a prefix inside 2001:2::/48,
-    /// /112 or longer, not overlapping the link 2001:2:0:ffff::/64. The same
+    /// /110 or longer, not overlapping the link 2001:2:0:ffff::/64. The same
     /// seed, share, ports and loss apply. None: the lab is IPv4 only.
     pub population6: Option<Ipv6Net>,
     /// Run a DNS server (unbound) on port 53 of every responsive address.
@@ -406,7 +407,7 @@ fn validate_xdp_responder(cfg: &LabConfig) -> Result<()> {
     bail!("--responder xdp answers probes before the lab's kernel sees them, so {clash} would not apply; use --responder kernel with {clash}")
 }
 
-/// Checks an IPv6 population: inside 2001:2::/48, at most 65,536 addresses,
+/// Checks an IPv6 population: inside 2001:2::/48, at most 262,144 addresses,
 /// and clear of the link prefix.
 pub(crate) fn validate_population6(p: Ipv6Net) -> Result<()> {
     if !LAB_SPACE6.contains(&p) {
@@ -416,7 +417,7 @@ pub(crate) fn validate_population6(p: Ipv6Net) -> Result<()> {
     }
     if p.prefix_len() < MIN_PREFIX6 {
         bail!(
-            "IPv6 population {p} is too wide: use /{MIN_PREFIX6} or longer (at most 65,536 addresses)"
+            "IPv6 population {p} is too wide: use /{MIN_PREFIX6} or longer (at most 262,144 addresses)"
         );
     }
     if LINK_NET6.contains(&p) {
@@ -719,7 +720,7 @@ mod tests {
             ("2001:2:ffff::/112", "outside 2001:2::/48"),
             ("::/0", "outside 2001:2::/48"),
             ("2001:2::/48", "too wide"),
-            ("2001:2::/111", "too wide"),
+            ("2001:2::/109", "too wide"),
             ("2001:2:0:ffff::/112", "overlaps the lab's link"),
             ("2001:2:0:ffff::1/128", "overlaps the lab's link"),
         ] {

@@ -125,7 +125,7 @@ struct UpArgs {
     /// Target population, a prefix inside 198.18.0.0/15.
     #[arg(long, default_value = "198.18.0.0/16")]
     population: Ipv4Net,
-    /// An IPv6 population too: a prefix inside 2001:2::/48, /112 or longer.
+    /// An IPv6 population too: a prefix inside 2001:2::/48, /110 or longer.
     #[arg(long)]
     population6: Option<ipnet::Ipv6Net>,
     /// Share of the population that answers (0.0 to 1.0), chosen by a keyed hash of --seed.
