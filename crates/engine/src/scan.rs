@@ -63,6 +63,8 @@ pub struct Counts {
     /// When sending began, µs since the Unix epoch (0 before): the origin of the receiver's
     /// counts of answers by send time.
     pub send_start_epoch_us: Counter,
+    /// The probes sent by time since then, each sender's added as it ends (see `outran`).
+    pub sent_by_time: Mutex<ByTime>,
 }
 
 impl Counts {
@@ -164,18 +166,15 @@ pub fn run(
     let mut failure = Failure::default();
     let send_start = Instant::now();
     counts.send_start_epoch_us.set(epoch_us());
-    let sent_by_time = Mutex::new(ByTime::default());
     let send_result = send(
         &plan,
         (clock, send_start),
-        &sent_by_time,
         io.senders.into_iter().zip(feeds).collect(),
         stop,
         &counts,
         &progress,
         &mut status,
     );
-    let sent_by_time = sent_by_time.into_inner().expect("sent counts lock");
     let send_wall = send_result
         .as_ref()
         .ok()
@@ -235,7 +234,10 @@ pub fn run(
         return Err(e.context(format!("checkpoint: {}", plan.run.checkpoint.display())));
     }
     let cpu = watch.cpu();
-    let outran = outran::judge(&sent_by_time, &rx.answers);
+    let outran = match counts.sent_by_time.lock() {
+        Ok(sent) => outran::judge(&sent, &rx.answers),
+        Err(_) => None,
+    };
     let losses = loss_line(
         counts.drops.get(),
         &plan.run.iface,
@@ -470,7 +472,6 @@ fn per(ns: u64, n: u64) -> f64 {
 fn send(
     plan: &ScanPlan,
     (clock, send_start): (Instant, Instant),
-    sent_by_time: &Mutex<ByTime>,
     lanes: Vec<(AnyTx, Feed)>,
     stop: &Stop,
     counts: &Counts,
@@ -503,7 +504,7 @@ fn send(
                     Counts::add_cpu(&counts.sender_user_ns, &counts.sender_sys_ns, start);
                     let end = (Instant::now(), sender.feed.checkpoint(), sender.sent);
                     progress.lock().expect("checkpoint lock")[t].stop = Some(end);
-                    if let Ok(mut all) = sent_by_time.lock() {
+                    if let Ok(mut all) = counts.sent_by_time.lock() {
                         all.merge(&sender.by_time);
                     }
                     if result.is_err() {

@@ -40,7 +40,7 @@ impl RetriedSample {
 
     /// The bit of target `index`, if it is in the sample.
     fn bit(&self, index: u64) -> Option<(usize, u64)> {
-        if index % self.stride != 0 {
+        if !index.is_multiple_of(self.stride) {
             return None;
         }
         let at = index / self.stride;

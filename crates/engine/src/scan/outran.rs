@@ -229,7 +229,7 @@ mod tests {
         for i in 0..256u64 {
             let sent_us = i / 16 * 40;
             sent.sent(sent_us, 1);
-            if i % 2 == 0 && answered(i) {
+            if i.is_multiple_of(2) && answered(i) {
                 answers.answer(sent_us, rtt(i));
             }
         }
@@ -255,7 +255,7 @@ mod tests {
         // As against --bottleneck 20mbit --bottleneck-queue 100: the first 100 probes queued,
         // then about one in ten got through, each 29 µs after the last; the round trip grew
         // from 0.4 to 3.3 ms.
-        let through = |i: u64| i < 100 || i % 10 == 0;
+        let through = |i: u64| i < 100 || i.is_multiple_of(10);
         let (sent, answers) = run(through, |i| 400 + i.min(100) * 29);
         let o = judge(&sent, &answers).expect("outran");
         assert!(o.early_share > 0.4 && o.late_share < 0.15, "{o:?}");
