@@ -599,6 +599,10 @@ fn report(args: &GrabArgs, s: &GrabSummary) -> anyhow::Result<()> {
                 sessions.at_once * sessions.bytes_each / (1024 * 1024)
             ));
         }
+        // What was lost on the way, and how fast the run could have gone (the last line).
+        if let Some(losses) = &s.losses {
+            to_stderr(format_args!("grab: {losses}"));
+        }
     }
     if s.left_open > 0 {
         to_stderr(format_args!(

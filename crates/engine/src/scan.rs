@@ -30,6 +30,9 @@ use crate::queues::{open_queues, ReplyFilter};
 use crate::status::{per_second, to_stderr, Phase, StatusLine, StatusSource, Tick};
 use crate::stop::{Stop, StopReason};
 
+pub mod outran;
+use outran::{ByTime, Outran};
+
 /// A scan, ready to run.
 pub struct ScanPlan {
     pub run: RunPlan,
@@ -57,6 +60,11 @@ pub struct Counts {
     pub sender_sys_ns: Counter,
     pub receiver_user_ns: Counter,
     pub receiver_sys_ns: Counter,
+    /// When sending began, µs since the Unix epoch (0 before): the origin of the receiver's
+    /// counts of answers by send time.
+    pub send_start_epoch_us: Counter,
+    /// The probes sent by time since then, each sender's added as it ends (see `outran`).
+    pub sent_by_time: Mutex<ByTime>,
 }
 
 impl Counts {
@@ -107,9 +115,12 @@ pub struct ScanSummary {
     pub iface_rx_dropped: Option<u64>,
     pub iface_rx_missed_errors: Option<u64>,
     pub iface_rx_fifo_errors: Option<u64>,
-    /// One line naming the cause of every loss counted (sonde's receive drops and the
-    /// interface's), and what to do; null when nothing was lost.
+    /// One line naming the cause of every loss counted (the path outrun, sonde's receive
+    /// drops and the interface's), and what to do; null when nothing was lost.
     pub losses: Option<String>,
+    /// When the share of probes answered fell while sending (see `scan::outran`): the shares
+    /// and round trips early and late, the rate sent and the rate the path carried.
+    pub outran: Option<Outran>,
 }
 
 /// Runs the scan until every target is probed (or `stop`), then receives for the cooldown,
@@ -154,9 +165,10 @@ pub fn run(
     .publishing(plan.run.metrics.clone());
     let mut failure = Failure::default();
     let send_start = Instant::now();
+    counts.send_start_epoch_us.set(epoch_us());
     let send_result = send(
         &plan,
-        clock,
+        (clock, send_start),
         io.senders.into_iter().zip(feeds).collect(),
         stop,
         &counts,
@@ -222,6 +234,16 @@ pub fn run(
         return Err(e.context(format!("checkpoint: {}", plan.run.checkpoint.display())));
     }
     let cpu = watch.cpu();
+    let outran = match counts.sent_by_time.lock() {
+        Ok(sent) => outran::judge(&sent, &rx.answers),
+        Err(_) => None,
+    };
+    let losses = loss_line(
+        counts.drops.get(),
+        &plan.run.iface,
+        link.as_ref(),
+        plan.run.backend,
+    );
     Ok(ScanSummary {
         targets: plan.run.space.len(),
         sent: counts.sent.get(),
@@ -254,12 +276,8 @@ pub fn run(
         iface_rx_dropped: link.map(|l| l.rx_dropped),
         iface_rx_missed_errors: link.map(|l| l.rx_missed_errors),
         iface_rx_fifo_errors: link.map(|l| l.rx_fifo_errors),
-        losses: loss_line(
-            counts.drops.get(),
-            &plan.run.iface,
-            link.as_ref(),
-            plan.run.backend,
-        ),
+        losses: with_outran(losses, outran.as_ref().map(outran::outran_text)),
+        outran,
     })
 }
 
@@ -361,21 +379,21 @@ fn before(progress: &[Progress], durable: Instant, cooldown: f64) -> (Vec<Thread
     (states, sent)
 }
 /// The scanner interface's own loss counters, and their reading when the run began.
-struct LinkWatch {
+pub(crate) struct LinkWatch {
     counters: LinkCounters,
     start: LinkDrops,
 }
 
 impl LinkWatch {
     /// None if the interface's counters cannot be read (the summary then says null).
-    fn open(iface: &str) -> Option<LinkWatch> {
+    pub(crate) fn open(iface: &str) -> Option<LinkWatch> {
         let mut counters = LinkCounters::open(iface).ok()?;
         let start = counters.read().ok()?;
         Some(LinkWatch { counters, start })
     }
 
     /// What the interface dropped since the run began (one netlink round trip).
-    fn since_start(&mut self) -> Option<LinkDrops> {
+    pub(crate) fn since_start(&mut self) -> Option<LinkDrops> {
         Some(self.counters.read().ok()?.since(&self.start))
     }
 }
@@ -383,7 +401,7 @@ impl LinkWatch {
 /// One line naming the cause of every loss seen, with what to do about it; None when no
 /// counter moved. `drops` are sonde's receive drops; `link` what interface `iface` dropped
 /// itself; `backend` sent the probes.
-fn loss_line(
+pub(crate) fn loss_line(
     drops: u64,
     iface: &str,
     link: Option<&LinkDrops>,
@@ -427,6 +445,24 @@ fn loss_line(
     (!causes.is_empty()).then(|| format!("lost: {}", causes.join("; also ")))
 }
 
+/// The loss line with the path's word first, when it was outrun.
+pub(crate) fn with_outran(line: Option<String>, outran: Option<String>) -> Option<String> {
+    match (outran, line) {
+        (None, line) => line,
+        (Some(o), None) => Some(format!("lost: {o}")),
+        (Some(o), Some(l)) => Some(format!(
+            "lost: {o}; also {}",
+            l.trim_start_matches("lost: ")
+        )),
+    }
+}
+
+fn epoch_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
 fn per(ns: u64, n: u64) -> f64 {
     ns as f64 / n.max(1) as f64
 }
@@ -435,7 +471,7 @@ fn per(ns: u64, n: u64) -> f64 {
 /// status line meanwhile; returns when each sender finished. `clock` is the receiver's.
 fn send(
     plan: &ScanPlan,
-    clock: Instant,
+    (clock, send_start): (Instant, Instant),
     lanes: Vec<(AnyTx, Feed)>,
     stop: &Stop,
     counts: &Counts,
@@ -458,6 +494,8 @@ fn send(
                             plan.run.batch,
                         ),
                         sent: 0,
+                        origin_us: send_start.duration_since(clock).as_micros() as u64,
+                        by_time: ByTime::default(),
                     };
                     let start = CpuTimes::thread_now();
                     stages::begin_thread(Role::Tx);
@@ -466,6 +504,9 @@ fn send(
                     Counts::add_cpu(&counts.sender_user_ns, &counts.sender_sys_ns, start);
                     let end = (Instant::now(), sender.feed.checkpoint(), sender.sent);
                     progress.lock().expect("checkpoint lock")[t].stop = Some(end);
+                    if let Ok(mut all) = counts.sent_by_time.lock() {
+                        all.merge(&sender.by_time);
+                    }
                     if result.is_err() {
                         // The other senders stop too: the run ends here.
                         stop.set(StopReason::Failed);
@@ -505,6 +546,9 @@ struct Sender<'a> {
     pacer: Pacer,
     /// Probes this sender has sent.
     sent: u64,
+    /// When sending began, µs of `clock`, and the probes sent by time since (see `outran`).
+    origin_us: u64,
+    by_time: ByTime,
 }
 
 impl Sender<'_> {
@@ -536,7 +580,8 @@ impl Sender<'_> {
             if self.feed.pending().is_empty() {
                 break;
             }
-            let now_us = self.clock.elapsed().as_micros() as u32;
+            let elapsed_us = self.clock.elapsed().as_micros() as u64;
+            let now_us = elapsed_us as u32;
             let (space, probe, pending) =
                 (&self.plan.run.space, &self.plan.probe, self.feed.pending());
             let n = self.tx.tx_batch(pending.len(), |i, buf| {
@@ -547,6 +592,8 @@ impl Sender<'_> {
                 probe.write(buf, addr, port, now_us)
             })?;
             self.feed.accept(n);
+            self.by_time
+                .sent(elapsed_us.saturating_sub(self.origin_us), n as u64);
             self.pacer.charge(n);
             sent.add(n as u64);
             self.sent += n as u64;
@@ -659,6 +706,8 @@ struct Receiver {
     /// A text output's rows go to the file every [`FLUSH_EVERY`], so the run knows when the
     /// file last held every row so far; a parquet file is whole only once finished (None).
     flushed: Option<Instant>,
+    /// First answers by when their probes left (see `outran`).
+    answers: ByTime,
 }
 
 /// How often the receivers' drop counters are read.
@@ -674,6 +723,7 @@ struct RxEnd {
     dedup: Dedup,
     error: Option<anyhow::Error>,
     durable: Option<Instant>,
+    answers: ByTime,
 }
 
 impl Receiver {
@@ -708,6 +758,7 @@ impl Receiver {
             resets: Vec::with_capacity(256),
             drops_read: Instant::now(),
             flushed,
+            answers: ByTime::default(),
         })
     }
 
@@ -738,6 +789,7 @@ impl Receiver {
             dedup: self.dedup,
             error,
             durable: self.flushed,
+            answers: self.answers,
         }
     }
 
@@ -773,15 +825,18 @@ impl Receiver {
             counts,
             resets,
             rst,
+            answers,
             ..
         } = self;
         let mut handler = Handler {
             plan,
             writer: writer.as_mut(),
             dedup,
-            counts,
             resets,
             reset_synacks: rst.is_some(),
+            answers,
+            send_origin_us: counts.send_start_epoch_us.get(),
+            counts,
         };
         let wait = Duration::from_millis(50);
         let handled = sonde_io::rx_many_stamped(rxs, 256, wait, |queue, frame, kernel_ns| {
@@ -864,6 +919,9 @@ struct Handler<'a> {
     counts: &'a Counts,
     resets: &'a mut Vec<(IpAddr, u16, u16, u32)>,
     reset_synacks: bool,
+    answers: &'a mut ByTime,
+    /// When sending began (µs since the epoch; 0: not yet).
+    send_origin_us: u64,
 }
 
 impl Handler<'_> {
@@ -899,6 +957,11 @@ impl Handler<'_> {
             self.counts.repeats.add(1);
         } else if reply.success {
             self.counts.hits.add(1);
+        }
+        if let (false, Some(rtt), true) = (reply.repeat, reply.rtt_us, self.send_origin_us > 0) {
+            let sent_at = epoch_us.saturating_sub(rtt);
+            self.answers
+                .answer(sent_at.saturating_sub(self.send_origin_us), rtt);
         }
         if self.reset_synacks && reply.classification == "synack" && !reply.repeat {
             if let Some(ack) = tcp_ack_number(frame) {

@@ -11,6 +11,7 @@ mod dispatch;
 pub mod kernel;
 mod marks;
 mod metrics;
+pub mod outran;
 pub mod rounds;
 pub mod user;
 
@@ -247,6 +248,25 @@ pub struct GrabSummary {
     /// kernel backend).
     #[serde(rename = "loop")]
     pub loop_stats: Option<LoopStats>,
+    /// Targets that answered their first SYN, and those that answered only a SYN sent again
+    /// (its first, or the answer to it, was lost on the way), counted over a sample of the
+    /// targets in a space of more than 2^23 per thread (see `outran`); and the share of the
+    /// space sampled.
+    pub answered_first_syn: u64,
+    pub answered_after_retry: u64,
+    pub answer_sample: f64,
+    /// The first SYNs' rate, and how many a second the path carried by the first-try answers'
+    /// arrival (see `outran::path_rate`); null when too few answered to say.
+    pub first_syn_per_s: Option<f64>,
+    pub path_syn_per_s: Option<f64>,
+    /// The scanner's interface, and what it dropped itself during the run (deltas; all of its
+    /// traffic; null where they could not be read), as scan's summary has them.
+    pub iface_tx_dropped: Option<u64>,
+    pub iface_rx_dropped: Option<u64>,
+    /// One line on what was lost between here and the targets (SYNs answered only when sent
+    /// again, segments retransmitted, the interface's drops) and how fast the run could have
+    /// gone; null when nothing crossed the thresholds (see `outran`).
+    pub losses: Option<String>,
 }
 
 impl GrabSummary {
@@ -281,6 +301,22 @@ impl GrabSummary {
         self.answered_bytes = self.answered_bytes.max(round.answered_bytes);
         self.left_open += round.left_open;
         self.interrupted |= round.interrupted;
+        self.answered_first_syn += round.answered_first_syn;
+        self.answered_after_retry += round.answered_after_retry;
+        self.iface_tx_dropped = sum_some(self.iface_tx_dropped, round.iface_tx_dropped);
+        self.iface_rx_dropped = sum_some(self.iface_rx_dropped, round.iface_rx_dropped);
+        // The first round's estimates stand (later rounds are small retries); their words add.
+        self.losses = match (self.losses.take(), &round.losses) {
+            (Some(a), Some(b)) => Some(format!("{a}; in a later round, {b}")),
+            (a, b) => a.or(b.clone()),
+        };
+    }
+}
+
+fn sum_some(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a + b),
+        _ => a.or(b),
     }
 }
 

@@ -31,6 +31,7 @@ use sonde_wire::{arp, ethernet, EtherType, MacAddr};
 
 use super::dispatch::Mailbox;
 use super::marks::TargetMarks;
+use super::outran::{self, AnswerCounts, Figures, RetriedSample};
 use super::{
     success_rate, GrabApp, GrabCounts, GrabPlan, GrabRow, GrabStatus, GrabSummary, LoopStats,
 };
@@ -219,6 +220,7 @@ struct ThreadEnd {
     /// Its handles on the records of targets (see [`Marks`]), for their size.
     marks: Marks,
     left_open: u64,
+    answers: AnswerCounts,
 }
 
 /// [`run`] over queues already open, one [`GrabIo`] per thread (tests give them ends of
@@ -267,6 +269,8 @@ pub fn run_on<A: GrabApp>(
         IfExists::force(plan.run.overwrite),
     )?
     .publishing(plan.run.metrics.clone());
+    // Opened here, in the namespace the run is in (a lab's scanner namespace).
+    let mut link = crate::scan::LinkWatch::open(&plan.run.iface);
     let watch = Stopwatch::start();
     let (ends, status_error) = std::thread::scope(|scope| {
         let handles: Vec<_> = loopers
@@ -346,7 +350,8 @@ pub fn run_on<A: GrabApp>(
     if let Some(e) = failure {
         return Err(e.context(format!("checkpoint: {}", plan.run.checkpoint.display())));
     }
-    let summary = summarize(&plan, &ends, &watch, interrupted, checkpoint);
+    let link = link.as_mut().and_then(crate::scan::LinkWatch::since_start);
+    let summary = summarize(&plan, &ends, &watch, interrupted, checkpoint, link);
     // Now the queues close (see `ThreadEnd::io`).
     drop(ends.into_iter().map(|end| end.io).collect::<Vec<_>>());
     status.source_mut().run_ended(summary.conn_per_s);
@@ -477,14 +482,33 @@ fn summarize<A: GrabApp>(
     watch: &Stopwatch,
     interrupted: bool,
     checkpoint: Option<String>,
+    link: Option<sonde_io::LinkDrops>,
 ) -> GrabSummary {
     let mut stats = Stats::default();
     let mut loop_stats = LoopStats::default();
+    let mut answers = AnswerCounts::default();
     let sum = |f: fn(&ThreadEnd) -> u64| ends.iter().map(f).sum::<u64>();
     for end in ends {
         stats += &end.stats;
         loop_stats += &end.loop_stats;
+        answers.merge(&end.answers);
     }
+    let sample = RetriedSample::sample_share(plan.run.space.len());
+    let figures = Figures {
+        answers: &answers,
+        established: stats.established,
+        retransmits_sent: stats.retransmits_sent,
+        retransmits_received: stats.retransmits_received,
+    };
+    let drops = sum(|e| e.drops);
+    let losses = outran::grab_loss_line(
+        &figures,
+        sample,
+        drops,
+        &plan.run.iface,
+        link.as_ref(),
+        plan.run.backend,
+    );
     let wall = watch.wall().as_secs_f64();
     let conn_per_s = success_rate(stats.success, wall);
     let cpu = watch.cpu();
@@ -515,7 +539,7 @@ fn summarize<A: GrabApp>(
         checksums_verified: plan.tcp.verify_checksums,
         bad_checksums: stats.bad_checksums,
         partial_checksums: sum(|e| e.partial_checksums),
-        drops: sum(|e| e.drops),
+        drops,
         handover_dropped: sum(|e| e.handover_dropped),
         conn_per_s,
         wall_s: wall,
@@ -536,6 +560,14 @@ fn summarize<A: GrabApp>(
         threads: ends.len() as u32,
         checkpoint,
         loop_stats: Some(loop_stats),
+        answered_first_syn: answers.first_try,
+        answered_after_retry: answers.after_retry,
+        answer_sample: sample,
+        first_syn_per_s: outran::first_syn_rate(&answers),
+        path_syn_per_s: outran::path_rate(&answers),
+        iface_tx_dropped: link.map(|l| l.tx_dropped),
+        iface_rx_dropped: link.map(|l| l.rx_dropped),
+        losses,
     }
 }
 
@@ -651,6 +683,10 @@ pub(in crate::grab) struct Looper<'p, A: GrabApp> {
     /// may wake it again (none unless every receiver stamps arrivals).
     last_wake: Instant,
     gather: Duration,
+    /// Which (sampled) targets had their SYN sent again, and what the answers and first SYNs
+    /// were (see `outran`).
+    retried: RetriedSample,
+    answers: AnswerCounts,
 }
 
 /// What the receive path needs of a thread to take one frame (borrowed apart from the
@@ -664,6 +700,8 @@ struct Taker<'l, 'p, A: GrabApp> {
     plan: &'p GrabPlan<A>,
     invalid: &'l mut u64,
     partial_checksums: &'l mut u64,
+    retried: &'l RetriedSample,
+    answers: &'l mut AnswerCounts,
 }
 
 impl<A: GrabApp> Taker<'_, '_, A> {
@@ -696,6 +734,9 @@ impl<A: GrabApp> Taker<'_, '_, A> {
                 Some(index) => {
                     if !self.answered.check_and_insert(index) {
                         self.retries.answered();
+                        if self.retried.sampled(index) {
+                            self.answers.answered(self.retried.contains(index), now);
+                        }
                     }
                 }
                 None => *self.invalid += 1,
@@ -777,6 +818,8 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             left_open: 0,
             last_wake: Instant::now(),
             gather: if io_stamps { GATHER } else { Duration::ZERO },
+            retried: RetriedSample::for_space(plan.run.space.len()),
+            answers: AnswerCounts::default(),
         })
     }
 
@@ -930,6 +973,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             answered,
             resend,
             timed_out,
+            retried,
             ..
         } = self;
         let before = timed_out.len();
@@ -938,6 +982,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             |index| answered.contains(index),
             |index| {
                 resend.push(index);
+                retried.mark(index);
                 true
             },
             |index| timed_out.push(index),
@@ -1011,6 +1056,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             sent += n;
         }
         self.loop_stats.first_syns += opened as u64;
+        self.answers.first_syn_sent(opened as u64, now);
         self.loop_stats.syn_passes += u64::from(opened > 0);
         // -r paces new connections only: charging retries too made the rate fall with the
         // round trip (at 1 s or more, retries fire before the answers come and took the place
@@ -1056,6 +1102,8 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             clock,
             invalid,
             partial_checksums,
+            retried,
+            answers,
             ..
         } = self;
         let mut taker = Taker {
@@ -1067,6 +1115,8 @@ impl<'p, A: GrabApp> Looper<'p, A> {
             plan,
             invalid,
             partial_checksums,
+            retried,
+            answers,
         };
         // The clocks are read once per receiver's batch, when its first frame is handed over:
         // a reading from before the wait would date the replies early (and shorten RTTs). A
@@ -1314,6 +1364,7 @@ impl<'p, A: GrabApp> Looper<'p, A> {
                 sent: self.sent,
             },
             left_open: self.left_open,
+            answers: self.answers,
         }
     }
 }
