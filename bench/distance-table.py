@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Medians per (path, tool) of bench/distance's grab lines, and the ratios the issue asks for:
 rtt ms is the median SYN to SYN-ACK; table ms the mean SYN-ACK to end (a connection's time in the
-table), and peak beside rate × that, SYNs peak beside rate × the mean rtt (Little's law); then
+table), and peak beside rate × that, SYNs peak beside rate × the mean rtt (Little's law, at the
+pace -r, or the run's rate when not paced); then
 each sonde run through the far path against the same through the near (~0 ms) one, and against
 ZGrab2 through the far one. A line: PATH TOOL wall_s user_s sys_s maxrss_kb <lab score's line>
-rows R distinct D life_us L rtt_us T rtt_mean_us M peak P syn_peak Q syn_again S resent X peer_resent Y path_lost Z."""
+rows R distinct D life_us L rtt_us T rtt_mean_us M peak P syn_peak Q syn_again S resent X peer_resent Y path_lost Z pace R."""
 import re
 import statistics
 import sys
@@ -23,6 +24,8 @@ for line in open(sys.argv[1]):
     num = lambda name: float(re.search(rf"\b{name} (-?\d+(?:\.\d+)?)", line).group(1))
     wall, cpu = float(f[2]), float(f[3]) + float(f[4])
     n = int(done.group(1))
+    # Little's law at the pace new SYNs left (-r), or at the run's rate when not paced.
+    pace = num("pace") or n / wall
     runs.setdefault(key, []).append({
         "conn_s": n / wall,
         "cpu_us": cpu * 1e6 / max(n, 1),
@@ -30,8 +33,8 @@ for line in open(sys.argv[1]):
         "bodies": float(bodies.group(3)) if bodies else float("nan"),
         "rows": num("rows"), "distinct": num("distinct"),
         "life_ms": num("life_us") / 1e3, "rtt_ms": num("rtt_us") / 1e3,
-        "little": n / wall * num("life_us") / 1e6,
-        "little_syn": n / wall * num("rtt_mean_us") / 1e6,
+        "little": pace * num("life_us") / 1e6,
+        "little_syn": pace * num("rtt_mean_us") / 1e6,
         "peak": num("peak"), "syn_peak": num("syn_peak"), "syn_again": num("syn_again"), "resent": num("resent"),
         "path_lost": num("path_lost"), "rss_mib": float(f[5]) / 1024,
     })

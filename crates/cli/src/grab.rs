@@ -603,6 +603,9 @@ fn report(args: &GrabArgs, s: &GrabSummary) -> anyhow::Result<()> {
         if let Some(losses) = &s.losses {
             to_stderr(format_args!("grab: {losses}"));
         }
+        if let Some(raced) = &s.syn_retries_raced {
+            to_stderr(format_args!("grab: {raced}"));
+        }
     }
     if s.left_open > 0 {
         to_stderr(format_args!(

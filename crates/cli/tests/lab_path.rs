@@ -610,3 +610,65 @@ fn a_bridge_lab_has_its_path_between_a_and_mid() {
     let f = flow(&lab, "to_lab", 30);
     assert_accounted(&f);
 }
+
+#[test]
+fn across_a_path_longer_than_the_syn_wait_retries_race_and_nothing_is_sent_twice() {
+    if !can_run_labs() {
+        return;
+    }
+    // 1.1 s: every SYN's retry (at 1 s) leaves before its SYN-ACK comes, and the stateless
+    // server answers both. The second SYN-ACK echoes the retry: a bare ACK, not the request
+    // again; the answers count as first tries that raced their retries, not as losses.
+    let lab = Lab::up(&[
+        "--population",
+        "198.18.0.0/27",
+        "--responsive",
+        "1.0",
+        "--responder",
+        "xdp",
+        "--http",
+        "--rtt",
+        "1100ms",
+    ]);
+    let run = |name: &str, extra: &[&str]| {
+        let (out_file, summary) = (
+            lab.file(&format!("{name}.ndjson")),
+            lab.file(&format!("{name}.json")),
+        );
+        let mut args = vec![
+            "grab",
+            "--lab",
+            &lab.name,
+            "-p",
+            "80",
+            "198.18.0.0/27",
+            "-o",
+            &out_file,
+            "--summary-json",
+            &summary,
+            "--force",
+        ];
+        args.extend_from_slice(extra);
+        let out = sonde(&args);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        assert_no_target_twice(&rows(&out_file));
+        assert_grab_scores_all(&lab, &out_file, 32);
+        (json(&summary), stderr(&out))
+    };
+    let (s, err) = run("raced", &[]);
+    let count = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k} in {s}"));
+    assert!(count("syn_retransmitted") >= 32, "{s}");
+    assert_eq!(count("retransmits_sent"), 0, "{s}");
+    assert_eq!(count("answered_after_retry"), 0, "{s}");
+    assert_eq!(count("answered_first_syn_after_retry"), 32, "{s}");
+    assert!(s["losses"].is_null(), "{s}");
+    assert!(
+        err.contains("SYN retries raced their answers: 32 of 32") && !err.contains("lost:"),
+        "{err}"
+    );
+    // With the wait above the round trip no SYN goes twice and nothing is said.
+    let (s, err) = run("waited", &["--syn-timeout", "3"]);
+    assert_eq!(s["syn_retransmitted"].as_u64(), Some(0), "{s}");
+    assert!(s["syn_retries_raced"].is_null(), "{s}");
+    assert!(!err.contains("raced"), "{err}");
+}

@@ -227,6 +227,9 @@ pub struct Engine<A: App> {
     /// Scratch a new session writes its first bytes into (then swapped into its buffer).
     session_first: Vec<u8>,
     stats: Stats,
+    /// The echo RTT of the SYN-ACK behind the last [`Rx::Answered`]; `None` after an RST's or
+    /// an ICMP error's answer, or a SYN-ACK without a usable echo.
+    answer_rtt_us: Option<u32>,
     /// The index position of the connection whose segment is being handled.
     hint: Option<usize>,
 }
@@ -256,6 +259,7 @@ impl<A: App> Engine<A> {
             request: vec![0; MAX_REQUEST_LEN],
             session_first: Vec::new(),
             stats: Stats::default(),
+            answer_rtt_us: None,
             hint: None,
             link,
             cfg,
@@ -276,6 +280,14 @@ impl<A: App> Engine<A> {
     /// do may sleep.
     pub fn next_deadline_us(&self) -> Option<u64> {
         self.wheel.next_tick().map(|tick| tick.saturating_mul(1000))
+    }
+
+    /// SYN to SYN-ACK from its echo, for the answer [`Rx::Answered`] just reported (`None`
+    /// for a refusal or an ICMP error, or a SYN-ACK without a usable echo). It tells which SYN
+    /// was answered: one at least the first retry's wait old is the first SYN's, even when a
+    /// retry has left since (a path longer than the wait).
+    pub fn answer_rtt_us(&self) -> Option<u32> {
+        self.answer_rtt_us
     }
 
     /// Connections in the table now (established or closing).
@@ -552,6 +564,7 @@ impl<A: App> Engine<A> {
                 return self.invalid();
             }
             self.refused(seg, now_us);
+            self.answer_rtt_us = None;
             return Rx::Answered {
                 addr: seg.addr,
                 port: seg.port,
@@ -609,6 +622,7 @@ impl<A: App> Engine<A> {
         match error.kind {
             IcmpKind::Unreachable if about_syn && !answered(error.addr, error.port) => {
                 self.unreachable(error);
+                self.answer_rtt_us = None;
                 Rx::Answered {
                     addr: error.addr,
                     port: error.port,
@@ -752,13 +766,15 @@ impl<A: App> Engine<A> {
         bits.put(Bits::MSS, u32::from(mss));
         // The SYN-ACK's window is never scaled.
         bits.put(Bits::WND, u32::from(t.window_len));
+        let rtt = echo_rtt(seg, now_us, self.cfg.syn_span_us);
+        self.answer_rtt_us = rtt;
         *self.conn_mut(idx) = Conn {
             addr: seg.key,
             port: seg.port,
             rcv_nxt: t.seq_number.wrapping_add(1),
             ts_recent: t.timestamp.map_or(0, |ts| ts.0),
             since_us: now_us as u32,
-            rtt_us: echo_rtt(seg, now_us, self.cfg.syn_span_us).unwrap_or(NIL),
+            rtt_us: rtt.unwrap_or(NIL),
             buf: session.map_or(NIL, |(buf, _)| buf),
             timer_next: NIL,
             timer_prev: UNLINKED,

@@ -254,6 +254,9 @@ pub struct GrabSummary {
     /// space sampled.
     pub answered_first_syn: u64,
     pub answered_after_retry: u64,
+    /// Of `answered_first_syn`: those answered after a retry of the SYN had left (a path
+    /// longer than `--syn-timeout`; see `outran::raced_line`).
+    pub answered_first_syn_after_retry: u64,
     pub answer_sample: f64,
     /// The first SYNs' rate, and how many a second the path carried by the first-try answers'
     /// arrival (see `outran::path_rate`); null when too few answered to say.
@@ -267,6 +270,9 @@ pub struct GrabSummary {
     /// again, segments retransmitted, the interface's drops) and how fast the run could have
     /// gone; null when nothing crossed the thresholds (see `outran`).
     pub losses: Option<String>,
+    /// One line when SYN retries raced their answers (the path's round trip is longer than
+    /// `--syn-timeout`): not a loss, but retries that cost each target a second SYN-ACK.
+    pub syn_retries_raced: Option<String>,
 }
 
 impl GrabSummary {
@@ -303,6 +309,11 @@ impl GrabSummary {
         self.interrupted |= round.interrupted;
         self.answered_first_syn += round.answered_first_syn;
         self.answered_after_retry += round.answered_after_retry;
+        self.answered_first_syn_after_retry += round.answered_first_syn_after_retry;
+        self.syn_retries_raced = self
+            .syn_retries_raced
+            .take()
+            .or(round.syn_retries_raced.clone());
         self.iface_tx_dropped = sum_some(self.iface_tx_dropped, round.iface_tx_dropped);
         self.iface_rx_dropped = sum_some(self.iface_rx_dropped, round.iface_rx_dropped);
         // The first round's estimates stand (later rounds are small retries); their words add.

@@ -80,6 +80,10 @@ pub struct AnswerCounts {
     pub first_try_from_us: Option<u64>,
     pub first_try_to_us: u64,
     pub after_retry: u64,
+    /// Of `first_try`: targets whose first SYN was answered after a retry of it had left (the
+    /// SYN-ACK's echo is at least the retry's wait old): the path's round trip is longer than
+    /// `--syn-timeout`, and the retries raced the answers rather than replace lost SYNs.
+    pub raced: u64,
 }
 
 impl AnswerCounts {
@@ -91,11 +95,14 @@ impl AnswerCounts {
         }
     }
 
-    pub fn answered(&mut self, retried: bool, now_us: u64) {
-        if retried {
+    /// A sampled target answered: `retried` when a retry of its SYN had left, `raced` when the
+    /// answer was nevertheless to its first SYN (see [`AnswerCounts::raced`]).
+    pub fn answered(&mut self, retried: bool, raced: bool, now_us: u64) {
+        if retried && !raced {
             self.after_retry += 1;
         } else {
             self.first_try += 1;
+            self.raced += u64::from(retried && raced);
             let from = self.first_try_from_us.get_or_insert(now_us);
             *from = (*from).min(now_us);
             self.first_try_to_us = self.first_try_to_us.max(now_us);
@@ -111,6 +118,7 @@ impl AnswerCounts {
         self.first_try_from_us = min_some(self.first_try_from_us, o.first_try_from_us);
         self.first_try_to_us = self.first_try_to_us.max(o.first_try_to_us);
         self.after_retry += o.after_retry;
+        self.raced += o.raced;
     }
 }
 
@@ -245,6 +253,23 @@ pub fn grab_loss_line(
     }
 }
 
+/// Grab's word when its SYN retries raced their answers: enough targets (a share of at least
+/// [`SYN_LOSS_SHARE`] of those that answered) answered their first SYN only after a retry of
+/// it had left, so the path's round trip is longer than `--syn-timeout` and every such retry
+/// cost its target a second SYN-ACK for nothing. Not a loss: said on its own line.
+pub fn raced_line(a: &AnswerCounts, sample: f64, syn_timeout_s: f64) -> Option<String> {
+    let answered = a.first_try + a.after_retry;
+    if answered < MIN_ANSWERS || (a.raced as f64) < SYN_LOSS_SHARE * answered as f64 {
+        return None;
+    }
+    let scale = 1.0 / sample.max(f64::MIN_POSITIVE);
+    Some(format!(
+        "SYN retries raced their answers: {} of {} targets that answered did so to their first SYN after its retry had left (round trips of {syn_timeout_s} s or more); set --syn-timeout above the path's round trip",
+        (a.raced as f64 * scale).round(),
+        (answered as f64 * scale).round(),
+    ))
+}
+
 /// A rate to try: two significant figures, rounded down (a suggestion, not a measurement).
 pub fn round_rate(rate: f64) -> u64 {
     if rate < 1.0 {
@@ -280,6 +305,7 @@ mod tests {
             first_try_from_us: Some(1_800),
             first_try_to_us: 3_300,
             after_retry: 0,
+            raced: 0,
         }
     }
 
@@ -323,6 +349,30 @@ mod tests {
         // 93 answers over 3 ms, over an answering share of 124/256: 64 K/s.
         assert!((could - 64_000.0).abs() < 100.0, "{could}");
         assert!(text.contains("try -r 64000"), "{text}");
+    }
+
+    #[test]
+    fn retries_that_raced_their_answers_are_no_loss_but_a_word_of_their_own() {
+        // A 1 s path: half the live targets' first SYNs were retried just before their
+        // SYN-ACKs came, which echo the first SYN (1 s old): first tries, not losses.
+        let mut a = AnswerCounts::default();
+        for i in 0..124u64 {
+            a.answered(i % 2 == 0, i % 2 == 0, 1_000_000 + i);
+        }
+        a.first_syn_sent(256, 0);
+        assert_eq!((a.first_try, a.after_retry, a.raced), (124, 0, 62));
+        assert_eq!(line(&a, 124, 0, 0), None);
+        let text = raced_line(&a, 1.0, 1.0).expect("raced");
+        assert!(text.contains("62 of 124 targets"), "{text}");
+        assert!(text.contains("--syn-timeout above"), "{text}");
+        // Answers to the retries themselves (the first SYNs lost) are losses, not races.
+        let mut lost = AnswerCounts::default();
+        for i in 0..124u64 {
+            lost.answered(i % 2 == 0, false, 1_000_000 + i);
+        }
+        assert_eq!(raced_line(&lost, 1.0, 1.0), None);
+        assert_eq!(lost.after_retry, 62);
+        assert_eq!(raced_line(&clean(), 1.0, 1.0), None);
     }
 
     #[test]

@@ -562,6 +562,8 @@ fn summarize<A: GrabApp>(
         loop_stats: Some(loop_stats),
         answered_first_syn: answers.first_try,
         answered_after_retry: answers.after_retry,
+        answered_first_syn_after_retry: answers.raced,
+        syn_retries_raced: outran::raced_line(&answers, sample, plan.syn_timeout_us as f64 / 1e6),
         answer_sample: sample,
         first_syn_per_s: outran::first_syn_rate(&answers),
         path_syn_per_s: outran::path_rate(&answers),
@@ -735,7 +737,13 @@ impl<A: GrabApp> Taker<'_, '_, A> {
                     if !self.answered.check_and_insert(index) {
                         self.retries.answered();
                         if self.retried.sampled(index) {
-                            self.answers.answered(self.retried.contains(index), now);
+                            // An echo at least the retry's wait old answers the first SYN.
+                            let raced = self
+                                .engine
+                                .answer_rtt_us()
+                                .is_some_and(|rtt| u64::from(rtt) >= self.plan.syn_timeout_us);
+                            self.answers
+                                .answered(self.retried.contains(index), raced, now);
                         }
                     }
                 }

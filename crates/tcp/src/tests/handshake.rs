@@ -273,6 +273,8 @@ fn a_synack_to_a_syn_retry_gets_a_bare_ack() {
     h.now += 2_000;
     h.server.client_tsval = first;
     assert!(matches!(h.input(&h.server.syn_ack()), Rx::Answered { .. }));
+    // The echo is the first SYN's: older than the retry's wait, so the first SYN's answer.
+    assert_eq!(h.engine.answer_rtt_us(), Some(1_002_000));
     let sent = h.flush();
     assert_eq!(sent.len(), 2, "{sent:?}");
     assert_eq!(sent[1].payload, REQUEST);
