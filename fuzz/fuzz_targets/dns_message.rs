@@ -28,7 +28,12 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut text = String::new();
     let header = message.header();
-    let _ = (header.id(), header.opcode(), header.rcode(), header.is_truncated());
+    let _ = (
+        header.id(),
+        header.opcode(),
+        header.rcode(),
+        header.is_truncated(),
+    );
     let _ = (message.rcode(), message.edns(), message.len());
     assert_eq!(
         message.questions().count(),
