@@ -2,6 +2,9 @@
 //! of a response and a writer of queries, made for a client that handles hundreds of thousands of
 //! lookups a second.
 //!
+//! Takes a message's bytes (a UDP payload, or a TCP message without its two-byte length); gives
+//! checked views of it and writes queries. Uses no other crate.
+//!
 //! - [`Message::parse`] checks a message once (header, section counts, every name with its
 //!   compression, every record's fixed fields and data length); then [`Message::questions`],
 //!   [`Message::answers`], [`Message::authorities`] and [`Message::additionals`] iterate
