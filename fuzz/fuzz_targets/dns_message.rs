@@ -2,12 +2,15 @@
 //! `sonde-dns` on hostile messages: parse, walk every question and record of every section,
 //! read every record's typed data, render every name. Nothing may panic, and every name must
 //! survive its text form: the text parses back to the same name, and its uncompressed copy has
-//! the length the view reports.
+//! the length the view reports. The same bytes, read as a name and a type, are written as a query
+//! that must parse back to what was asked.
 
 use std::fmt::Write;
 
 use libfuzzer_sys::fuzz_target;
-use sonde_dns::{Header, Message, Name, NameBuf, Rdata};
+use sonde_dns::{
+    Header, Message, Name, NameBuf, Query, Rdata, Type, CLASS_IN, DEFAULT_UDP_PAYLOAD,
+};
 
 fn check_name(name: &Name<'_>, text: &mut String) {
     text.clear();
@@ -20,7 +23,34 @@ fn check_name(name: &Name<'_>, text: &mut String) {
     assert!(name.is_under(&*name));
 }
 
+/// The input as a name and a type, written as a query: the query must parse, ask exactly that,
+/// and say what was set.
+fn check_query(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let (name, rtype) = text.rsplit_once(' ').unwrap_or((&text, "A"));
+    let (Ok(name), Ok(rtype)) = (NameBuf::from_text(name), rtype.parse::<Type>()) else {
+        return;
+    };
+    let recursion_desired = data.len() % 2 == 0;
+    let udp_payload = (data.len() % 3 != 0).then_some(DEFAULT_UDP_PAYLOAD);
+    let query = Query {
+        id: data.len() as u16,
+        name: &name,
+        qtype: rtype,
+        recursion_desired,
+        udp_payload,
+    };
+    let mut buf = [0u8; 512];
+    let n = query.write(&mut buf).expect("a query fits in 512 bytes");
+    let message = Message::parse(&buf[..n]).expect("a written query parses");
+    assert!(message.asks(name.wire(), rtype, CLASS_IN));
+    assert_eq!(message.header().recursion_desired(), recursion_desired);
+    assert_eq!(message.edns().map(|e| e.udp_payload_size), udp_payload);
+    assert_eq!(message.len(), n);
+}
+
 fuzz_target!(|data: &[u8]| {
+    check_query(data);
     let header = Header::new(data);
     assert_eq!(header.is_ok(), data.len() >= 12);
     let Ok(message) = Message::parse(data) else {

@@ -242,7 +242,9 @@ impl<'a> Iterator for WireLabels<'a> {
 }
 
 /// A name in uncompressed wire form, in a fixed buffer: what a query is written from and a
-/// response's question is matched against, kept without allocating.
+/// response's question is matched against, kept without allocating. Its `==` and `Hash` are
+/// exact, bytes for bytes: for a key that ignores case (a cache of zone cuts), lower it first
+/// with [`NameBuf::make_ascii_lowercase`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct NameBuf {
     bytes: [u8; MAX_NAME_LEN],
@@ -334,6 +336,12 @@ impl NameBuf {
         self.bytes[new_len - 1] = 0;
         self.len = new_len as u8;
         Ok(())
+    }
+
+    /// Lowers every ASCII letter, as DNS ignores their case.
+    pub fn make_ascii_lowercase(&mut self) {
+        // Length bytes are at most 63, below every uppercase letter, so they are left alone.
+        self.bytes.make_ascii_lowercase();
     }
 
     /// The uncompressed wire form, final zero included.

@@ -454,6 +454,10 @@ fn names_from_text() {
     assert_eq!(odd.wire(), b"\x07a.b\\c\x00\xff\x03d e\x00");
     assert_eq!(odd.to_string(), "a\\.b\\\\c\\000\\255.d\\032e");
     assert_eq!(name(&odd.to_string()), odd);
+    let mut mixed = name("WWW.Example.com");
+    assert_ne!(mixed, name("www.example.com"));
+    mixed.make_ascii_lowercase();
+    assert_eq!(mixed, name("www.example.com"));
 }
 
 #[test]
