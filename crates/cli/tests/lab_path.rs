@@ -140,26 +140,38 @@ fn rows(path: &str) -> Vec<serde_json::Value> {
 
 /// `sonde grab --lab L -p 80 TARGETS -q -o OUT --summary-json S`: rows and summary.
 fn grab(lab: &Lab, name: &str, targets: &str) -> (Vec<serde_json::Value>, serde_json::Value) {
+    let (rows, summary, _) = grab_with(lab, name, targets, &["-q"]);
+    (rows, summary)
+}
+
+/// `sonde grab --lab L -p 80 TARGETS -o OUT --summary-json S EXTRA…`: rows, summary, stderr.
+fn grab_with(
+    lab: &Lab,
+    name: &str,
+    targets: &str,
+    extra: &[&str],
+) -> (Vec<serde_json::Value>, serde_json::Value, String) {
     let (out_file, summary) = (
         lab.file(&format!("{name}.ndjson")),
         lab.file(&format!("{name}.json")),
     );
-    let out = sonde(&[
+    let mut args = vec![
         "grab",
         "--lab",
         &lab.name,
         "-p",
         "80",
         targets,
-        "-q",
         "-o",
         &out_file,
         "--summary-json",
         &summary,
         "--force",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let out = sonde(&args);
     assert!(out.status.success(), "{name}: {}", stderr(&out));
-    (rows(&out_file), json(&summary))
+    (rows(&out_file), json(&summary), stderr(&out))
 }
 
 /// No (address, port) twice among `rows`.
@@ -631,29 +643,10 @@ fn across_a_path_longer_than_the_syn_wait_retries_race_and_nothing_is_sent_twice
         "1100ms",
     ]);
     let run = |name: &str, extra: &[&str]| {
-        let (out_file, summary) = (
-            lab.file(&format!("{name}.ndjson")),
-            lab.file(&format!("{name}.json")),
-        );
-        let mut args = vec![
-            "grab",
-            "--lab",
-            &lab.name,
-            "-p",
-            "80",
-            "198.18.0.0/27",
-            "-o",
-            &out_file,
-            "--summary-json",
-            &summary,
-            "--force",
-        ];
-        args.extend_from_slice(extra);
-        let out = sonde(&args);
-        assert!(out.status.success(), "{name}: {}", stderr(&out));
-        assert_no_target_twice(&rows(&out_file));
-        assert_grab_scores_all(&lab, &out_file, 32);
-        (json(&summary), stderr(&out))
+        let (rows, summary, err) = grab_with(&lab, name, "198.18.0.0/27", extra);
+        assert_no_target_twice(&rows);
+        assert_grab_scores_all(&lab, &lab.file(&format!("{name}.ndjson")), 32);
+        (summary, err)
     };
     let (s, err) = run("raced", &[]);
     let count = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k} in {s}"));
