@@ -68,17 +68,18 @@ def main():
         seen.add(k)
         rcode, chain, answers = want[k]
         got = sorted(a["data"] for a in r.get("answers") or [] if a.get("type") == k[1])
-        if r.get("status") == rcode and list(r.get("chain") or []) == chain and got == answers:
+        got_chain = [key(c, "")[0] for c in r.get("chain") or []]
+        if (r.get("status") or "").upper() == rcode and got_chain == chain and got == answers:
             correct += 1
         else:
             wrong += 1
             if first_wrong is None:
-                first_wrong = (f"{k[0]} {k[1]}: got {r.get('status')} {r.get('chain')} {got[:2]}, "
+                first_wrong = (f"{k[0]} {k[1]}: got {r.get('status')} {got_chain} {got[:2]}, "
                                f"truth {rcode} {chain} {answers[:2]}")
     missing = len(want) - len(seen)
     pct = 100 * correct / max(len(want), 1)
     print(f"correct {correct} wrong {wrong} missing {missing} extra {extra} duplicate {duplicate} "
-          f"of {len(want)} ({pct:.3f} %)" + (f" first wrong: {first_wrong}" if first_wrong else ""))
+          f"of {len(want)} ({pct:.3f} %)" + (f" first wrong: {first_wrong[:300]}" if first_wrong else ""))
 
 
 if __name__ == "__main__":
