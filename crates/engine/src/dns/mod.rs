@@ -40,6 +40,9 @@ use tcp::{TcpAnswer, TcpAsk, TcpPool};
 use token::Tokens;
 use walk::{Delegations, Next, Walk};
 
+/// How many generations back a reply still counts as late rather than forged.
+const LATE_GENERATIONS: u32 = 8;
+
 /// Whom the queries go to.
 pub enum Mode {
     /// Recursive resolvers, in turn; a retry goes to the next one.
@@ -557,7 +560,8 @@ impl<'p> Run<'p> {
     ) -> anyhow::Result<()> {
         let invalid = &mut self.stats.invalid;
         let Ok(header) = Header::new(message) else {
-            *invalid.malformed.entry("short header").or_default() += 1;
+            let reason = sonde_dns::Malformed::HeaderTooShort.name();
+            *invalid.malformed.entry(reason).or_default() += 1;
             return Ok(());
         };
         let found = match (tcp, port) {
@@ -569,14 +573,20 @@ impl<'p> Run<'p> {
             invalid.not_ours += 1;
             return Ok(());
         };
-        let Some(lookup) = self.slots[slot as usize].as_ref() else {
-            self.stats.late += 1;
-            return Ok(());
+        // A reply to one of the last few queries of this slot is late (the lookup was asked
+        // again, or ended); any other number is no query of ours.
+        let current = self.gens.get(slot as usize).copied();
+        let lookup = match (current, self.slots.get(slot as usize)) {
+            (Some(g), Some(Some(lookup))) if g == gen => lookup,
+            (Some(g), _) if (1..=LATE_GENERATIONS).contains(&g.wrapping_sub(gen)) => {
+                self.stats.late += 1;
+                return Ok(());
+            }
+            _ => {
+                invalid.not_ours += 1;
+                return Ok(());
+            }
         };
-        if self.gens[slot as usize] != gen {
-            self.stats.late += 1;
-            return Ok(());
-        }
         if lookup.server != server {
             invalid.wrong_server += 1;
             return Ok(());
