@@ -18,6 +18,11 @@ pub(crate) const LAB_SPACE: Ipv4Net = net(198, 18, 0, 0, 15);
 pub(crate) const LINK_NET: Ipv4Net = net(198, 19, 255, 0, 24);
 pub(crate) const SCAN_IP: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 1);
 pub(crate) const GATEWAY_IP: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 254);
+/// The DNS tree's servers (root, TLDs, SLDs, lame, slow, resolvers: DNS-TREE.md), which the
+/// population's rules never touch.
+pub(crate) const DNS_TREE_SERVERS: Ipv4Net = net(198, 19, 53, 0, 24);
+/// The DNS tree's XDP answerer (`--dns-answerer xdp`): every address answers as a resolver.
+pub const DNS_ANSWERERS: Ipv4Net = net(198, 19, 54, 0, 24);
 /// The only IPv6 space the lab may use (RFC 5180, benchmarking).
 pub(crate) const LAB_SPACE6: Ipv6Net = net6([0x2001, 2, 0, 0, 0, 0, 0, 0], 48);
 /// The IPv6 link between the namespaces (inside `LAB_SPACE6`); populations

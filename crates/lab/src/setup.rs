@@ -227,6 +227,8 @@ fn build(cfg: &LabConfig, server_cmd: &[String], path_cmd: &[String]) -> Result<
                 tai_utc: responder::tai_utc_offset()?,
                 mac: responder::parse_mac(&gateway_mac)?,
                 windows: responder::SynAckWindows::of_namespace(&net)?,
+                kernel_responds: false,
+                tree: None,
             };
             Some(responder::attach(&net, &spec)?.to_string())
         }
