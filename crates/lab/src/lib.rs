@@ -25,6 +25,7 @@ mod config;
 mod counters;
 mod cpus;
 mod dns;
+pub mod dns_tree;
 mod files;
 mod http;
 mod netns;
