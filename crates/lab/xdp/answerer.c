@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 //
 // The lab's DNS answerer (`sonde lab up --dns-tree N --dns-answerer xdp`):
-// UDP port 53 on 198.19.54.0/24 answered from the DNS tree's formulas
-// (/work/wt/DNS-TREE.md, crates/lab/src/dns_tree/) as a recursive resolver
-// would answer them: QR and RA set, RD and CD copied, AA clear, the question
-// echoed, every record of a CNAME chain in the answer section in order, TTL
-// 3600, and an OPT record (UDP payload 1232) when the query had one. NXDOMAIN
-// and NODATA answers carry no SOA; `big` TXT is answered with TC set and no
-// record (it needs TCP, which the answerer does not serve); anything under
-// `lame.test.` is SERVFAIL; `www.slow.test.` answers at once.
+// UDP port 53 on 198.19.54.0/24 answered from the DNS tree's formulas (what
+// crates/lab/src/dns_tree/spec.rs writes as `Tree::resolve`) as a recursive
+// resolver answers: QR and RA set, RD and CD copied, AA clear, the question
+// echoed as asked, every record of a CNAME chain in the answer section in
+// order (names lowercase), TTL 3600, and an OPT record (UDP payload 1232) when
+// the query had one. Every name of the tree is served, the root's and the
+// TLDs' SOA, NS and server addresses too. NXDOMAIN and NODATA answers carry
+// no SOA; `big` TXT is answered with TC set and no record (it needs TCP, which
+// the answerer does not serve); anything under `lame.test.` is SERVFAIL; and
+// `slow.test.` answers at once.
 //
 // responder.c includes this file: nx0 has one XDP program, and the answerer
 // is its first step (dns_tree_frame), so it runs with the XDP responder or
@@ -279,85 +281,45 @@ __attribute__((noinline)) int dns_question(const struct dns_buf *b, __u32 len,
 	return 0;
 }
 
-// What a name is in the tree.
+// The zones of the tree (crates/lab/src/dns_tree/spec.rs: `Zone`).
+enum zone {
+	Z_SLD,  // d{j}.{test|example}.
+	Z_ROOT, // .
+	Z_TEST,
+	Z_EXAMPLE,
+	Z_SLOW, // slow.test.
+};
+
+// What a name is in its zone.
 enum node_kind {
-	N_NONE,   // no such name: NXDOMAIN
-	N_EMPTY,  // a name with no records served here (the root, the TLDs, slow.test.)
-	N_LAME,   // under lame.test.: SERVFAIL
-	N_TLD_NS, // ns.test. or ns.example.
-	N_SLOW,   // www.slow.test.
-	N_APEX,   // d{j}.{tld}.
-	N_WWW,
+	N_NONE,  // no such name: NXDOMAIN
+	N_EMPTY, // a name with no records
+	N_LAME,  // under lame.test.: SERVFAIL
+	N_APEX,  // SOA and NS (and at a second-level zone's, MX and TXT)
+	N_NS,    // the zone's server: ns.{zone} (ns. for the root)
+	N_WWW,   // A and AAAA (in slow.test., A alone)
 	N_MAIL,
-	N_NS,
-	N_ALIAS,  // CNAME www
-	N_CHAIN,  // CNAME alias
-	N_FAR,    // CNAME www of zone (j + 1) % N
-	N_BIG,    // TXT too big for UDP: TC
-	N_HOST,   // h{k}
+	N_ALIAS, // CNAME www
+	N_CHAIN, // CNAME alias
+	N_FAR,   // CNAME www of zone (j + 1) % N
+	N_BIG,   // TXT too big for UDP: TC
+	N_HOST,  // h{k}
 };
 
 struct node {
-	__u64 j, k;  // the zone and the host number
+	__u64 j, k; // the second-level zone and the host number
+	__u32 zone;
 	__u32 kind;
-	__u32 example; // the TLD is example. (else test.)
-	__u32 qtype;   // the type asked for
+	__u32 qtype; // the type asked for
 	__u32 pad;
 };
 
-// Finds the question's name in the tree.
-__attribute__((noinline)) int dns_find(const struct dns_buf *b,
-				       const struct question *q,
-				       const struct dns_cfg *cfg,
-				       struct node *nd)
+// The name in the second-level zone `nd->j` below the zone's own.
+static __always_inline void sld_host(const struct dns_buf *b, __u32 host,
+				     const struct dns_cfg *cfg, struct node *nd)
 {
-	__u32 tld, sld, host, test, example;
-	__u64 j = 0, k = 0;
+	__u64 k = 0;
 
-	if (!b || !q || !cfg || !nd)
-		return 0;
-	nd->kind = N_NONE;
-	if (q->labels == 0) {
-		nd->kind = N_EMPTY;
-		return 0;
-	}
-	tld = q->at[0];
-	test = label_is(b, tld, "test", 4);
-	example = label_is(b, tld, "example", 7);
-	if (!test && !example)
-		return 0;
-	nd->example = example;
-	if (q->labels == 1) {
-		nd->kind = N_EMPTY;
-		return 0;
-	}
-	sld = q->at[1];
-	if (test && label_is(b, sld, "lame", 4)) {
-		nd->kind = N_LAME;
-		return 0;
-	}
-	if (q->labels == 2 && label_is(b, sld, "ns", 2)) {
-		nd->kind = N_TLD_NS;
-		return 0;
-	}
-	host = q->at[2];
-	if (test && label_is(b, sld, "slow", 4)) {
-		if (q->labels == 2)
-			nd->kind = N_EMPTY;
-		else if (q->labels == 3 && label_is(b, host, "www", 3))
-			nd->kind = N_SLOW;
-		return 0;
-	}
-	if (!dns_number_label(b, sld, 'd', &j) || j >= cfg->zones ||
-	    (j & 1) != example)
-		return 0;
-	nd->j = j;
-	if (q->labels == 2) {
-		nd->kind = N_APEX;
-		return 0;
-	}
-	if (q->labels > 3)
-		return 0;
 	if (label_is(b, host, "www", 3))
 		nd->kind = N_WWW;
 	else if (label_is(b, host, "mail", 4))
@@ -376,6 +338,68 @@ __attribute__((noinline)) int dns_find(const struct dns_buf *b,
 		nd->kind = N_HOST;
 		nd->k = k;
 	}
+}
+
+// Finds the question's name in the tree, as spec.rs's `Tree::node` does.
+__attribute__((noinline)) int dns_find(const struct dns_buf *b,
+				       const struct question *q,
+				       const struct dns_cfg *cfg,
+				       struct node *nd)
+{
+	__u32 tld, sld, test, example, n;
+	__u64 j = 0;
+
+	if (!b || !q || !cfg || !nd)
+		return 0;
+	n = q->labels;
+	nd->kind = N_NONE;
+	nd->zone = Z_ROOT;
+	if (n == 0) {
+		nd->kind = N_APEX;
+		return 0;
+	}
+	tld = q->at[0];
+	test = label_is(b, tld, "test", 4);
+	example = label_is(b, tld, "example", 7);
+	if (!test && !example) {
+		// The root zone's own server, ns.
+		if (n == 1 && label_is(b, tld, "ns", 2))
+			nd->kind = N_NS;
+		return 0;
+	}
+	nd->zone = test ? Z_TEST : Z_EXAMPLE;
+	if (n == 1) {
+		nd->kind = N_APEX;
+		return 0;
+	}
+	sld = q->at[1];
+	if (n == 2 && label_is(b, sld, "ns", 2)) {
+		nd->kind = N_NS;
+		return 0;
+	}
+	if (test && label_is(b, sld, "lame", 4)) {
+		nd->kind = N_LAME;
+		return 0;
+	}
+	if (test && label_is(b, sld, "slow", 4)) {
+		nd->zone = Z_SLOW;
+		if (n == 2)
+			nd->kind = N_APEX;
+		else if (n == 3 && label_is(b, q->at[2], "www", 3))
+			nd->kind = N_WWW;
+		else if (n == 3 && label_is(b, q->at[2], "ns", 2))
+			nd->kind = N_NS;
+		return 0;
+	}
+	if (!dns_number_label(b, sld, 'd', &j) || j >= cfg->zones ||
+	    (j & 1) != example)
+		return 0;
+	nd->zone = Z_SLD;
+	nd->j = j;
+	if (n == 2)
+		nd->kind = N_APEX;
+	else if (n == 3)
+		sld_host(b, q->at[2], cfg, nd);
 	return 0;
 }
 
@@ -437,14 +461,14 @@ enum host_label {
 	H_HOSTMASTER,
 };
 
-// The name `{host.}d{j}.{tld}.` at `at`, lowercase and uncompressed; returns
-// the offset after it.
-static __always_inline int dns_put_name(struct dns_buf *b, __u32 at,
-					   __u32 host, __u64 j)
+// The name `{host.}{zone}` at `at`, lowercase and uncompressed, for the
+// zone of `nd`; returns the offset after it.
+__attribute__((noinline)) int dns_put_name(struct dns_buf *b, __u32 at,
+					   __u32 host, const struct node *nd)
 {
 	__u32 digits;
 
-	if (!b)
+	if (!b || !nd)
 		return at;
 	if (host == H_WWW)
 		at = put_label(b, at, "www", 3);
@@ -456,13 +480,17 @@ static __always_inline int dns_put_name(struct dns_buf *b, __u32 at,
 		at = put_label(b, at, "alias", 5);
 	else if (host == H_HOSTMASTER)
 		at = put_label(b, at, "hostmaster", 10);
-	digits = dns_put_decimal(b, at + 2, j);
-	put8(b, at, 1 + digits);
-	put8(b, at + 1, 'd');
-	at += 2 + digits;
-	if (j & 1)
+	if (nd->zone == Z_SLD) {
+		digits = dns_put_decimal(b, at + 2, nd->j);
+		put8(b, at, 1 + digits);
+		put8(b, at + 1, 'd');
+		at += 2 + digits;
+	} else if (nd->zone == Z_SLOW) {
+		at = put_label(b, at, "slow", 4);
+	}
+	if (nd->zone == Z_EXAMPLE || (nd->zone == Z_SLD && (nd->j & 1)))
 		at = put_label(b, at, "example", 7);
-	else
+	else if (nd->zone != Z_ROOT)
 		at = put_label(b, at, "test", 4);
 	put8(b, at, 0);
 	return at + 1;
@@ -496,6 +524,10 @@ __attribute__((noinline)) int dns_put_records(struct dns_buf *b, __u32 at,
 	qtype = nd->qtype;
 	switch (nd->kind) {
 	case N_WWW:
+		if (nd->zone == Z_SLOW) {
+			a = SLOW_WWW;
+			break;
+		}
 		if (qtype == T_AAAA) {
 			__u64 x = zone_value(cfg, j, 2);
 
@@ -513,26 +545,29 @@ __attribute__((noinline)) int dns_put_records(struct dns_buf *b, __u32 at,
 		a = addr4(zone_value(cfg, j, 3));
 		break;
 	case N_NS:
-		a = TREE_SERVERS + 10 + (j & 3);
+		if (nd->zone == Z_SLD)
+			a = TREE_SERVERS + 10 + (j & 3);
+		else if (nd->zone == Z_ROOT)
+			a = TREE_SERVERS + 1;
+		else if (nd->zone == Z_TEST)
+			a = TREE_SERVERS + 2;
+		else if (nd->zone == Z_EXAMPLE)
+			a = TREE_SERVERS + 3;
+		else
+			a = TREE_SERVERS + 21;
 		break;
 	case N_HOST:
 		a = addr4(mix64(zone_value(cfg, j, 4) ^ nd->k * GOLDEN));
 		break;
-	case N_TLD_NS:
-		a = TREE_SERVERS + (nd->example ? 3 : 2);
-		break;
-	case N_SLOW:
-		a = SLOW_WWW;
-		break;
 	case N_APEX:
-		if (qtype == T_MX) {
+		if (qtype == T_MX && nd->zone == Z_SLD) {
 			rd = put_rr(b, at, owner, T_MX);
 			put16(b, rd + 2, 10);
-			end = dns_put_name(b, rd + 4, H_MAIL, j);
+			end = dns_put_name(b, rd + 4, H_MAIL, nd);
 		} else if (qtype == T_NS) {
 			rd = put_rr(b, at, owner, T_NS);
-			end = dns_put_name(b, rd + 2, H_NS, j);
-		} else if (qtype == T_TXT) {
+			end = dns_put_name(b, rd + 2, H_NS, nd);
+		} else if (qtype == T_TXT && nd->zone == Z_SLD) {
 			__u32 digits;
 
 			rd = put_rr(b, at, owner, T_TXT);
@@ -542,8 +577,8 @@ __attribute__((noinline)) int dns_put_records(struct dns_buf *b, __u32 at,
 			end = rd + 9 + digits;
 		} else if (qtype == T_SOA) {
 			rd = put_rr(b, at, owner, T_SOA);
-			end = dns_put_name(b, rd + 2, H_NS, j);
-			end = dns_put_name(b, end, H_HOSTMASTER, j);
+			end = dns_put_name(b, rd + 2, H_NS, nd);
+			end = dns_put_name(b, end, H_HOSTMASTER, nd);
 			put32(b, end, 1);
 			put32(b, end + 4, 3600);
 			put32(b, end + 8, 600);
@@ -605,15 +640,15 @@ __attribute__((noinline)) int dns_answer(struct dns_buf *b,
 			at = next;
 			break;
 		}
+		nd.kind = kind;
+		nd.j = j;
 		rd = put_rr(b, at, owner, T_CNAME);
 		owner = rd + 2;
-		at = dns_put_name(b, owner, target, j);
+		at = dns_put_name(b, owner, target, &nd);
 		put16(b, rd, at - owner);
 		answers++;
 		if (q->qtype == T_CNAME)
 			break;
-		nd.kind = kind;
-		nd.j = j;
 	}
 	if (q->opt) {
 		put8(b, at, 0);

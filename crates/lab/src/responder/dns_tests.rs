@@ -1,6 +1,7 @@
 //! The DNS answerer (xdp/answerer.c) run on frames with BPF_PROG_TEST_RUN: queries written by
 //! sonde-dns's `Query::write`, answers read by its `Message::parse` and checked record by record
-//! against the tree's formulas (DNS-TREE.md) for several zones and every kind of record; hostile
+//! against the tree's resolution (dns_tree::spec) for every question of the truth and every type
+//! at the names it leaves out; hostile
 //! queries answered FORMERR (or NOTIMP, REFUSED) or dropped, and counted; and the frames that
 //! are not the answerer's left to the responder or the kernel.
 
@@ -14,7 +15,8 @@ use super::tests::{
 };
 use super::{DnsCounts, Loaded, ResponderSpec, TreeSpec};
 use crate::config::SCAN_IP;
-use crate::truth::{hash_key, mix64, Population, GOLDEN};
+use crate::dns_tree::spec::{sld_name, Data, Rcode, Rtype, Tree, BIG_STRINGS};
+use crate::truth::Population;
 
 const SEED: u64 = 11;
 const ZONES: u64 = 12;
@@ -48,25 +50,6 @@ fn load(spec: &ResponderSpec) -> Option<Loaded> {
     can_load().then(|| Loaded::load(spec).expect("the verifier takes the answerer"))
 }
 
-// The tree's values (DNS-TREE.md), from its formulas.
-
-fn v(j: u64, salt: u64) -> u64 {
-    mix64(mix64(hash_key(SEED) ^ j.wrapping_mul(GOLDEN)) ^ salt)
-}
-
-fn addr4(x: u64) -> String {
-    Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 0, 0)) + (x % 131_072) as u32).to_string()
-}
-
-fn addr6(x: u64) -> String {
-    let base = u128::from("2001:2::".parse::<std::net::Ipv6Addr>().unwrap());
-    std::net::Ipv6Addr::from(base + u128::from(x & 0xffff_ffff)).to_string()
-}
-
-fn zone(j: u64) -> String {
-    format!("d{j}.{}.", if j % 2 == 0 { "test" } else { "example" })
-}
-
 /// What a resolver answers: the rcode, TC, and the answer section as (owner, type, data) in
 /// presentation form, in order.
 #[derive(Debug, PartialEq, Eq)]
@@ -76,178 +59,89 @@ struct Answer {
     records: Vec<(String, Type, String)>,
 }
 
-fn noerror(records: &[(&str, Type, &str)]) -> Answer {
+/// What the answerer must say to (`name`, `qtype`): the tree's resolution (spec.rs), but for
+/// `big` TXT, which does not fit in UDP: TC and no records.
+fn truth(tree: &Tree, name: &str, qtype: Type) -> Answer {
+    let r = tree.resolve(name, Rtype::from_code(qtype.0));
+    let too_big = r
+        .records
+        .iter()
+        .any(|rec| matches!(&rec.data, Data::Txt(s) if s.len() == BIG_STRINGS));
     Answer {
-        rcode: rcode::NOERROR,
-        tc: false,
-        records: records
-            .iter()
-            .map(|(o, t, d)| (o.to_string(), *t, d.to_string()))
-            .collect(),
+        rcode: match r.rcode {
+            Rcode::NoError => rcode::NOERROR,
+            Rcode::NxDomain => rcode::NXDOMAIN,
+            Rcode::ServFail => rcode::SERVFAIL,
+        },
+        tc: too_big,
+        records: if too_big {
+            Vec::new()
+        } else {
+            r.records
+                .iter()
+                .map(|rec| {
+                    (
+                        rec.name.clone(),
+                        Type(rec.data.rtype().code()),
+                        rec.data.to_string(),
+                    )
+                })
+                .collect()
+        },
     }
 }
 
-fn nodata() -> Answer {
-    noerror(&[])
-}
-
-fn with_rcode(rcode: u16) -> Answer {
-    Answer {
-        rcode,
-        tc: false,
-        records: Vec::new(),
-    }
-}
-
-/// Every (name, type) the answerer is asked in zone `j`, with what the tree says.
-fn zone_cases(j: u64) -> Vec<(String, Type, Answer)> {
-    let a = zone(j);
-    let www = format!("www.{a}");
-    let alias = format!("alias.{a}");
-    let next_www = format!("www.{}", zone((j + 1) % ZONES));
-    let mail = format!("mail.{a}");
-    let ns = format!("ns.{a}");
-    let www_a = addr4(v(j, 1));
-    let www_aaaa = addr6(v(j, 2));
-    let mut cases = vec![
-        (
-            a.clone(),
-            Type::MX,
-            noerror(&[(&a, Type::MX, &format!("10 {mail}"))]),
-        ),
-        (
-            a.clone(),
-            Type::TXT,
-            noerror(&[(&a, Type::TXT, &format!("\"sonde-{j}\""))]),
-        ),
-        (a.clone(), Type::NS, noerror(&[(&a, Type::NS, &ns)])),
-        (
-            a.clone(),
-            Type::SOA,
-            noerror(&[(
-                &a,
-                Type::SOA,
-                &format!("{ns} hostmaster.{a} 1 3600 600 86400 300"),
-            )]),
-        ),
-        (a.clone(), Type::A, nodata()),
-        (www.clone(), Type::A, noerror(&[(&www, Type::A, &www_a)])),
-        (
-            www.clone(),
-            Type::AAAA,
-            noerror(&[(&www, Type::AAAA, &www_aaaa)]),
-        ),
-        (www.clone(), Type::MX, nodata()),
-        (
-            mail.clone(),
-            Type::A,
-            noerror(&[(&mail, Type::A, &addr4(v(j, 3)))]),
-        ),
-        (mail.clone(), Type::AAAA, nodata()),
-        (
-            ns.clone(),
-            Type::A,
-            noerror(&[(&ns, Type::A, &format!("198.19.53.{}", 10 + j % 4))]),
-        ),
-        (
-            alias.clone(),
-            Type::A,
-            noerror(&[(&alias, Type::CNAME, &www), (&www, Type::A, &www_a)]),
-        ),
-        (
-            alias.clone(),
-            Type::AAAA,
-            noerror(&[(&alias, Type::CNAME, &www), (&www, Type::AAAA, &www_aaaa)]),
-        ),
-        (
-            alias.clone(),
-            Type::CNAME,
-            noerror(&[(&alias, Type::CNAME, &www)]),
-        ),
-        (
-            alias.clone(),
-            Type::TXT,
-            noerror(&[(&alias, Type::CNAME, &www)]),
-        ),
-        (
-            format!("chain.{a}"),
-            Type::A,
-            noerror(&[
-                (&format!("chain.{a}"), Type::CNAME, &alias),
-                (&alias, Type::CNAME, &www),
-                (&www, Type::A, &www_a),
-            ]),
-        ),
-        (
-            format!("far.{a}"),
-            Type::A,
-            noerror(&[
-                (&format!("far.{a}"), Type::CNAME, &next_www),
-                (&next_www, Type::A, &addr4(v((j + 1) % ZONES, 1))),
-            ]),
-        ),
-        (
-            format!("big.{a}"),
-            Type::TXT,
-            Answer {
-                rcode: rcode::NOERROR,
-                tc: true,
-                records: Vec::new(),
-            },
-        ),
-        (format!("big.{a}"), Type::A, nodata()),
-        (format!("nx.{a}"), Type::A, with_rcode(rcode::NXDOMAIN)),
-        (format!("x.www.{a}"), Type::A, with_rcode(rcode::NXDOMAIN)),
-        (
-            format!("h{HOSTS}.{a}"),
-            Type::A,
-            with_rcode(rcode::NXDOMAIN),
-        ),
-        (format!("h01.{a}"), Type::A, with_rcode(rcode::NXDOMAIN)),
-    ];
-    for k in 0..u64::from(HOSTS) {
-        let host = format!("h{k}.{a}");
-        let addr = addr4(mix64(v(j, 4) ^ k.wrapping_mul(GOLDEN)));
-        cases.push((host.clone(), Type::A, noerror(&[(&host, Type::A, &addr)])));
-    }
-    cases
-}
-
-/// The names outside the zones.
-fn other_cases() -> Vec<(String, Type, Answer)> {
-    let nx = || with_rcode(rcode::NXDOMAIN);
-    let case = |n: &str, t, a| (n.to_string(), t, a);
-    vec![
-        case(
-            "www.slow.test.",
-            Type::A,
-            noerror(&[("www.slow.test.", Type::A, "198.18.0.53")]),
-        ),
-        case("slow.test.", Type::A, nodata()),
-        case("nx.slow.test.", Type::A, nx()),
-        case("www.lame.test.", Type::A, with_rcode(rcode::SERVFAIL)),
-        case("a.b.lame.test.", Type::AAAA, with_rcode(rcode::SERVFAIL)),
-        case(
-            "ns.test.",
-            Type::A,
-            noerror(&[("ns.test.", Type::A, "198.19.53.2")]),
-        ),
-        case(
-            "ns.example.",
-            Type::A,
-            noerror(&[("ns.example.", Type::A, "198.19.53.3")]),
-        ),
-        case("test.", Type::A, nodata()),
-        case(".", Type::NS, nodata()),
-        case(&format!("www.d{ZONES}.test."), Type::A, nx()),
-        // Zone 1's TLD is example.
-        case("www.d1.test.", Type::A, nx()),
-        case("www.d00.test.", Type::A, nx()),
-        case("www.d99999999999999999999.test.", Type::A, nx()),
-        case("www.d0.com.", Type::A, nx()),
-        case("www.d0.tests.", Type::A, nx()),
+/// Names the truth's questions leave out: every zone's apex and servers, the slow and lame
+/// zones, and names that do not exist in many ways.
+fn other_names() -> Vec<String> {
+    let mut names: Vec<String> = [
+        ".",
+        "ns.",
+        "test.",
+        "example.",
+        "ns.test.",
+        "ns.example.",
+        "slow.test.",
+        "ns.slow.test.",
+        "www.slow.test.",
+        "nx.slow.test.",
+        "lame.test.",
+        "a.b.lame.test.",
+        "ns.lame.test.",
+        "www.d1.test.",
+        "www.d00.test.",
+        "www.d99999999999999999999.test.",
+        "www.d0.com.",
+        "www.d0.tests.",
+        "com.",
+        "ns.ns.",
     ]
+    .map(String::from)
+    .to_vec();
+    names.push(format!("www.d{ZONES}.test."));
+    for j in [0, 1, ZONES - 1] {
+        let zone = sld_name(j);
+        for host in [
+            "", "www.", "mail.", "ns.", "alias.", "chain.", "far.", "big.", "h0.", "h01.", "nx.",
+            "x.www.",
+        ] {
+            names.push(format!("{host}{zone}"));
+        }
+        names.push(format!("h{HOSTS}.{zone}"));
+    }
+    names
 }
+
+const TYPES: [Type; 8] = [
+    Type::A,
+    Type::NS,
+    Type::CNAME,
+    Type::SOA,
+    Type::MX,
+    Type::TXT,
+    Type::AAAA,
+    Type(99),
+];
 
 /// A UDP datagram from the scanner to port 53 of `dst`, in a whole frame.
 fn query_frame(dst: Ipv4Addr, payload: &[u8]) -> Vec<u8> {
@@ -304,9 +198,19 @@ fn reply_payload(frame: &[u8]) -> &[u8] {
     &udp[8..]
 }
 
-/// A record's data in presentation form (DNS-TREE.md): names lowercase with the final dot.
+/// A name as the truth writes it: lowercase, with the final dot.
+fn fqdn(n: sonde_dns::Name<'_>) -> String {
+    let text = n.to_string().to_ascii_lowercase();
+    if n.is_root() {
+        text
+    } else {
+        text + "."
+    }
+}
+
+/// A record's data in presentation form (DNS-TREE.md).
 fn present(data: Rdata<'_>) -> String {
-    let name = |n: sonde_dns::Name<'_>| format!("{n}.");
+    let name = fqdn;
     match data {
         Rdata::A(a) => a.to_string(),
         Rdata::Aaaa(a) => a.to_string(),
@@ -366,8 +270,7 @@ fn ask(l: &mut Loaded, name: &str, qtype: Type, rd: bool, edns: bool) -> Answer 
             .answers()
             .map(|r| {
                 assert_eq!((r.class, r.ttl), (1, 3600));
-                let owner = format!("{}.", r.owner).to_ascii_lowercase();
-                (owner, r.rtype, present(r.data().unwrap()))
+                (fqdn(r.owner), r.rtype, present(r.data().unwrap()))
             })
             .collect(),
     }
@@ -392,24 +295,37 @@ fn answers_the_tree_as_a_resolver() {
     let Some(mut l) = load(&tree_spec()) else {
         return;
     };
-    let mut cases = other_cases();
-    for j in [0, 1, 6, ZONES - 1] {
-        cases.extend(zone_cases(j));
-    }
+    let tree = Tree::new(SEED, ZONES, HOSTS);
     let mut asked = 0;
-    for (name, qtype, want) in &cases {
+    // Every question of the truth, with and without RD and EDNS, and in mixed case (ignored;
+    // the question comes back as asked: `ask` checks it).
+    for (name, rtype) in tree.questions() {
+        let qtype = Type(rtype.code());
+        let want = truth(&tree, &name, qtype);
         for (rd, edns) in [(true, true), (true, false), (false, true)] {
-            assert_eq!(&ask(&mut l, name, *qtype, rd, edns), want, "{name} {qtype}");
+            assert_eq!(ask(&mut l, &name, qtype, rd, edns), want, "{name} {qtype}");
             asked += 1;
         }
-        // Case is ignored; the question comes back as asked (ask checks it).
-        let upper = mixed_case(name);
+        let upper = mixed_case(&name);
         assert_eq!(
-            &ask(&mut l, &upper, *qtype, true, true),
+            ask(&mut l, &upper, qtype, true, true),
             want,
             "{upper} {qtype}"
         );
         asked += 1;
+    }
+    // Every type at the other names.
+    for name in other_names() {
+        for qtype in TYPES {
+            let edns = asked % 2 == 0;
+            let want = truth(&tree, &name, qtype);
+            assert_eq!(
+                ask(&mut l, &name, qtype, true, edns),
+                want,
+                "{name} {qtype}"
+            );
+            asked += 1;
+        }
     }
     let counts = l.dns_counts().unwrap();
     assert_eq!(
@@ -426,37 +342,43 @@ fn answers_the_last_zone_far_into_the_first() {
     let Some(mut l) = load(&tree_spec()) else {
         return;
     };
-    let last = zone(ZONES - 1);
-    let got = ask(&mut l, &format!("far.{last}"), Type::AAAA, true, true);
-    assert_eq!(
-        got,
-        noerror(&[
-            (&format!("far.{last}"), Type::CNAME, "www.d0.test."),
-            ("www.d0.test.", Type::AAAA, &addr6(v(0, 2))),
-        ])
-    );
+    let tree = Tree::new(SEED, ZONES, HOSTS);
+    let far = format!("far.{}", sld_name(ZONES - 1));
+    let got = ask(&mut l, &far, Type::AAAA, true, true);
+    assert_eq!(got, truth(&tree, &far, Type::AAAA));
+    assert_eq!(got.records[0].2, "www.d0.test.");
+    assert_eq!(got.records[1].2, tree.www6(0).to_string());
 }
 
 /// Zones with many digits: the answerer's numbers are not limited to small ones.
 #[test]
 fn answers_zones_of_a_ten_million_name_tree() {
+    const MANY: u64 = 2_500_000;
     let mut s = tree_spec();
     s.tree = Some(TreeSpec {
-        zones: 2_500_000,
+        zones: MANY,
         ..tree()
     });
     let Some(mut l) = load(&s) else {
         return;
     };
-    let j = 2_499_999;
-    let www = format!("www.{}", zone(j));
-    let got = ask(&mut l, &format!("chain.{}", zone(j)), Type::A, true, true);
-    assert_eq!(got.records.len(), 3);
-    assert_eq!(got.records[2], (www, Type::A, addr4(v(j, 1))));
-    let got = ask(&mut l, &zone(j), Type::TXT, true, false);
-    assert_eq!(got.records[0].2, format!("\"sonde-{j}\""));
-    let got = ask(&mut l, "www.d2500000.test.", Type::A, true, false);
-    assert_eq!(got.rcode, rcode::NXDOMAIN);
+    let tree = Tree::new(SEED, MANY, HOSTS);
+    for name in [
+        format!("chain.{}", sld_name(MANY - 1)),
+        format!("far.{}", sld_name(MANY - 2)),
+        sld_name(1_234_567),
+        format!("h2.{}", sld_name(999_999)),
+        format!("www.{}", sld_name(MANY)),
+    ] {
+        for qtype in [Type::A, Type::TXT, Type::SOA] {
+            let want = truth(&tree, &name, qtype);
+            assert_eq!(
+                ask(&mut l, &name, qtype, true, true),
+                want,
+                "{name} {qtype}"
+            );
+        }
+    }
 }
 
 /// A header-only answer with `rcode` to `payload`, or None when it was dropped.
