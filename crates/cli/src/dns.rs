@@ -446,8 +446,8 @@ fn roots(args: &DnsArgs, lab: Option<&sonde_lab::LabStatus>) -> anyhow::Result<V
     if !args.root.is_empty() {
         return Ok(args.root.clone());
     }
-    match lab.and(None::<Ipv4Addr>) {
-        Some(root) => Ok(vec![root]),
+    match lab.and_then(|l| l.dns_tree.as_ref()) {
+        Some(tree) => Ok(vec![tree.root]),
         None => bail!("--iterative needs --root ADDR (sonde has no built-in root hints; in a lab, bring it up with --dns-tree N)"),
     }
 }

@@ -108,3 +108,146 @@ fn forged_ids_wrong_questions_other_servers_and_cut_messages_are_counted_not_rep
     assert!(other_id >= n - 1, "{s}");
     assert_eq!(s["replies"], n, "{s}");
 }
+
+/// Every (name, type) of the lab's truth, as `name,type` lines.
+fn truth_names(lab: &Lab) -> String {
+    let out = sonde(&["lab", "truth", "--name", &lab.name, "--dns"]);
+    assert!(out.status.success(), "lab truth --dns: {}", stderr(&out));
+    let mut names = String::new();
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        names += &format!(
+            "{},{}\n",
+            row["name"].as_str().unwrap(),
+            row["type"].as_str().unwrap()
+        );
+    }
+    names
+}
+
+fn rows_of(path: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn row<'r>(rows: &'r [serde_json::Value], name: &str, rtype: &str) -> &'r serde_json::Value {
+    rows.iter()
+        .find(|r| r["name"] == name && r["type"] == rtype)
+        .unwrap_or_else(|| panic!("no row for {name} {rtype}"))
+}
+
+#[test]
+fn the_tree_resolves_as_its_truth_says_through_resolvers_from_the_root_and_after_a_resume() {
+    if !can_run_labs() {
+        return;
+    }
+    let lab = Lab::up(&[
+        "--population",
+        "198.18.0.0/26",
+        "--dns-tree",
+        "6",
+        "--dns-hosts",
+        "1",
+        "--dns-slow-ms",
+        "200",
+    ]);
+    let names = lab.file("names.txt");
+    std::fs::write(&names, truth_names(&lab)).unwrap();
+    let all = std::fs::read_to_string(&names).unwrap().lines().count();
+    let dns = |extra: &[&str]| {
+        let mut args = vec!["dns", "--lab", &lab.name, "-q", "-I", &names];
+        args.extend_from_slice(extra);
+        sonde(&args)
+    };
+    let correct = format!("correct {all} of {all} (100.000 %)");
+
+    // Through two of the lab's resolvers (unbound): every answer right, big TXT over TCP.
+    let through = lab.file("through.ndjson");
+    let out = dns(&["--resolver", "198.19.53.64,198.19.53.65", "-o", &through]);
+    assert!(out.status.success(), "sonde dns: {}", stderr(&out));
+    let score = lab.score(&[&through]);
+    assert!(score.contains(&correct), "{score}");
+    let rows = rows_of(&through);
+    assert_eq!(row(&rows, "big.d1.example.", "TXT")["tcp"], true);
+    assert_eq!(row(&rows, "www.lame.test.", "A")["status"], "SERVFAIL");
+
+    // From the root, with every step traced.
+    let walked = lab.file("walked.ndjson");
+    let out = dns(&["--iterative", "--trace", "-o", &walked]);
+    assert!(
+        out.status.success(),
+        "sonde dns --iterative: {}",
+        stderr(&out)
+    );
+    let score = lab.score(&[&walked]);
+    assert!(score.contains(&correct), "{score}");
+    let rows = rows_of(&walked);
+    let far = row(&rows, "far.d2.test.", "A");
+    let steps: Vec<String> = far["trace"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| format!("{} {} {}", s["zone"], s["result"], s["next"]).replace('"', ""))
+        .collect();
+    // far.d2.test. is a CNAME to www.d3.example.: its walk crosses zones (the cache may have
+    // the zones already, so only the CNAME and the answer are sure to be there).
+    assert!(
+        steps.iter().any(|s| s == "d2.test. cname www.d3.example."),
+        "{steps:?}"
+    );
+    assert!(
+        steps.last().unwrap().starts_with("d3.example. NOERROR"),
+        "{steps:?}"
+    );
+    let first = row(&rows, "d0.test.", "MX")["trace"][0].clone();
+    assert_eq!(
+        first["server"], "198.19.53.1",
+        "the first walk starts at the root: {first}"
+    );
+
+    // Stopped by a signal half way, then resumed into the same file: every lookup once.
+    let resumed = lab.file("resumed.ndjson");
+    let checkpoint = lab.file("dns.checkpoint.json");
+    let mut child = std::process::Command::new(SONDE)
+        .args(["dns", "--lab", &lab.name, "-q", "-I", &names, "-r", "40"])
+        .args([
+            "--resolver",
+            "198.19.53.66",
+            "-o",
+            &resumed,
+            "--checkpoint",
+            &checkpoint,
+        ])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let before = rows_of(&resumed).len();
+    assert!(
+        before > 0 && before < all,
+        "{before} rows of {all} before the stop"
+    );
+    let out = dns(&[
+        "--resolver",
+        "198.19.53.66",
+        "-o",
+        &resumed,
+        "--append",
+        "--resume",
+        &checkpoint,
+    ]);
+    assert!(out.status.success(), "resumed: {}", stderr(&out));
+    let rows = rows_of(&resumed);
+    assert_eq!(rows.len(), all, "every lookup once");
+    let score = lab.score(&[&resumed]);
+    assert!(score.contains(&correct), "{score}");
+}

@@ -232,7 +232,16 @@ impl Walk {
         cache: &Delegations,
         allowed: &dyn Fn(Ipv4Addr) -> bool,
     ) -> Option<Next> {
-        let section = Answer::section(m);
+        // Only what the server is authoritative for counts (bailiwick): records of names
+        // outside the zone it was asked as a server of are asked of their own zone's servers.
+        let zone = self.zone.clone();
+        let zone_name = zone.as_name();
+        let section: Vec<Answer> = Answer::section(m)
+            .into_iter()
+            .zip(m.answers().filter(|r| r.rtype != Type::OPT))
+            .filter(|(_, r)| r.owner.is_under(&zone_name))
+            .map(|(a, _)| a)
+            .collect();
         let mut current = self.qname.clone();
         let mut moved = false;
         loop {
@@ -247,7 +256,10 @@ impl Walk {
                 return Some(self.done("NOERROR"));
             }
             let Some(cname) = m.answers().find(|r| {
-                r.rtype == Type::CNAME && r.owner.eq_wire(current.wire()) && r.data().is_ok()
+                r.rtype == Type::CNAME
+                    && r.owner.eq_wire(current.wire())
+                    && r.owner.is_under(&zone_name)
+                    && r.data().is_ok()
             }) else {
                 // The chain stops at a name with other records only: the walk goes on there.
                 if moved {
