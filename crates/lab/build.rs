@@ -1,5 +1,6 @@
 //! Compiles the lab's XDP programs into OUT_DIR, which the crate embeds with `include_bytes!`:
-//! the drop sink (xdp/drop.c → drop.o) and the responder (xdp/responder.c → responder.o).
+//! the drop sink (xdp/drop.c → drop.o) and the responder (xdp/responder.c → responder.o, with the
+//! DNS answerer xdp/answerer.c that it includes).
 //!
 //! Without clang the crate still builds (the rest of the lab does not need them): empty objects
 //! are embedded and `Sink::Drop` and `Responder::Xdp` report at run time that clang was missing.
@@ -19,6 +20,8 @@ fn main() {
     if let Some(dir) = multiarch_include() {
         includes.push(format!("-I{}", dir.display()));
     }
+    // responder.c includes the DNS answerer.
+    println!("cargo:rerun-if-changed=xdp/answerer.c");
     compile(
         &clang,
         "xdp/responder.c",

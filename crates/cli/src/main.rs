@@ -9,6 +9,7 @@
 
 mod capture;
 mod cmd;
+mod dns;
 mod grab;
 mod intercept;
 mod latency;
@@ -44,6 +45,9 @@ enum Command {
     /// Connect, send one request, read the reply, close — to every target, from user space
     /// (TCP client in sonde; HTTP, banners, payloads, TLS certificates).
     Grab(Box<grab::GrabArgs>),
+    /// Resolve names at line rate: through resolvers, or iteratively from the root; a row per
+    /// (name, type) with its answers.
+    Dns(Box<dns::DnsArgs>),
     /// Sweeps and floors: `bench tx` (backends × batch sizes), `bench floor` (bare AF_XDP).
     Bench(cmd::bench::BenchArgs),
     /// Round-trip times under fixed packet rates: a reflector and a paced, timestamping client;
@@ -95,6 +99,7 @@ fn main() {
         Command::Bench(args) => cmd::bench::run(args),
         Command::Scan(args) => scan::run(*args),
         Command::Grab(args) => grab::run(*args),
+        Command::Dns(args) => dns::run(*args),
         Command::Latency(args) => latency::run(args),
         Command::Profile(args) => profile::run(args),
         Command::Capture(args) => capture::run(*args),

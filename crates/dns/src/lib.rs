@@ -57,6 +57,7 @@
 mod error;
 mod message;
 mod name;
+mod present;
 mod query;
 mod rdata;
 mod rtype;
@@ -66,6 +67,7 @@ pub use message::{
     flags, rcode, Edns, Header, Message, Question, Questions, Record, Records, HEADER_LEN,
 };
 pub use name::{Labels, Name, NameBuf, NameError, MAX_LABEL_LEN, MAX_NAME_LEN};
+pub use present::Fqdn;
 pub use query::{BufferTooSmall, Query, DEFAULT_UDP_PAYLOAD};
 pub use rdata::{Options, Rdata, Soa, Strings, StringsIter};
 pub use rtype::{Type, UnknownType, CLASS_IN};

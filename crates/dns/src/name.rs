@@ -344,6 +344,15 @@ impl NameBuf {
         self.bytes.make_ascii_lowercase();
     }
 
+    /// The same name as a [`Name`], to compare with a message's names or print.
+    pub fn as_name(&self) -> Name<'_> {
+        Name {
+            msg: self.wire(),
+            start: 0,
+            wire_len: self.len,
+        }
+    }
+
     /// The uncompressed wire form, final zero included.
     pub fn wire(&self) -> &[u8] {
         &self.bytes[..usize::from(self.len)]

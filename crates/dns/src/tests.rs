@@ -504,3 +504,35 @@ fn write_fuzz_seeds() {
         std::fs::write(format!("{dir}/{name}.bin"), bytes).unwrap();
     }
 }
+
+#[test]
+fn record_data_in_presentation_form() {
+    let m = Message::parse(MX_TXT_CAA).unwrap();
+    let texts: Vec<String> = m.answers().map(|r| r.data().unwrap().to_string()).collect();
+    assert_eq!(
+        texts,
+        [
+            "10 mail.example.com.",
+            "\"v=spf1 -all\" \"second\"",
+            "0 issue \"ca.example\"",
+            "\\# 3 000100",
+        ]
+    );
+    let m = Message::parse(CNAME_CHAIN).unwrap();
+    let texts: Vec<String> = m.answers().map(|r| r.data().unwrap().to_string()).collect();
+    assert_eq!(texts, ["web.example.net.", "edge.cdn.net.", "198.18.0.99"]);
+    let owner = m.answers().next().unwrap().owner;
+    assert_eq!(Fqdn(&owner).to_string(), "www.example.com.");
+}
+
+#[test]
+fn quotes_backslashes_and_unprintable_bytes_in_strings_are_escaped() {
+    // TXT data: one string `a"b\c` then a byte 0x07.
+    let rdata = b"\x05a\"b\\c\x01\x07";
+    let mut msg = vec![0, 1, 0x81, 0x80, 0, 0, 0, 1, 0, 0, 0, 0];
+    msg.extend_from_slice(&[0, 0, 16, 0, 1, 0, 0, 0, 60, 0, rdata.len() as u8]);
+    msg.extend_from_slice(rdata);
+    let m = Message::parse(&msg).unwrap();
+    let text = m.answers().next().unwrap().data().unwrap().to_string();
+    assert_eq!(text, r#""a\"b\\c" "\007""#);
+}

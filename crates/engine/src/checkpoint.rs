@@ -168,27 +168,7 @@ impl Checkpoint {
     /// (`--checkpoint /dev/null`) is written in place, never replaced.
     pub fn save(&self, path: &Path) -> anyhow::Result<()> {
         let text = serde_json::to_string_pretty(self)? + "\n";
-        if output_file::is_written_in_place(path) {
-            return Ok(output_file::write_whole(
-                path,
-                text.as_bytes(),
-                IfExists::Overwrite,
-            )?);
-        }
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(format!(".{}.tmp", std::process::id()));
-        let tmp = PathBuf::from(tmp);
-        // A leftover of a crashed run that had this pid (unlinking never follows a link).
-        let _ = std::fs::remove_file(&tmp);
-        let saved = write_synced(&tmp, text.as_bytes())
-            .and_then(|()| {
-                std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
-            })
-            .and_then(|()| sync_folder_of(path));
-        if saved.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        saved
+        write_durably(path, &text)
     }
 
     /// Refuses to resume a run that is complete, or into a different run, naming what
@@ -241,6 +221,32 @@ impl Checkpoint {
         }
         Ok(())
     }
+}
+
+/// Writes `text` to `path` as [`Checkpoint::save`] does: atomically and durably, a device or
+/// FIFO in place. For any run's checkpoint (`sonde dns` keeps its own form).
+pub fn write_durably(path: &Path, text: &str) -> anyhow::Result<()> {
+    if output_file::is_written_in_place(path) {
+        return Ok(output_file::write_whole(
+            path,
+            text.as_bytes(),
+            IfExists::Overwrite,
+        )?);
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    // A leftover of a crashed run that had this pid (unlinking never follows a link).
+    let _ = std::fs::remove_file(&tmp);
+    let saved = write_synced(&tmp, text.as_bytes())
+        .and_then(|()| {
+            std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+        })
+        .and_then(|()| sync_folder_of(path));
+    if saved.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    saved
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@
 
 mod arrival;
 pub mod checkpoint;
+pub mod dns;
 pub mod feed;
 pub mod grab;
 pub mod host;

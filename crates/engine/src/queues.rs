@@ -146,6 +146,29 @@ pub struct Queues {
 
 /// Opens the run's queues; refuses at once more sender threads than the interface has queues.
 pub fn open_queues(run: &RunPlan, filter: &ReplyFilter) -> anyhow::Result<Queues> {
+    let on = QueuesOn {
+        iface: &run.iface,
+        queues: run.queues,
+        threads: run.threads,
+        backend: run.backend,
+        rx_backend: run.rx_backend,
+        io_config: &|q| run.io_config(q),
+    };
+    open_queues_on(&on, filter)
+}
+
+/// Where and how to open queues, for a run without a [`RunPlan`] (`sonde dns`).
+pub struct QueuesOn<'a> {
+    pub iface: &'a str,
+    pub queues: u32,
+    pub threads: u32,
+    pub backend: BackendKind,
+    pub rx_backend: BackendKind,
+    pub io_config: &'a dyn Fn(u32) -> sonde_io::IoConfig,
+}
+
+/// [`open_queues`] for `run`.
+pub fn open_queues_on(run: &QueuesOn<'_>, filter: &ReplyFilter) -> anyhow::Result<Queues> {
     let queues = run.queues.max(1);
     if run.threads > queues {
         bail!(
@@ -159,7 +182,7 @@ pub fn open_queues(run: &RunPlan, filter: &ReplyFilter) -> anyhow::Result<Queues
     let mut receivers = Vec::new();
     if run.rx_backend == BackendKind::Xdp {
         for q in 0..queues {
-            let io = run.io_config(q);
+            let io = (run.io_config)(q);
             if run.backend == BackendKind::Xdp && q < run.threads {
                 let (tx, rx) = sonde_io::open_xdp_pair(&io, spec)?;
                 shared[q as usize] = Some(tx);
@@ -169,7 +192,7 @@ pub fn open_queues(run: &RunPlan, filter: &ReplyFilter) -> anyhow::Result<Queues
             }
         }
     } else {
-        let rx = AnyRx::open_filtered(run.rx_backend, &run.io_config(0), spec, expr)
+        let rx = AnyRx::open_filtered(run.rx_backend, &(run.io_config)(0), spec, expr)
             .with_context(|| format!("opening the {} receiver on {}", run.rx_backend, run.iface))?;
         receivers.push(rx);
     }
@@ -178,7 +201,7 @@ pub fn open_queues(run: &RunPlan, filter: &ReplyFilter) -> anyhow::Result<Queues
             let q = t % queues;
             match shared[q as usize].take() {
                 Some(tx) => Ok(tx),
-                None => AnyTx::open(run.backend, &run.io_config(q))
+                None => AnyTx::open(run.backend, &(run.io_config)(q))
                     .with_context(|| format!("opening {} on {} queue {q}", run.backend, run.iface)),
             }
         })

@@ -131,6 +131,14 @@ pub fn plan_targets(req: &TargetRequest) -> anyhow::Result<TargetPlan> {
     Ok(TargetPlan { space, notes })
 }
 
+/// Every blocklist in force for a request (the default, the system opt-outs, `-b`), with a
+/// line naming them: for tools that send to servers rather than walk a target space (`sonde
+/// dns` checks its resolvers, and every server a walk meets, against it).
+pub fn blocklist_in_force(req: &TargetRequest) -> anyhow::Result<(PrefixSet, Vec<String>)> {
+    let system = system_blocklist(req)?;
+    blocklist(req, system)
+}
+
 /// The system opt-out list, if there is one. Only "nothing at that path" means none: a dangling
 /// link, or a path sonde may not look at, stops the run (`Path::exists` would say "none" and
 /// skip the opt-outs silently).

@@ -10,6 +10,7 @@ use ipnet::{Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 
 use crate::cpus::{check_target_cpus, online_cpus};
+use crate::dns_tree::{DnsTreeConfig, DnsTreeStatus};
 use crate::path::{PathConfig, PathStatus};
 
 /// The only IPv4 space the lab may use (RFC 2544, benchmarking).
@@ -18,6 +19,11 @@ pub(crate) const LAB_SPACE: Ipv4Net = net(198, 18, 0, 0, 15);
 pub(crate) const LINK_NET: Ipv4Net = net(198, 19, 255, 0, 24);
 pub(crate) const SCAN_IP: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 1);
 pub(crate) const GATEWAY_IP: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 254);
+/// The DNS tree's servers (root, TLDs, SLDs, lame, slow, resolvers: DNS-TREE.md), which the
+/// population's rules never touch.
+pub(crate) const DNS_TREE_SERVERS: Ipv4Net = net(198, 19, 53, 0, 24);
+/// The DNS tree's XDP answerer (`--dns-answerer xdp`): every address answers as a resolver.
+pub const DNS_ANSWERERS: Ipv4Net = net(198, 19, 54, 0, 24);
 /// The only IPv6 space the lab may use (RFC 5180, benchmarking).
 pub(crate) const LAB_SPACE6: Ipv6Net = net6([0x2001, 2, 0, 0, 0, 0, 0, 0], 48);
 /// The IPv6 link between the namespaces (inside `LAB_SPACE6`); populations
@@ -102,6 +108,8 @@ pub struct LabConfig {
     /// Distance between the scanner and the lab: a delay line in a namespace of its own between
     /// sx0 and nx0 (see path.rs). None: sx0 and nx0 are one veth pair.
     pub path: Option<PathConfig>,
+    /// A DNS tree (root, TLDs, second-level zones, resolvers) on 198.19.53.0/24; see dns_tree.
+    pub dns_tree: Option<DnsTreeConfig>,
 }
 
 impl LabConfig {
@@ -156,6 +164,7 @@ impl Default for LabConfig {
             target_cpus: None,
             services: Vec::new(),
             path: None,
+            dns_tree: None,
         }
     }
 }
@@ -312,6 +321,9 @@ pub struct LabStatus {
     /// The path between the scanner and the lab (`LabConfig::path`), if the lab has one.
     #[serde(default)]
     pub path: Option<PathStatus>,
+    /// The DNS tree (`LabConfig::dns_tree`), if the lab has one.
+    #[serde(default)]
+    pub dns_tree: Option<DnsTreeStatus>,
 }
 
 fn kernel_responder() -> String {
@@ -372,6 +384,12 @@ pub(crate) fn validate(cfg: &LabConfig) -> Result<()> {
     }
     if let Some(path) = &cfg.path {
         path.validate()?;
+    }
+    if let Some(tree) = &cfg.dns_tree {
+        tree.validate()?;
+        if cfg.sink == Sink::Drop {
+            bail!("--sink drop drops every frame to the lab, the DNS tree's too; use --sink kernel with --dns-tree");
+        }
     }
     if let Some(p) = cfg
         .tcp_open

@@ -25,6 +25,7 @@ mod config;
 mod counters;
 mod cpus;
 mod dns;
+pub mod dns_tree;
 mod files;
 mod http;
 mod netns;
@@ -46,6 +47,7 @@ pub use config::{
 };
 pub use counters::{net_counters, received, scan_counters, IfCounters};
 pub use cpus::{cpu_list, online_cpus, parse_cpu_list};
+pub use dns_tree::{serve_slow, DnsTreeConfig, DnsTreeStatus};
 pub use files::sha256_hex;
 pub use http::{big_body, BIG_PATH};
 pub use netns::{

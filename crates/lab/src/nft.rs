@@ -4,6 +4,10 @@
 //! table inet sonde {
 //!     set responsive { type ipv4_addr; elements = { the answering addresses } }
 //!     chain prerouting {                       # raw priority: before conntrack
+//!         # with a DNS tree (KEEP: its servers' prefixes), before the rest:
+//!         ip daddr { KEEP } udp dport 53 counter accept
+//!         ip daddr { KEEP } tcp dport 53 counter accept
+//!         iifname "lo" ip daddr { KEEP } counter accept        # the resolver's own queries
 //!         ip daddr POP ip daddr != @responsive counter drop   # silent
 //!         ip daddr POP numgen random mod 1000000 < N counter drop   # loss
 //!         ip daddr POP counter                  # what reaches the kernel
@@ -31,6 +35,9 @@
 //! prefix, so neighbour discovery (to the link prefix and solicited-node
 //! multicast) is never dropped.
 //!
+//! The DNS tree's servers answer port 53 whatever the population is: a population that covers
+//! their prefixes still drops (or loses) everything else sent there, as its truth says.
+//!
 //! Silent hosts: tproxy hands their SYNs on the open ports to the silent server's listener
 //! (which is bound to loopback, so nothing else reaches it), keeping the original addresses
 //! on the accepted socket. Unlike a NAT redirect it needs no conntrack, so a scan at line rate
@@ -53,6 +60,8 @@ use std::path::Path;
 
 use anyhow::Result;
 
+use ipnet::Ipv4Net;
+
 use crate::cmd::in_ns;
 use crate::config::{LOSS_SINK_IF, NET_IF, SILENT_PORT};
 use crate::truth::{Population, Population6};
@@ -68,12 +77,14 @@ const CHUNK: usize = 4096;
 /// numgen draws from 0..LOSS_SCALE; loss is kept to 1e-6.
 const LOSS_SCALE: f64 = 1_000_000.0;
 
-/// The nft script for `pop` (and `pop6`) with `loss` (0.0..1.0) and the `silent` hosts.
+/// The nft script for `pop` (and `pop6`) with `loss` (0.0..1.0) and the `silent` hosts; DNS
+/// to the prefixes of `keep` (the DNS tree's) passes whatever the population is.
 pub(crate) fn script(
     pop: &Population,
     pop6: Option<&Population6>,
     loss: f64,
     silent: &Silent,
+    keep: &[Ipv4Net],
 ) -> String {
     let net = pop.net.trunc();
     let mut s = String::new();
@@ -85,6 +96,7 @@ pub(crate) fn script(
         s,
         "add chain inet sonde prerouting {{ type filter hook prerouting priority raw; policy accept; }}"
     );
+    keep_rules(&mut s, keep);
     let rule = format!("add rule inet sonde prerouting ip daddr {net}");
     let _ = writeln!(
         s,
@@ -123,6 +135,28 @@ pub(crate) fn script(
         loss_out_rules(&mut s, net, pop6.map(|p| p.net.trunc()), drop_in_million);
     }
     s
+}
+
+/// Accepts DNS to the prefixes of `keep` before the population's rules can drop it, and what
+/// the lab's own servers send one another there over loopback (the resolver's queries to the
+/// tree's servers, and their answers).
+fn keep_rules(s: &mut String, keep: &[Ipv4Net]) {
+    if keep.is_empty() {
+        return;
+    }
+    let nets: Vec<String> = keep.iter().map(Ipv4Net::to_string).collect();
+    let nets = nets.join(", ");
+    let rule = "add rule inet sonde prerouting";
+    for proto in ["udp", "tcp"] {
+        let _ = writeln!(
+            s,
+            "{rule} ip daddr {{ {nets} }} {proto} dport 53 counter accept comment \"dns tree\""
+        );
+    }
+    let _ = writeln!(
+        s,
+        "{rule} iifname \"lo\" ip daddr {{ {nets} }} counter accept comment \"dns tree inside\""
+    );
 }
 
 /// The tproxy chain that hands the silent hosts' connections to the silent server.
@@ -200,9 +234,10 @@ pub(crate) fn load(
     pop6: Option<&Population6>,
     loss: f64,
     silent: &Silent,
+    keep: &[Ipv4Net],
     file: &Path,
 ) -> Result<()> {
-    std::fs::write(file, script(pop, pop6, loss, silent))
+    std::fs::write(file, script(pop, pop6, loss, silent, keep))
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", file.display()))?;
     let loaded = in_ns(ns, "nft", &["-f", &file.to_string_lossy()]);
     let _ = std::fs::remove_file(file);
@@ -220,7 +255,7 @@ mod tests {
             seed: 1,
             share: 1.0,
         };
-        let s = script(&pop, None, 0.01, &Silent::default());
+        let s = script(&pop, None, 0.01, &Silent::default(), &[]);
         assert!(!s.contains("ip6") && !s.contains("responsive6"));
         assert!(s.contains("ip daddr 198.18.0.0/16 ip daddr != @responsive counter drop"));
         assert!(s.contains("numgen random mod 1000000 < 10000 counter drop"));
@@ -230,6 +265,35 @@ mod tests {
         assert_eq!(count, 65536);
         assert!(adds[0].starts_with("add element inet sonde responsive { 198.18.0.0, 198.18.0.1,"));
         assert!(adds[0].ends_with(" }"));
+        assert!(!s.contains("dns tree"));
+    }
+
+    #[test]
+    fn the_dns_trees_servers_answer_whatever_the_population() {
+        let pop = Population {
+            net: "198.18.0.0/15".parse().unwrap(),
+            seed: 1,
+            share: 0.0,
+        };
+        let keep = [
+            "198.19.53.0/24".parse().unwrap(),
+            "198.19.54.0/24".parse().unwrap(),
+        ];
+        let s = script(&pop, None, 0.5, &Silent::default(), &keep);
+        let rules: Vec<&str> = s.lines().filter(|l| l.starts_with("add rule")).collect();
+        // Before every rule that drops.
+        let first_drop = rules.iter().position(|l| l.contains("drop")).unwrap();
+        for kept in [
+            "ip daddr { 198.19.53.0/24, 198.19.54.0/24 } udp dport 53 counter accept",
+            "ip daddr { 198.19.53.0/24, 198.19.54.0/24 } tcp dport 53 counter accept",
+            "iifname \"lo\" ip daddr { 198.19.53.0/24, 198.19.54.0/24 } counter accept",
+        ] {
+            let at = rules
+                .iter()
+                .position(|l| l.contains(kept))
+                .unwrap_or_else(|| panic!("{s}"));
+            assert!(at < first_drop, "{s}");
+        }
     }
 
     #[test]
@@ -239,7 +303,7 @@ mod tests {
             seed: 1,
             share: 0.0,
         };
-        let s = script(&pop, None, 0.0, &Silent::default());
+        let s = script(&pop, None, 0.0, &Silent::default(), &[]);
         assert!(!s.contains("numgen"));
         assert!(!s.contains("add element"));
     }
@@ -256,7 +320,7 @@ mod tests {
             seed: 1,
             share: 1.0,
         };
-        let s = script(&pop, Some(&pop6), 0.01, &Silent::default());
+        let s = script(&pop, Some(&pop6), 0.01, &Silent::default(), &[]);
         assert!(s.contains("add set inet sonde responsive6 { type ipv6_addr; }"));
         assert!(s.contains(
             "ip6 daddr 2001:2::/112 ip6 daddr != @responsive6 counter drop comment \"silent6\""
@@ -298,7 +362,7 @@ mod tests {
             ],
             ports: vec![80, 443],
         };
-        let s = script(&pop, Some(&pop6), 0.25, &silent);
+        let s = script(&pop, Some(&pop6), 0.25, &silent, &[]);
         assert!(s.contains(
             "add rule inet sonde silent ip daddr @silent tcp dport { 80, 443 } tproxy ip to 127.0.0.1:65534"
         ), "{s}");
@@ -318,7 +382,7 @@ mod tests {
             "ip6 saddr 2001:2::/120 numgen random mod 1000000 < 250000 counter fwd to \"lz0\""
         ));
         // No silent hosts, no loss: neither chain.
-        let plain = script(&pop, None, 0.0, &Silent::default());
+        let plain = script(&pop, None, 0.0, &Silent::default(), &[]);
         assert!(!plain.contains("tproxy") && !plain.contains("sonde_out"));
     }
 }

@@ -1,5 +1,14 @@
 //! The XDP responder (xdp/responder.c, compiled by build.rs): `lab up --responder xdp`, and with
-//! `--http` the lab's stateless web server on port 80 as well.
+//! `--http` the lab's stateless web server on port 80 as well; and the DNS tree's answerer
+//! (xdp/answerer.c, which responder.c includes): `lab up --dns-tree N --dns-answerer xdp`.
+//!
+//! nx0 has one XDP program, so the answerer is a step of the responder's rather than a program
+//! of its own: its first, which answers UDP port 53 on 198.19.54.0/24 and hands the tree's other
+//! addresses to the kernel before the population's rules could drop or answer them. With the
+//! kernel responder the same program is attached with `KERNEL_RESPONDS`, and every frame the
+//! answerer does not take goes to the kernel. (Two programs chained by a tail call would need
+//! their program array pinned in bpffs: the kernel empties one when the last descriptor of it
+//! closes, which is when `lab up` exits.)
 //!
 //! Loading goes through libbpf-rs: open the embedded object, load it, write the population,
 //! the hash key and threshold, the open ports and the link's addresses into `responder_cfg`,
@@ -22,7 +31,9 @@ use ipnet::{Ipv4Net, Ipv6Net};
 use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder, Xdp, XdpFlags};
 use nix::sched::{setns, CloneFlags};
 
-use crate::config::{GATEWAY_IP, GATEWAY_IP6, LINK_NET, NET_IF, SCAN_IP, SCAN_IP6};
+use crate::config::{
+    DNS_ANSWERERS, DNS_TREE_SERVERS, GATEWAY_IP, GATEWAY_IP6, LINK_NET, NET_IF, SCAN_IP, SCAN_IP6,
+};
 use crate::netns::ns_path;
 use crate::truth::{hash_key, share_threshold, Population, Population6};
 
@@ -31,6 +42,8 @@ static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/responder.o"));
 
 const PROGRAM: &str = "sonde_lab_responder";
 const CFG_MAP: &str = "responder_cfg";
+const DNS_CFG_MAP: &str = "dns_cfg";
+const DNS_COUNTS_MAP: &str = "dns_counts";
 /// The mode `attach` uses (see the module documentation).
 pub(crate) const MODE: &str = "xdpgeneric";
 
@@ -39,6 +52,13 @@ const EVERY_ADDRESS: u32 = 1 << 0;
 const HAS_V6: u32 = 1 << 1;
 const DNS_53: u32 = 1 << 2;
 const HTTP_80: u32 = 1 << 3;
+const KERNEL_RESPONDS: u32 = 1 << 4;
+
+/// `dns_cfg.flags` bits of answerer.c.
+const DNS_TREE_ON: u32 = 1 << 0;
+const DNS_ANSWER: u32 = 1 << 1;
+/// Size of `struct dns_cfg`: two u64s and six u32s.
+const DNS_CFG_LEN: usize = 2 * 8 + 6 * 4;
 
 /// Size of `struct responder_cfg`: eight u64s, six u32s, the MAC, window scale and padding,
 /// four windows, the TAI offset, the gateway's IPv4 address and the low half of its IPv6 one,
@@ -62,6 +82,68 @@ pub(crate) struct ResponderSpec {
     pub mac: [u8; 6],
     /// The window and window scale the lab's kernel puts in its SYN-ACKs.
     pub windows: SynAckWindows,
+    /// The kernel answers the probes (`--responder kernel`): the program is there for the DNS
+    /// answerer alone and passes every other frame.
+    pub kernel_responds: bool,
+    /// The lab's DNS tree, if it has one.
+    pub tree: Option<TreeSpec>,
+}
+
+/// The DNS tree as the program sees it: its addresses are left to the kernel, and with `answer`
+/// the answerer serves it on 198.19.54.0/24.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TreeSpec {
+    pub seed: u64,
+    pub zones: u64,
+    pub hosts: u32,
+    pub answer: bool,
+}
+
+impl TreeSpec {
+    /// `struct dns_cfg` as the program reads it.
+    fn cfg_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(DNS_CFG_LEN);
+        let mut flags = DNS_TREE_ON;
+        if self.answer {
+            flags |= DNS_ANSWER;
+        }
+        b.extend(hash_key(self.seed).to_ne_bytes());
+        b.extend(self.zones.to_ne_bytes());
+        let (servers, servers_mask) = split4(DNS_TREE_SERVERS);
+        let (answerers, answerers_mask) = split4(DNS_ANSWERERS);
+        for v in [
+            self.hosts,
+            flags,
+            servers,
+            servers_mask,
+            answerers,
+            answerers_mask,
+        ] {
+            b.extend(v.to_ne_bytes());
+        }
+        debug_assert_eq!(b.len(), DNS_CFG_LEN);
+        b
+    }
+}
+
+/// What the DNS answerer did, summed over the CPUs (`enum dns_count` of answerer.c).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DnsCounts {
+    /// Answered from the tree: NOERROR (TC included), NXDOMAIN or SERVFAIL.
+    pub answered: u64,
+    pub formerr: u64,
+    pub notimp: u64,
+    pub refused: u64,
+    /// Dropped: shorter than a DNS header.
+    pub short: u64,
+    /// Dropped: a response (QR set).
+    pub response: u64,
+    /// Dropped: IP options, fragments, lengths that disagree, a bad IP checksum.
+    pub bad_ip: u64,
+    /// Dropped: a bad UDP checksum.
+    pub bad_checksum: u64,
+    /// Dropped: the frame could not be resized for the answer.
+    pub no_room: u64,
 }
 
 /// What Linux offers in a SYN-ACK (tcp_select_initial_window), from the lab namespace's
@@ -131,6 +213,9 @@ impl ResponderSpec {
         }
         if self.http {
             flags |= HTTP_80;
+        }
+        if self.kernel_responds {
+            flags |= KERNEL_RESPONDS;
         }
         let peer6 = u128::from(SCAN_IP6);
         u64s(
@@ -215,7 +300,52 @@ impl Loaded {
         }
         map.update(&0u32.to_ne_bytes(), &spec.cfg_bytes(), MapFlags::ANY)
             .map_err(|e| failed("configure", e))?;
+        if let Some(tree) = &spec.tree {
+            let map = loaded.map(DNS_CFG_MAP)?;
+            let size = map.value_size() as usize;
+            if size != DNS_CFG_LEN {
+                bail!("{DNS_CFG_MAP} holds {size} bytes, the lab writes {DNS_CFG_LEN}: answerer.c and responder.rs disagree");
+            }
+            map.update(&0u32.to_ne_bytes(), &tree.cfg_bytes(), MapFlags::ANY)
+                .map_err(|e| failed("configure", e))?;
+        }
         loaded.program_fd().map(|_| loaded)
+    }
+
+    fn map(&self, name: &str) -> Result<libbpf_rs::Map<'_>> {
+        self.obj
+            .maps()
+            .find(|m| m.name() == name)
+            .ok_or_else(|| anyhow!("the XDP responder has no map {name}"))
+    }
+
+    /// What the DNS answerer counted, over every CPU.
+    #[cfg(test)]
+    pub(crate) fn dns_counts(&self) -> Result<DnsCounts> {
+        let map = self.map(DNS_COUNTS_MAP)?;
+        let mut n = [0u64; 9];
+        for (i, total) in n.iter_mut().enumerate() {
+            let per_cpu = map
+                .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)?
+                .unwrap_or_default();
+            *total = per_cpu
+                .iter()
+                .map(|v| u64::from_ne_bytes(v[..8].try_into().unwrap_or_default()))
+                .sum();
+        }
+        let [answered, formerr, notimp, refused, short, response, bad_ip, bad_checksum, no_room] =
+            n;
+        Ok(DnsCounts {
+            answered,
+            formerr,
+            notimp,
+            refused,
+            short,
+            response,
+            bad_ip,
+            bad_checksum,
+            no_room,
+        })
     }
 
     /// Our own descriptor of the program (it keeps the program, and its map, alive).
@@ -307,5 +437,7 @@ pub(crate) fn parse_mac(mac: &str) -> Result<[u8; 6]> {
         .map_err(|_| anyhow!("{mac:?} is not a MAC address"))
 }
 
+#[cfg(test)]
+mod dns_tests;
 #[cfg(test)]
 mod tests;

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context, Result};
 use ipnet::IpNet;
 
+use crate::dns_tree::score as dns_score;
 use crate::{Answer, LabStatus, Service, Truth};
 
 /// What to score. Each field left `None` or empty is read from the results, as
@@ -139,6 +140,9 @@ pub struct Scored {
 
 /// Scores the results `request` names against the truth of the lab `status` describes.
 pub fn score(status: &LabStatus, args: &ScoreRequest) -> Result<Scored> {
+    if args.format.is_none_or(|f| f == Format::Ndjson) && dns_score::is_dns_file(&args.results)? {
+        return score_dns(status, &args.results);
+    }
     let truth = Truth::from_status(status)?;
     let results = read_results(&args.results, args.format)?;
     let module = match args.module {
@@ -167,6 +171,23 @@ pub fn score(status: &LabStatus, args: &ScoreRequest) -> Result<Scored> {
         scan.to_string()
     };
     Ok(Scored { line, notes })
+}
+
+/// Scores `sonde dns` rows against the lab's DNS tree: the line, and examples of what was
+/// wrong, missing or extra as notes.
+fn score_dns(status: &LabStatus, path: &Path) -> Result<Scored> {
+    let Some(tree) = &status.dns_tree else {
+        bail!(
+            "{} holds dns rows but lab {:?} has no DNS tree to score them against (bring one up with --dns-tree N)",
+            path.display(),
+            status.name
+        );
+    };
+    let scored = dns_score::score_rows(&tree.tree(), dns_score::read_rows(path)?);
+    Ok(Scored {
+        line: scored.to_string(),
+        notes: scored.notes(),
+    })
 }
 
 /// The narrowest prefix of each family holding every address of `addrs`, comma separated.

@@ -10,11 +10,16 @@ use crate::config::{
     validate, validate_name, LabConfig, LabStatus, Responder, Sink, GATEWAY_IP, GATEWAY_IP6,
     LINK_NET, LINK_NET6, LOSS_SINK_IF, NET_IF, SCAN_IF, SCAN_IP, SCAN_IP6, SILENT_PORT,
 };
+use crate::dns_tree::spec::{resolvers, Tree, ANSWERER_NET, ROOT_SERVER, SERVER_NET};
+use crate::dns_tree::{self, DnsTreeStatus};
 use crate::http::BIG_PATH;
 use crate::netns::{net_ns, ns_exists, scan_ns};
 use crate::responder::{self, ResponderSpec};
 use crate::truth::{Population, Population6, Truth};
 use crate::{bridge, cpus, http, nft, path, server, services, state, xdp};
+
+/// The DNS tree's prefixes: its servers and resolvers, and the XDP answerer's.
+const DNS_TREE_NETS: [ipnet::Ipv4Net; 2] = [SERVER_NET, ANSWERER_NET];
 
 /// Fixed, locally administered MACs (02:00 + the IPv4 address), so frames in
 /// captures are recognisable; each lab has its own link, so labs never clash.
@@ -82,6 +87,9 @@ pub fn up_with_path(
     }
     if cfg.silent_share > 0.0 && server_cmd.is_empty() {
         bail!("lab {name:?} has silent hosts but no server command to hold their connections");
+    }
+    if cfg.dns_tree.is_some() && server_cmd.is_empty() {
+        bail!("lab {name:?} has a DNS tree but no server command to run its slow server");
     }
     if cfg.path.is_some() && path_cmd.is_empty() {
         bail!("lab {name:?} has a path but no command to run its delay line");
@@ -170,6 +178,16 @@ fn build(cfg: &LabConfig, server_cmd: &[String], path_cmd: &[String]) -> Result<
     sysctl(&net, NET_SYSCTLS)?;
     make_link(cfg, &scan, &net)?;
     route(cfg.population, &scan, &net)?;
+    let keep = if cfg.dns_tree.is_some() {
+        // The tree's servers and the XDP answerer: local addresses of the lab, like the
+        // population's (a population that covers them already has them).
+        for prefix in DNS_TREE_NETS {
+            ip_line(&format!("-n {net} route add local {prefix} dev lo"))?;
+        }
+        DNS_TREE_NETS.to_vec()
+    } else {
+        Vec::new()
+    };
     if let Some(population6) = cfg.population6 {
         sysctl(&net, NET_SYSCTLS6)?;
         link6(&scan, &net)?;
@@ -209,6 +227,7 @@ fn build(cfg: &LabConfig, server_cmd: &[String], path_cmd: &[String]) -> Result<
         pop6.as_ref(),
         cfg.loss,
         &silent,
+        &keep,
         &state::scratch(&cfg.name, ".nft")?,
     )?;
     let xdp_mode = match cfg.sink {
@@ -227,6 +246,8 @@ fn build(cfg: &LabConfig, server_cmd: &[String], path_cmd: &[String]) -> Result<
                 tai_utc: responder::tai_utc_offset()?,
                 mac: responder::parse_mac(&gateway_mac)?,
                 windows: responder::SynAckWindows::of_namespace(&net)?,
+                kernel_responds: false,
+                tree: None,
             };
             Some(responder::attach(&net, &spec)?.to_string())
         }
@@ -271,6 +292,26 @@ fn build(cfg: &LabConfig, server_cmd: &[String], path_cmd: &[String]) -> Result<
         Some(pid)
     } else {
         None
+    };
+    let dns_tree = match cfg.dns_tree {
+        Some(tree_cfg) => {
+            let tree = Tree::new(cfg.seed, tree_cfg.zones, tree_cfg.hosts);
+            let slow = server_args_with(server_cmd, &["--slow-dns", &tree_cfg.slow_ms.to_string()]);
+            let running = dns_tree::start(&cfg.name, &net, &tree, &slow, cpus)?;
+            for (pid, what) in &running.servers {
+                started.extend(server::started(*pid, what));
+            }
+            Some(DnsTreeStatus {
+                zones: tree_cfg.zones,
+                hosts: tree_cfg.hosts,
+                seed: cfg.seed,
+                slow_ms: tree_cfg.slow_ms,
+                root: ROOT_SERVER,
+                resolvers: resolvers(),
+                answerers: None,
+            })
+        }
+        None => None,
     };
     // On failure teardown stops what did start: every process in the net namespace.
     // A live host to read the greetings from, as a client sees them (none past a drop sink).
@@ -326,6 +367,7 @@ fn build(cfg: &LabConfig, server_cmd: &[String], path_cmd: &[String]) -> Result<
         target_cpus: cfg.target_cpus.clone(),
         services: running.services,
         path: path_status,
+        dns_tree,
     };
     state::save(&state::Saved {
         status: st.clone(),
@@ -342,6 +384,13 @@ fn server_args(server_cmd: &[String], flags: &[&str], ports: &[u16]) -> Vec<Stri
     let mut cmd = server_cmd.to_vec();
     cmd.extend(flags.iter().map(|f| f.to_string()));
     cmd.extend(["--ports".to_string(), ports.join(",")]);
+    cmd
+}
+
+/// `server_cmd args…`
+fn server_args_with(server_cmd: &[String], args: &[&str]) -> Vec<String> {
+    let mut cmd = server_cmd.to_vec();
+    cmd.extend(args.iter().map(|a| a.to_string()));
     cmd
 }
 

@@ -16,7 +16,7 @@ pub(crate) const STATE_DIR: &str = "/run/sonde/lab";
 const SUFFIXES: [&str; 5] = [".json", ".json.tmp", ".nft", "-drop.o", "-unbound.conf"];
 /// Suffixes of the folders a lab may keep there (nginx's config, certificate, body, logs; the
 /// services' configs, keys, pid files and logs; the lab's CA).
-const DIR_SUFFIXES: [&str; 3] = ["-http", "-services", "-ca"];
+const DIR_SUFFIXES: [&str; 4] = ["-http", "-services", "-ca", "-dns"];
 
 /// A file of lab `name` in the state directory (`suffix` from SUFFIXES).
 pub(crate) fn file(name: &str, suffix: &str) -> PathBuf {

@@ -13,11 +13,11 @@ use crate::config::{LabConfig, LabStatus, DNS_PORT, HTTPS_PORT, HTTP_PORT, LINK_
 use crate::config::{LabService, ServiceStatus};
 
 /// 2^64 / golden ratio: SplitMix64's increment.
-const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
+pub(crate) const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
 const TWO_POW_64: f64 = 18_446_744_073_709_551_616.0;
 
 /// SplitMix64's finaliser: a bijection on u64 with full avalanche.
-fn mix64(mut z: u64) -> u64 {
+pub(crate) fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)

@@ -64,6 +64,11 @@ enum LabCommand {
         /// UDP ports to list too (default: none).
         #[arg(long, value_delimiter = ',')]
         udp_ports: Vec<u16>,
+        /// The DNS tree's truth instead (lab up --dns-tree), one JSON object a line per (name,
+        /// type): name, type, rcode (NOERROR, NXDOMAIN, SERVFAIL), chain (the CNAME targets in
+        /// order) and answers (the data of the asked type at the end of the chain, sorted).
+        #[arg(long, conflicts_with_all = ["format", "ports", "udp_ports"])]
+        dns: bool,
     },
     /// Score scan or grab results (csv, ndjson or parquet) against the lab's ground truth.
     ///
@@ -94,6 +99,9 @@ enum LabCommand {
         ports: Vec<u16>,
         #[arg(long)]
         silent: bool,
+        /// The DNS tree's slow server instead, holding each query this many milliseconds.
+        #[arg(long, value_name = "MS", conflicts_with_all = ["ports", "silent"])]
+        slow_dns: Option<u64>,
     },
     /// The lab's delay line (started by `lab up` with a path, inside the path namespace): told
     /// what to do by DIR/spec.json, it rewrites DIR/stats.json every 100 ms.
@@ -202,9 +210,23 @@ struct UpArgs {
     /// The population options do not apply and are refused with it.
     #[arg(long, conflicts_with_all = [
         "population", "population6", "responsive", "tcp_open", "seed", "sink",
-        "loss", "dns", "http", "silent_share", "responder", "services",
+        "loss", "dns", "http", "silent_share", "responder", "services", "dns_tree",
     ])]
     bridge: bool,
+    /// A DNS tree of N second-level zones generated from --seed, with real servers in the
+    /// lab: NSD for the root (198.19.53.1), the test. and example. TLDs (.2, .3) and the zones
+    /// d0.test., d1.example., d2.test., … (.10-.13); a lame delegation (lame.test., .20: REFUSED)
+    /// and a slow one (slow.test., .21); unbound as the recursive resolver on 198.19.53.64-79
+    /// with the root as its only hint. `lab truth --dns` gives every answer; docs/lab.md says
+    /// what each zone holds.
+    #[arg(long, value_name = "N")]
+    dns_tree: Option<u64>,
+    /// Hosts h0 … h{H-1} in each zone of the DNS tree.
+    #[arg(long, value_name = "H", requires = "dns_tree", default_value_t = sonde_lab::dns_tree::DEFAULT_HOSTS)]
+    dns_hosts: u32,
+    /// How long the DNS tree's slow server (slow.test.) holds each query, in milliseconds.
+    #[arg(long, value_name = "D", requires = "dns_tree", default_value_t = sonde_lab::dns_tree::DEFAULT_SLOW_MS)]
+    dns_slow_ms: u64,
     #[command(flatten)]
     path: PathArgs,
 }
@@ -304,10 +326,14 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         }
         LabCommand::Status { name, json } => lab_status(&name.name, json),
         LabCommand::Truth {
+            name, dns: true, ..
+        } => print_dns_truth(&name.name),
+        LabCommand::Truth {
             name,
             format,
             ports,
             udp_ports,
+            ..
         } => {
             let format = match format {
                 TruthFormatArg::Csv => sonde_lab::TruthFormat::Csv,
@@ -327,7 +353,10 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        LabCommand::Serve { ports, silent } => match (silent, ports.as_slice()) {
+        LabCommand::Serve {
+            slow_dns: Some(ms), ..
+        } => match sonde_lab::serve_slow(std::time::Duration::from_millis(ms))? {},
+        LabCommand::Serve { ports, silent, .. } => match (silent, ports.as_slice()) {
             (false, _) => match sonde_lab::serve(&ports)? {},
             (true, &[port]) => match sonde_lab::serve_silent(port)? {},
             (true, _) => anyhow::bail!("the silent server takes one port"),
@@ -346,6 +375,18 @@ fn print_truth(
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let written = sonde_lab::truth_as(name, ports, udp_ports, format, &mut out)
+        .and_then(|_| out.flush().context("writing the truth"));
+    match written {
+        Err(e) if is_broken_pipe(&e) => Ok(()),
+        other => other,
+    }
+}
+
+/// The DNS tree's truth on stdout, as `print_truth` does.
+fn print_dns_truth(name: &str) -> anyhow::Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let written = sonde_lab::dns_tree::truth(name, &mut out)
         .and_then(|_| out.flush().context("writing the truth"));
     match written {
         Err(e) if is_broken_pipe(&e) => Ok(()),
@@ -408,6 +449,11 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
         target_cpus,
         services,
         path,
+        dns_tree: up.dns_tree.map(|zones| sonde_lab::DnsTreeConfig {
+            zones,
+            hosts: up.dns_hosts,
+            slow_ms: up.dns_slow_ms,
+        }),
     };
     let exe = std::env::current_exe().context("finding the sonde binary")?;
     let server = vec![exe.display().to_string(), "lab".into(), "__serve".into()];
@@ -438,6 +484,9 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
     }
     if let Some(p) = &status.path {
         extra.push_str(&format!(", path {} in {}", p.config, p.ns));
+    }
+    if let Some(tree) = &status.dns_tree {
+        extra.push_str(&format!(", {}", dns_tree_text(tree)));
     }
     let mut population = status.population.clone();
     if let Some(six) = &status.population6 {
@@ -521,6 +570,10 @@ fn lab_status(name: &str, json: bool) -> anyhow::Result<()> {
             let lines = match (key.as_str(), v) {
                 ("path" | "path_counters", _) => continue,
                 ("services", serde_json::Value::Array(services)) => service_lines(services),
+                ("dns_tree", serde_json::Value::Object(_)) => {
+                    let tree: sonde_lab::DnsTreeStatus = serde_json::from_value(v.clone())?;
+                    vec![dns_tree_text(&tree)]
+                }
                 _ => status_value(v).into_iter().collect(),
             };
             for (i, text) in lines.iter().enumerate() {
@@ -577,6 +630,28 @@ fn print_path(p: &sonde_lab::path::PathStatus, r: &sonde_lab::path::PathReport) 
             f.late_mean_ns as f64 / 1e3,
         ));
     }
+}
+
+/// The DNS tree in words, for `lab up` and `lab status`.
+fn dns_tree_text(tree: &sonde_lab::DnsTreeStatus) -> String {
+    let first = tree
+        .resolvers
+        .first()
+        .map(|r| r.to_string())
+        .unwrap_or_default();
+    let last = tree
+        .resolvers
+        .last()
+        .map(|r| r.octets()[3])
+        .unwrap_or_default();
+    let mut text = format!(
+        "DNS tree of {} zones ({} hosts each), root {}, resolvers {first}-{last}, slow server {} ms",
+        tree.zones, tree.hosts, tree.root, tree.slow_ms
+    );
+    if let Some(answerers) = &tree.answerers {
+        text.push_str(&format!(", XDP answerer on {answerers}"));
+    }
+    text
 }
 
 /// The services of `lab status`, one line each: what serves on which port, what it shows

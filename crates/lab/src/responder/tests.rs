@@ -11,12 +11,12 @@ use super::{Loaded, ResponderSpec, SynAckWindows};
 use crate::config::{SCAN_IP, SCAN_IP6};
 use crate::truth::{Population, Population6};
 
-const XDP_DROP: u32 = 1;
-const XDP_PASS: u32 = 2;
-const XDP_TX: u32 = 3;
+pub(super) const XDP_DROP: u32 = 1;
+pub(super) const XDP_PASS: u32 = 2;
+pub(super) const XDP_TX: u32 = 3;
 
-const LAB_MAC: [u8; 6] = [0x02, 0, 0xc6, 0x13, 0xff, 0xfe];
-const SCAN_MAC: [u8; 6] = [0x02, 0, 0xc6, 0x13, 0xff, 0x01];
+pub(super) const LAB_MAC: [u8; 6] = [0x02, 0, 0xc6, 0x13, 0xff, 0xfe];
+pub(super) const SCAN_MAC: [u8; 6] = [0x02, 0, 0xc6, 0x13, 0xff, 0x01];
 const OPEN: u16 = 80;
 const CLOSED: u16 = 81;
 const SYN: u8 = 0x02;
@@ -39,7 +39,7 @@ fn pop6() -> Population6 {
     }
 }
 
-fn spec() -> ResponderSpec {
+pub(super) fn spec() -> ResponderSpec {
     ResponderSpec {
         pop: pop(),
         pop6: Some(pop6()),
@@ -49,6 +49,8 @@ fn spec() -> ResponderSpec {
         tai_utc: super::tai_utc_offset().unwrap(),
         mac: LAB_MAC,
         windows: windows(),
+        kernel_responds: false,
+        tree: None,
     }
 }
 
@@ -74,7 +76,7 @@ fn syn_ack_windows_are_linuxs() {
     assert!(SynAckWindows::linux("a b c", "1").is_err());
 }
 
-fn can_load() -> bool {
+pub(super) fn can_load() -> bool {
     let root = nix::unistd::geteuid().is_root();
     if !root {
         eprintln!("skipping: loading an XDP program needs root");
@@ -100,15 +102,15 @@ fn responsive6() -> Ipv6Addr {
 
 // Frame builders: whole frames with correct checksums, as a scanner sends them.
 
-fn eth(proto: u16) -> Vec<u8> {
+pub(super) fn eth(proto: u16) -> Vec<u8> {
     [&LAB_MAC[..], &SCAN_MAC[..], &proto.to_be_bytes()].concat()
 }
 
-fn ipv4(dst: Ipv4Addr, proto: u8, l4: &[u8]) -> Vec<u8> {
+pub(super) fn ipv4(dst: Ipv4Addr, proto: u8, l4: &[u8]) -> Vec<u8> {
     ipv4_from(SCAN_IP, dst, proto, l4)
 }
 
-fn ipv4_from(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, l4: &[u8]) -> Vec<u8> {
+pub(super) fn ipv4_from(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, l4: &[u8]) -> Vec<u8> {
     let mut ip = vec![0x45, 0, 0, 0, 0x12, 0x34, 0x40, 0, 64, proto, 0, 0];
     ip[2..4].copy_from_slice(&((20 + l4.len()) as u16).to_be_bytes());
     ip.extend(src.octets());
@@ -131,7 +133,7 @@ fn ipv6_from(src: Ipv6Addr, dst: Ipv6Addr, next: u8, l4: &[u8]) -> Vec<u8> {
 }
 
 /// Fills in the transport checksum at `at` of `l4`, over the pseudo-header sum `pseudo`.
-fn with_checksum(mut l4: Vec<u8>, at: usize, pseudo: u32) -> Vec<u8> {
+pub(super) fn with_checksum(mut l4: Vec<u8>, at: usize, pseudo: u32) -> Vec<u8> {
     let c = !fold(pseudo + sum(&l4));
     l4[at..at + 2].copy_from_slice(&c.to_be_bytes());
     l4

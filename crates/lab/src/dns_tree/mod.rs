@@ -1,0 +1,120 @@
+//! The lab's DNS tree (`lab up --dns-tree N`): a root, the `test.` and `example.` TLDs and N
+//! second-level zones generated from the seed, served by NSD, a slow server and unbound as the
+//! recursive resolver, all in the lab's network namespace, with the ground truth of every
+//! answer. [`spec`] is the tree itself as pure functions.
+
+pub mod score;
+mod servers;
+mod slow;
+pub mod spec;
+
+pub(crate) use servers::start;
+pub use slow::serve_slow;
+
+use std::io::{BufWriter, Write};
+use std::net::Ipv4Addr;
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// What `lab up --dns-tree N [--dns-hosts H] [--dns-slow-ms D]` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DnsTreeConfig {
+    /// Second-level zones (N, at least 1).
+    pub zones: u64,
+    /// Hosts `h0` … `h{H-1}` in each.
+    pub hosts: u32,
+    /// How long the slow server holds each query, in milliseconds.
+    pub slow_ms: u64,
+}
+
+/// Hosts per zone by default.
+pub const DEFAULT_HOSTS: u32 = 4;
+/// The slow server's delay by default, in milliseconds.
+pub const DEFAULT_SLOW_MS: u64 = 300;
+/// Most records the second-level zones may hold together: NSD loads about
+/// RECORDS_PER_SECOND of them a second (see docs/lab.md), so `up` stays within a minute or so.
+pub const MAX_RECORDS: u64 = 10_000_000;
+/// The longest delay of the slow server: longer would only time every client out.
+const MAX_SLOW_MS: u64 = 60_000;
+
+impl DnsTreeConfig {
+    /// Records in one second-level zone: 13 fixed (SOA, NS, MX, TXT at the apex; ns, www ×2,
+    /// mail, alias, chain, far, big) and one per host.
+    pub fn records_per_zone(&self) -> u64 {
+        13 + u64::from(self.hosts)
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.zones == 0 {
+            bail!("--dns-tree 0 has no zones; give at least 1 (e.g. --dns-tree 100)");
+        }
+        let records = self.zones.saturating_mul(self.records_per_zone());
+        if records > MAX_RECORDS {
+            bail!(
+                "--dns-tree {} with --dns-hosts {} makes {records} records, more than NSD loads in reasonable time ({MAX_RECORDS}); use fewer zones or hosts",
+                self.zones,
+                self.hosts
+            );
+        }
+        if self.slow_ms > MAX_SLOW_MS {
+            bail!(
+                "--dns-slow-ms {} is longer than {MAX_SLOW_MS}: every client would time out first",
+                self.slow_ms
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A running DNS tree, in the lab's status (`LabStatus::dns_tree`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct DnsTreeStatus {
+    pub zones: u64,
+    pub hosts: u32,
+    /// The lab's seed, which the tree's values come from.
+    pub seed: u64,
+    /// The slow server's delay, in milliseconds.
+    pub slow_ms: u64,
+    /// The root server, the resolvers' only hint.
+    pub root: Ipv4Addr,
+    /// The recursive resolvers (unbound).
+    pub resolvers: Vec<Ipv4Addr>,
+    /// The XDP answerer's prefix, when one serves the tree.
+    #[serde(default)]
+    pub answerers: Option<String>,
+}
+
+impl DnsTreeStatus {
+    /// The tree it serves.
+    pub fn tree(&self) -> spec::Tree {
+        spec::Tree::new(self.seed, self.zones, self.hosts)
+    }
+}
+
+/// The DNS tree of lab `name`; an error naming what to do when it has none.
+pub fn of_lab(name: &str) -> Result<DnsTreeStatus> {
+    crate::netns::status(name)?.dns_tree.ok_or_else(|| {
+        anyhow!("lab {name:?} has no DNS tree (bring one up with: sonde lab up --name {name} --dns-tree 100)")
+    })
+}
+
+/// Writes the truth of lab `name`'s DNS tree to `out`, one JSON object a line
+/// ([`spec::TruthRow`]); returns the rows written.
+pub fn truth(name: &str, out: &mut dyn Write) -> Result<u64> {
+    let tree = of_lab(name)?.tree();
+    let mut w = BufWriter::with_capacity(1 << 16, out);
+    let mut rows = 0;
+    let mut write_row = |row: &spec::TruthRow| -> std::io::Result<()> {
+        serde_json::to_writer(&mut w, row).map_err(std::io::Error::from)?;
+        w.write_all(b"\n")
+    };
+    for row in tree.truth() {
+        write_row(&row).with_context(|| format!("cannot write the DNS truth of lab {name:?}"))?;
+        rows += 1;
+    }
+    drop(write_row);
+    w.flush()
+        .with_context(|| format!("cannot write the DNS truth of lab {name:?}"))?;
+    Ok(rows)
+}
