@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Turns a DNS peer's output into sonde dns's row form (ndjson, one object per (name, type): name,
-type, status, chain, answers [{name, type, ttl, data}], server, attempts, rtt_us, tcp; the lab's
-DNS contract, /work/wt/DNS-TREE.md), so bench/dns-score.py and `sonde lab score` score every tool
-the same way.
+type, status, chain, answers [{name, type, ttl, data}], server, attempts, rtt_us, tcp), so
+bench/dns-score.py and `sonde lab score` score every tool the same way against the lab's DNS
+tree (lab up --dns-tree).
 
 usage: dns-rows.py TOOL IN OUT   (TOOL massdns or zdns; IN may be given more than once as
 IN1,IN2,... for runs split by type; OUT is written)

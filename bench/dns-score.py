@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Scores DNS rows in sonde dns's form (bench/dns-rows.py makes them from the peers' output)
 against the lab's truth (`sonde lab truth --dns`, ndjson), by the contract's rule
-(/work/wt/DNS-TREE.md): a (name, type) is correct when the status is the truth's rcode, the chain
+(docs/lab.md): a (name, type) is correct when the status is the truth's rcode, the chain
 is the truth's and the sorted data of the answers of the asked type equal the truth's answers;
-wrong when its row differs; missing when there is none; rows for (name, type)s not asked are extra.
+wrong when its row differs (a row
+without a chain has its CNAME answers' targets for one, as `sonde lab score` reads sonde's); missing when there is none; rows for (name, type)s not asked are extra.
 
 usage: dns-score.py TRUTH ROWS [ASKED] [--nx-beyond-truth]
 ASKED (one name per line, or name,type; type A when absent) limits the truth to what a run asked;
@@ -68,7 +69,10 @@ def main():
         seen.add(k)
         rcode, chain, answers = want[k]
         got = sorted(a["data"] for a in r.get("answers") or [] if a.get("type") == k[1])
-        got_chain = [key(c, "")[0] for c in r.get("chain") or []]
+        # sonde dns writes no chain field: its chain is its CNAME answers' targets, in order (as
+        # `sonde lab score` reads it).
+        chain_of = r.get("chain") or [a.get("data", "") for a in r.get("answers") or [] if a.get("type") == "CNAME"]
+        got_chain = [key(c, "")[0] for c in chain_of]
         if (r.get("status") or "").upper() == rcode and got_chain == chain and got == answers:
             correct += 1
         else:
