@@ -386,7 +386,8 @@ fn print_truth(
 fn print_dns_truth(name: &str) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let written = sonde_lab::dns_tree::truth(name, &mut out)
+    let lab = sonde_lab::status(name)?;
+    let written = sonde_lab::dns_tree::truth(name, lab.dns_tree.as_ref(), &mut out)
         .and_then(|_| out.flush().context("writing the truth"));
     match written {
         Err(e) if is_broken_pipe(&e) => Ok(()),

@@ -93,17 +93,16 @@ impl DnsTreeStatus {
     }
 }
 
-/// The DNS tree of lab `name`; an error naming what to do when it has none.
-pub fn of_lab(name: &str) -> Result<DnsTreeStatus> {
-    crate::netns::status(name)?.dns_tree.ok_or_else(|| {
-        anyhow!("lab {name:?} has no DNS tree (bring one up with: sonde lab up --name {name} --dns-tree 100)")
-    })
-}
-
-/// Writes the truth of lab `name`'s DNS tree to `out`, one JSON object a line
-/// ([`spec::TruthRow`]); returns the rows written.
-pub fn truth(name: &str, out: &mut dyn Write) -> Result<u64> {
-    let tree = of_lab(name)?.tree();
+/// Writes the truth of lab `name`'s DNS tree (`tree`, from its status) to `out`, one JSON object a line
+/// ([`spec::TruthRow`]); returns the rows written. An error naming what to do when the lab
+/// has no tree.
+pub fn truth(name: &str, tree: Option<&DnsTreeStatus>, out: &mut dyn Write) -> Result<u64> {
+    let Some(status) = tree else {
+        return Err(anyhow!(
+            "lab {name:?} has no DNS tree (bring one up with: sonde lab up --name {name} --dns-tree 100)"
+        ));
+    };
+    let tree = status.tree();
     let mut w = BufWriter::with_capacity(1 << 16, out);
     let mut rows = 0;
     for row in tree.truth() {
