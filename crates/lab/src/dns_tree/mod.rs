@@ -26,6 +26,11 @@ pub struct DnsTreeConfig {
     pub hosts: u32,
     /// How long the slow server holds each query, in milliseconds.
     pub slow_ms: u64,
+    /// The XDP answerer serves the tree on 198.19.54.0/24 too (`--dns-answerer xdp`).
+    pub answerer: bool,
+    /// The real servers (NSD, the slow server, unbound) run; without them (`--dns-servers
+    /// none`) only the answerer serves the tree, which then may be of any size.
+    pub servers: bool,
 }
 
 /// Hosts per zone by default.
@@ -49,10 +54,15 @@ impl DnsTreeConfig {
         if self.zones == 0 {
             bail!("--dns-tree 0 has no zones; give at least 1 (e.g. --dns-tree 100)");
         }
-        let records = self.zones.saturating_mul(self.records_per_zone());
-        if records > MAX_RECORDS {
+        if !self.servers && !self.answerer {
             bail!(
-                "--dns-tree {} with --dns-hosts {} makes {records} records, more than NSD loads in reasonable time ({MAX_RECORDS}); use fewer zones or hosts",
+                "--dns-servers none leaves nothing to serve the DNS tree; add --dns-answerer xdp"
+            );
+        }
+        let records = self.zones.saturating_mul(self.records_per_zone());
+        if self.servers && records > MAX_RECORDS {
+            bail!(
+                "--dns-tree {} with --dns-hosts {} makes {records} records, more than NSD loads in reasonable time ({MAX_RECORDS}); use fewer zones or hosts, or --dns-answerer xdp --dns-servers none",
                 self.zones,
                 self.hosts
             );
