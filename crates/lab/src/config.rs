@@ -390,6 +390,9 @@ pub(crate) fn validate(cfg: &LabConfig) -> Result<()> {
         if cfg.sink == Sink::Drop {
             bail!("--sink drop drops every frame to the lab, the DNS tree's too; use --sink kernel with --dns-tree");
         }
+        if cfg.dns {
+            bail!("--dns runs unbound on port 53 of every address of the lab, which the DNS tree's servers need for their own; use --dns-tree alone (its resolvers are 198.19.53.64-79)");
+        }
     }
     if let Some(p) = cfg
         .tcp_open
@@ -883,6 +886,39 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("DNS server's"), "{e}");
+    }
+
+    #[test]
+    fn the_dns_tree_needs_the_kernel_sink_and_port_53_to_itself() {
+        let tree = LabConfig {
+            dns_tree: Some(DnsTreeConfig {
+                zones: 10,
+                hosts: 1,
+                slow_ms: 300,
+            }),
+            ..LabConfig::default()
+        };
+        validate(&tree).unwrap();
+        for (bad, why) in [
+            (
+                LabConfig {
+                    sink: Sink::Drop,
+                    ..tree.clone()
+                },
+                "--sink kernel with --dns-tree",
+            ),
+            (
+                LabConfig {
+                    dns: true,
+                    ..tree.clone()
+                },
+                "use --dns-tree alone",
+            ),
+        ] {
+            let e = validate(&bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
     }
 
     #[test]

@@ -235,8 +235,8 @@ struct UpArgs {
     #[arg(long, value_name = "xdp", requires = "dns_tree")]
     dns_answerer: Option<DnsAnswerer>,
     /// none: no NSD, slow server or unbound for the DNS tree, only the XDP answerer (with
-    /// --dns-answerer xdp), so the tree may have any number of zones (NSD's limit is
-    /// 10,000,000 records). Default: nsd.
+    /// --dns-answerer xdp), so the tree may have any number of zones (NSD's limit is a
+    /// million records). Default: nsd.
     #[arg(
         long,
         value_name = "nsd|none",
