@@ -895,6 +895,8 @@ mod tests {
                 zones: 10,
                 hosts: 1,
                 slow_ms: 300,
+                answerer: false,
+                servers: true,
             }),
             ..LabConfig::default()
         };

@@ -17,7 +17,7 @@ pub struct LabArgs {
 enum LabCommand {
     /// Create a lab: scanner and lab namespaces, veth pair, kernel (or XDP) responder, nftables;
     /// or with --bridge hosts A and B joined through a middle namespace.
-    Up(UpArgs),
+    Up(Box<UpArgs>),
     /// Remove everything a lab made (also after a crash half-way through `up`).
     Down(NameArg),
     /// Run a program inside the lab's scanner namespace: sonde lab exec -- zmap ...
@@ -331,7 +331,7 @@ fn path_command() -> anyhow::Result<Vec<String>> {
 
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
     match args.command {
-        LabCommand::Up(up) => lab_up(up),
+        LabCommand::Up(up) => lab_up(*up),
         LabCommand::Down(n) => {
             sonde_lab::down(&n.name)?;
             eprintln!("lab \"{}\" removed", n.name);

@@ -141,6 +141,8 @@ mod tests {
             zones: 100,
             hosts: DEFAULT_HOSTS,
             slow_ms: DEFAULT_SLOW_MS,
+            answerer: false,
+            servers: true,
         };
         ok.validate().unwrap();
         // What the limit counts is what a zone holds.
@@ -177,5 +179,33 @@ mod tests {
             assert!(e.contains(why), "{bad:?}: {e}");
             assert_eq!(e.lines().count(), 1);
         }
+    }
+
+    #[test]
+    fn the_xdp_answerer_alone_serves_a_tree_of_any_size() {
+        let answerer_alone = DnsTreeConfig {
+            zones: 10_000_000,
+            hosts: DEFAULT_HOSTS,
+            slow_ms: DEFAULT_SLOW_MS,
+            answerer: true,
+            servers: false,
+        };
+        answerer_alone.validate().unwrap();
+        // With the servers the limit is NSD's, answerer or not.
+        let with_servers = DnsTreeConfig {
+            servers: true,
+            ..answerer_alone
+        };
+        let e = with_servers.validate().unwrap_err().to_string();
+        assert!(e.contains("--dns-servers none"), "{e}");
+        // Without either nothing would serve the tree.
+        let nothing = DnsTreeConfig {
+            zones: 10,
+            answerer: false,
+            ..answerer_alone
+        };
+        let e = nothing.validate().unwrap_err().to_string();
+        assert!(e.contains("add --dns-answerer xdp"), "{e}");
+        assert_eq!(e.lines().count(), 1);
     }
 }
