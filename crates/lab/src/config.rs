@@ -19,11 +19,6 @@ pub(crate) const LAB_SPACE: Ipv4Net = net(198, 18, 0, 0, 15);
 pub(crate) const LINK_NET: Ipv4Net = net(198, 19, 255, 0, 24);
 pub(crate) const SCAN_IP: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 1);
 pub(crate) const GATEWAY_IP: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 254);
-/// The DNS tree's servers (root, TLDs, SLDs, lame, slow, resolvers: DNS-TREE.md), which the
-/// population's rules never touch.
-pub(crate) const DNS_TREE_SERVERS: Ipv4Net = net(198, 19, 53, 0, 24);
-/// The DNS tree's XDP answerer (`--dns-answerer xdp`): every address answers as a resolver.
-pub const DNS_ANSWERERS: Ipv4Net = net(198, 19, 54, 0, 24);
 /// The only IPv6 space the lab may use (RFC 5180, benchmarking).
 pub(crate) const LAB_SPACE6: Ipv6Net = net6([0x2001, 2, 0, 0, 0, 0, 0, 0], 48);
 /// The IPv6 link between the namespaces (inside `LAB_SPACE6`); populations
@@ -131,6 +126,11 @@ impl LabConfig {
     /// Whether the XDP program is the lab's web server (`--responder xdp --http`), not nginx.
     pub fn xdp_http(&self) -> bool {
         self.http && self.responder == Responder::Xdp
+    }
+
+    /// Whether the XDP program answers the DNS tree on 198.19.54.0/24 (`--dns-answerer xdp`).
+    pub fn xdp_dns(&self) -> bool {
+        self.dns_tree.is_some_and(|t| t.answerer)
     }
 
     /// The open ports the lab's small accept-and-close server serves: all but nginx's (or the
@@ -895,6 +895,8 @@ mod tests {
                 zones: 10,
                 hosts: 1,
                 slow_ms: 300,
+                answerer: false,
+                servers: true,
             }),
             ..LabConfig::default()
         };

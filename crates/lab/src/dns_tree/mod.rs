@@ -26,6 +26,11 @@ pub struct DnsTreeConfig {
     pub hosts: u32,
     /// How long the slow server holds each query, in milliseconds.
     pub slow_ms: u64,
+    /// The XDP answerer serves the tree on 198.19.54.0/24 too (`--dns-answerer xdp`).
+    pub answerer: bool,
+    /// The real servers (NSD, the slow server, unbound) run; without them (`--dns-servers
+    /// none`) only the answerer serves the tree, which then may be of any size.
+    pub servers: bool,
 }
 
 /// Hosts per zone by default.
@@ -50,10 +55,15 @@ impl DnsTreeConfig {
         if self.zones == 0 {
             bail!("--dns-tree 0 has no zones; give at least 1 (e.g. --dns-tree 100)");
         }
-        let records = self.zones.saturating_mul(self.records_per_zone());
-        if records > MAX_RECORDS {
+        if !self.servers && !self.answerer {
             bail!(
-                "--dns-tree {} with --dns-hosts {} makes {records} records, more than NSD loads in reasonable time ({MAX_RECORDS}); use fewer zones or hosts",
+                "--dns-servers none leaves nothing to serve the DNS tree; add --dns-answerer xdp"
+            );
+        }
+        let records = self.zones.saturating_mul(self.records_per_zone());
+        if self.servers && records > MAX_RECORDS {
+            bail!(
+                "--dns-tree {} with --dns-hosts {} makes {records} records, more than NSD loads in reasonable time ({MAX_RECORDS}); use fewer zones or hosts, or --dns-answerer xdp --dns-servers none",
                 self.zones,
                 self.hosts
             );
@@ -130,6 +140,8 @@ mod tests {
             zones: 100,
             hosts: DEFAULT_HOSTS,
             slow_ms: DEFAULT_SLOW_MS,
+            answerer: false,
+            servers: true,
         };
         ok.validate().unwrap();
         // What the limit counts is what a zone holds.
@@ -166,5 +178,33 @@ mod tests {
             assert!(e.contains(why), "{bad:?}: {e}");
             assert_eq!(e.lines().count(), 1);
         }
+    }
+
+    #[test]
+    fn the_xdp_answerer_alone_serves_a_tree_of_any_size() {
+        let answerer_alone = DnsTreeConfig {
+            zones: 10_000_000,
+            hosts: DEFAULT_HOSTS,
+            slow_ms: DEFAULT_SLOW_MS,
+            answerer: true,
+            servers: false,
+        };
+        answerer_alone.validate().unwrap();
+        // With the servers the limit is NSD's, answerer or not.
+        let with_servers = DnsTreeConfig {
+            servers: true,
+            ..answerer_alone
+        };
+        let e = with_servers.validate().unwrap_err().to_string();
+        assert!(e.contains("--dns-servers none"), "{e}");
+        // Without either nothing would serve the tree.
+        let nothing = DnsTreeConfig {
+            zones: 10,
+            answerer: false,
+            ..answerer_alone
+        };
+        let e = nothing.validate().unwrap_err().to_string();
+        assert!(e.contains("add --dns-answerer xdp"), "{e}");
+        assert_eq!(e.lines().count(), 1);
     }
 }
