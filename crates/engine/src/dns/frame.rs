@@ -205,9 +205,18 @@ mod tests {
         assert_eq!(reply.message, &answer[HEADERS..]);
         let mut flipped = answer.clone();
         *flipped.last_mut().unwrap() ^= 1;
-        assert_eq!(read_reply(&flipped, US, true).err(), Some(NotReply::Checksum));
-        assert!(read_reply(&flipped, US, false).is_ok(), "unverified when offloaded");
-        assert_eq!(read_reply(&answer, SERVER, true).err(), Some(NotReply::Other));
+        assert_eq!(
+            read_reply(&flipped, US, true).err(),
+            Some(NotReply::Checksum)
+        );
+        assert!(
+            read_reply(&flipped, US, false).is_ok(),
+            "unverified when offloaded"
+        );
+        assert_eq!(
+            read_reply(&answer, SERVER, true).err(),
+            Some(NotReply::Other)
+        );
         for cut in 0..answer.len() {
             let _ = read_reply(&answer[..cut], US, true);
         }
