@@ -1,6 +1,6 @@
 #![no_main]
 //! `sonde-dns` on hostile messages: parse, walk every question and record of every section,
-//! read every record's typed data, render every name. Nothing may panic, and every name must
+//! read every record's typed data and its presentation form, render every name. Nothing may panic, and every name must
 //! survive its text form: the text parses back to the same name, and its uncompressed copy has
 //! the length the view reports. The same bytes, read as a name and a type, are written as a query
 //! that must parse back to what was asked.
@@ -9,7 +9,7 @@ use std::fmt::Write;
 
 use libfuzzer_sys::fuzz_target;
 use sonde_dns::{
-    Header, Message, Name, NameBuf, Query, Rdata, Type, CLASS_IN, DEFAULT_UDP_PAYLOAD,
+    Fqdn, Header, Message, Name, NameBuf, Query, Rdata, Type, CLASS_IN, DEFAULT_UDP_PAYLOAD,
 };
 
 fn check_name(name: &Name<'_>, text: &mut String) {
@@ -88,6 +88,12 @@ fuzz_target!(|data: &[u8]| {
             seen += 1;
             check_name(&record.owner, &mut text);
             let _ = record.rdata();
+            // The presentation form a row shows: never a panic, never empty but for OPT.
+            if let Ok(data) = record.data() {
+                text.clear();
+                write!(text, "{data} {}", Fqdn(&record.owner)).unwrap();
+                assert!(record.rtype == Type::OPT || !text.starts_with(' '));
+            }
             match record.data() {
                 Ok(Rdata::Ns(n) | Rdata::Cname(n) | Rdata::Ptr(n)) => check_name(&n, &mut text),
                 Ok(Rdata::Mx { exchange, .. }) => check_name(&exchange, &mut text),

@@ -27,10 +27,11 @@ use common::{can_run_labs, sonde, Lab, SONDE};
 const BLOCK_KINDS: [&str; 5] = ["sh", "console", "text", "yaml", "sql"];
 
 /// The commands the README's tour shows, one example each.
-const COMMANDS: [&str; 9] = [
+const COMMANDS: [&str; 10] = [
     "lab",
     "scan",
     "grab",
+    "dns",
     "latency",
     "capture",
     "intercept",

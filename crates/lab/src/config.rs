@@ -19,11 +19,6 @@ pub(crate) const LAB_SPACE: Ipv4Net = net(198, 18, 0, 0, 15);
 pub(crate) const LINK_NET: Ipv4Net = net(198, 19, 255, 0, 24);
 pub(crate) const SCAN_IP: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 1);
 pub(crate) const GATEWAY_IP: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 254);
-/// The DNS tree's servers (root, TLDs, SLDs, lame, slow, resolvers: DNS-TREE.md), which the
-/// population's rules never touch.
-pub(crate) const DNS_TREE_SERVERS: Ipv4Net = net(198, 19, 53, 0, 24);
-/// The DNS tree's XDP answerer (`--dns-answerer xdp`): every address answers as a resolver.
-pub const DNS_ANSWERERS: Ipv4Net = net(198, 19, 54, 0, 24);
 /// The only IPv6 space the lab may use (RFC 5180, benchmarking).
 pub(crate) const LAB_SPACE6: Ipv6Net = net6([0x2001, 2, 0, 0, 0, 0, 0, 0], 48);
 /// The IPv6 link between the namespaces (inside `LAB_SPACE6`); populations
@@ -131,6 +126,11 @@ impl LabConfig {
     /// Whether the XDP program is the lab's web server (`--responder xdp --http`), not nginx.
     pub fn xdp_http(&self) -> bool {
         self.http && self.responder == Responder::Xdp
+    }
+
+    /// Whether the XDP program answers the DNS tree on 198.19.54.0/24 (`--dns-answerer xdp`).
+    pub fn xdp_dns(&self) -> bool {
+        self.dns_tree.is_some_and(|t| t.answerer)
     }
 
     /// The open ports the lab's small accept-and-close server serves: all but nginx's (or the
@@ -389,6 +389,9 @@ pub(crate) fn validate(cfg: &LabConfig) -> Result<()> {
         tree.validate()?;
         if cfg.sink == Sink::Drop {
             bail!("--sink drop drops every frame to the lab, the DNS tree's too; use --sink kernel with --dns-tree");
+        }
+        if cfg.dns {
+            bail!("--dns runs unbound on port 53 of every address of the lab, which the DNS tree's servers need for their own; use --dns-tree alone (its resolvers are 198.19.53.64-79)");
         }
     }
     if let Some(p) = cfg
@@ -883,6 +886,41 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("DNS server's"), "{e}");
+    }
+
+    #[test]
+    fn the_dns_tree_needs_the_kernel_sink_and_port_53_to_itself() {
+        let tree = LabConfig {
+            dns_tree: Some(DnsTreeConfig {
+                zones: 10,
+                hosts: 1,
+                slow_ms: 300,
+                answerer: false,
+                servers: true,
+            }),
+            ..LabConfig::default()
+        };
+        validate(&tree).unwrap();
+        for (bad, why) in [
+            (
+                LabConfig {
+                    sink: Sink::Drop,
+                    ..tree.clone()
+                },
+                "--sink kernel with --dns-tree",
+            ),
+            (
+                LabConfig {
+                    dns: true,
+                    ..tree.clone()
+                },
+                "use --dns-tree alone",
+            ),
+        ] {
+            let e = validate(&bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
     }
 
     #[test]

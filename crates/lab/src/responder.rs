@@ -31,9 +31,8 @@ use ipnet::{Ipv4Net, Ipv6Net};
 use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder, Xdp, XdpFlags};
 use nix::sched::{setns, CloneFlags};
 
-use crate::config::{
-    DNS_ANSWERERS, DNS_TREE_SERVERS, GATEWAY_IP, GATEWAY_IP6, LINK_NET, NET_IF, SCAN_IP, SCAN_IP6,
-};
+use crate::config::{GATEWAY_IP, GATEWAY_IP6, LINK_NET, NET_IF, SCAN_IP, SCAN_IP6};
+use crate::dns_tree::spec::{ANSWERER_NET, SERVER_NET};
 use crate::netns::ns_path;
 use crate::truth::{hash_key, share_threshold, Population, Population6};
 
@@ -43,6 +42,8 @@ static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/responder.o"));
 const PROGRAM: &str = "sonde_lab_responder";
 const CFG_MAP: &str = "responder_cfg";
 const DNS_CFG_MAP: &str = "dns_cfg";
+/// Read by the tests; `bpftool map dump name dns_counts` shows it in a running lab.
+#[cfg(test)]
 const DNS_COUNTS_MAP: &str = "dns_counts";
 /// The mode `attach` uses (see the module documentation).
 pub(crate) const MODE: &str = "xdpgeneric";
@@ -109,8 +110,8 @@ impl TreeSpec {
         }
         b.extend(hash_key(self.seed).to_ne_bytes());
         b.extend(self.zones.to_ne_bytes());
-        let (servers, servers_mask) = split4(DNS_TREE_SERVERS);
-        let (answerers, answerers_mask) = split4(DNS_ANSWERERS);
+        let (servers, servers_mask) = split4(SERVER_NET);
+        let (answerers, answerers_mask) = split4(ANSWERER_NET);
         for v in [
             self.hosts,
             flags,
@@ -127,6 +128,7 @@ impl TreeSpec {
 }
 
 /// What the DNS answerer did, summed over the CPUs (`enum dns_count` of answerer.c).
+#[cfg(test)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct DnsCounts {
     /// Answered from the tree: NOERROR (TC included), NXDOMAIN or SERVFAIL.

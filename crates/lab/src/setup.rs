@@ -14,7 +14,7 @@ use crate::dns_tree::spec::{resolvers, Tree, ANSWERER_NET, ROOT_SERVER, SERVER_N
 use crate::dns_tree::{self, DnsTreeStatus};
 use crate::http::BIG_PATH;
 use crate::netns::{net_ns, ns_exists, scan_ns};
-use crate::responder::{self, ResponderSpec};
+use crate::responder::{self, ResponderSpec, TreeSpec};
 use crate::truth::{Population, Population6, Truth};
 use crate::{bridge, cpus, http, nft, path, server, services, state, xdp};
 
@@ -88,7 +88,7 @@ pub fn up_with_path(
     if cfg.silent_share > 0.0 && server_cmd.is_empty() {
         bail!("lab {name:?} has silent hosts but no server command to hold their connections");
     }
-    if cfg.dns_tree.is_some() && server_cmd.is_empty() {
+    if cfg.dns_tree.is_some_and(|t| t.servers) && server_cmd.is_empty() {
         bail!("lab {name:?} has a DNS tree but no server command to run its slow server");
     }
     if cfg.path.is_some() && path_cmd.is_empty() {
@@ -235,23 +235,29 @@ fn build(cfg: &LabConfig, server_cmd: &[String], path_cmd: &[String]) -> Result<
         Sink::Kernel => None,
     };
     let gateway_mac = mac_of(&net, NET_IF)?;
-    let responder_mode = match cfg.responder {
-        Responder::Xdp => {
-            let spec = ResponderSpec {
-                pop,
-                pop6,
-                open: cfg.open_ports(),
-                dns: cfg.dns,
-                http: cfg.http,
-                tai_utc: responder::tai_utc_offset()?,
-                mac: responder::parse_mac(&gateway_mac)?,
-                windows: responder::SynAckWindows::of_namespace(&net)?,
-                kernel_responds: false,
-                tree: None,
-            };
-            Some(responder::attach(&net, &spec)?.to_string())
-        }
-        Responder::Kernel => None,
+    // One XDP program on nx0 is the responder, the DNS tree's answerer, or both (responder.rs).
+    let responder_mode = if cfg.responder == Responder::Xdp || cfg.xdp_dns() {
+        let spec = ResponderSpec {
+            pop,
+            pop6,
+            open: cfg.open_ports(),
+            dns: cfg.dns,
+            http: cfg.http,
+            tai_utc: responder::tai_utc_offset()?,
+            mac: responder::parse_mac(&gateway_mac)?,
+            windows: responder::SynAckWindows::of_namespace(&net)?,
+            kernel_responds: cfg.responder == Responder::Kernel,
+            tree: cfg.dns_tree.map(|t| TreeSpec {
+                seed: cfg.seed,
+                zones: t.zones,
+                hosts: t.hosts,
+                answer: t.answerer,
+            }),
+        };
+        let mode = responder::attach(&net, &spec)?;
+        (cfg.responder == Responder::Xdp).then(|| mode.to_string())
+    } else {
+        None
     };
     if let Some(cpus) = cpus {
         cpus::steer(&net, NET_IF, cpus, cfg.queues)?;
@@ -296,10 +302,13 @@ fn build(cfg: &LabConfig, server_cmd: &[String], path_cmd: &[String]) -> Result<
     let dns_tree = match cfg.dns_tree {
         Some(tree_cfg) => {
             let tree = Tree::new(cfg.seed, tree_cfg.zones, tree_cfg.hosts);
-            let slow = server_args_with(server_cmd, &["--slow-dns", &tree_cfg.slow_ms.to_string()]);
-            let running = dns_tree::start(&cfg.name, &net, &tree, &slow, cpus)?;
-            for (pid, what) in &running.servers {
-                started.extend(server::started(*pid, what));
+            if tree_cfg.servers {
+                let slow =
+                    server_args_with(server_cmd, &["--slow-dns", &tree_cfg.slow_ms.to_string()]);
+                let running = dns_tree::start(&cfg.name, &net, &tree, &slow, cpus)?;
+                for (pid, what) in &running.servers {
+                    started.extend(server::started(*pid, what));
+                }
             }
             Some(DnsTreeStatus {
                 zones: tree_cfg.zones,
@@ -307,8 +316,12 @@ fn build(cfg: &LabConfig, server_cmd: &[String], path_cmd: &[String]) -> Result<
                 seed: cfg.seed,
                 slow_ms: tree_cfg.slow_ms,
                 root: ROOT_SERVER,
-                resolvers: resolvers(),
-                answerers: None,
+                resolvers: if tree_cfg.servers {
+                    resolvers()
+                } else {
+                    Vec::new()
+                },
+                answerers: tree_cfg.answerer.then(|| ANSWERER_NET.to_string()),
             })
         }
         None => None,
@@ -444,8 +457,9 @@ fn make_link(cfg: &LabConfig, scan: &str, net: &str) -> Result<()> {
     bridge::check_offloads_off(net, NET_IF, &["tx-checksumming"])?;
     // The XDP web server checks every segment's checksum, and the scanner's kernel (curl,
     // ZGrab2, grab's kernel backend) would leave them partial: computed in software instead,
-    // as for a NIC without checksum offload.
-    if cfg.xdp_http() {
+    // as for a NIC without checksum offload. So for the DNS answerer, which checks UDP's, and
+    // whose answer the lab's kernel would otherwise "complete" on the way out (answerer.c).
+    if cfg.xdp_http() || cfg.xdp_dns() {
         in_ns(scan, "ethtool", &["-K", SCAN_IF, "tx", "off"])?;
         bridge::check_offloads_off(scan, SCAN_IF, &["tx-checksumming"])?;
     }

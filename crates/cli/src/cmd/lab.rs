@@ -17,7 +17,7 @@ pub struct LabArgs {
 enum LabCommand {
     /// Create a lab: scanner and lab namespaces, veth pair, kernel (or XDP) responder, nftables;
     /// or with --bridge hosts A and B joined through a middle namespace.
-    Up(UpArgs),
+    Up(Box<UpArgs>),
     /// Remove everything a lab made (also after a crash half-way through `up`).
     Down(NameArg),
     /// Run a program inside the lab's scanner namespace: sonde lab exec -- zmap ...
@@ -227,6 +227,23 @@ struct UpArgs {
     /// How long the DNS tree's slow server (slow.test.) holds each query, in milliseconds.
     #[arg(long, value_name = "D", requires = "dns_tree", default_value_t = sonde_lab::dns_tree::DEFAULT_SLOW_MS)]
     dns_slow_ms: u64,
+    /// xdp: an XDP program on the lab's end of the veth answers the DNS tree too, on every
+    /// address of 198.19.54.0/24 (UDP port 53), as a recursive resolver would (RA set, CNAME
+    /// chains followed) but at line rate, from the same formulas as the truth; `big` TXT gets
+    /// TC (the answerer has no TCP), and it answers slow.test. at once. It runs with either
+    /// --responder.
+    #[arg(long, value_name = "xdp", requires = "dns_tree")]
+    dns_answerer: Option<DnsAnswerer>,
+    /// none: no NSD, slow server or unbound for the DNS tree, only the XDP answerer (with
+    /// --dns-answerer xdp), so the tree may have any number of zones (NSD's limit is a
+    /// million records). Default: nsd.
+    #[arg(
+        long,
+        value_name = "nsd|none",
+        requires = "dns_tree",
+        default_value = "nsd"
+    )]
+    dns_servers: DnsServers,
     #[command(flatten)]
     path: PathArgs,
 }
@@ -314,7 +331,7 @@ fn path_command() -> anyhow::Result<Vec<String>> {
 
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
     match args.command {
-        LabCommand::Up(up) => lab_up(up),
+        LabCommand::Up(up) => lab_up(*up),
         LabCommand::Down(n) => {
             sonde_lab::down(&n.name)?;
             eprintln!("lab \"{}\" removed", n.name);
@@ -386,7 +403,8 @@ fn print_truth(
 fn print_dns_truth(name: &str) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let written = sonde_lab::dns_tree::truth(name, &mut out)
+    let lab = sonde_lab::status(name)?;
+    let written = sonde_lab::dns_tree::truth(name, lab.dns_tree.as_ref(), &mut out)
         .and_then(|_| out.flush().context("writing the truth"));
     match written {
         Err(e) if is_broken_pipe(&e) => Ok(()),
@@ -453,6 +471,8 @@ fn lab_up(up: UpArgs) -> anyhow::Result<()> {
             zones,
             hosts: up.dns_hosts,
             slow_ms: up.dns_slow_ms,
+            answerer: up.dns_answerer == Some(DnsAnswerer::Xdp),
+            servers: up.dns_servers == DnsServers::Nsd,
         }),
     };
     let exe = std::env::current_exe().context("finding the sonde binary")?;
@@ -632,8 +652,29 @@ fn print_path(p: &sonde_lab::path::PathStatus, r: &sonde_lab::path::PathReport) 
     }
 }
 
+/// `--dns-answerer`: what answers the DNS tree besides its servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum DnsAnswerer {
+    Xdp,
+}
+
+/// `--dns-servers`: whether the DNS tree's real servers run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum DnsServers {
+    Nsd,
+    None,
+}
+
 /// The DNS tree in words, for `lab up` and `lab status`.
 fn dns_tree_text(tree: &sonde_lab::DnsTreeStatus) -> String {
+    if tree.resolvers.is_empty() {
+        return format!(
+            "DNS tree of {} zones ({} hosts each) with no servers, XDP answerer on {}",
+            tree.zones,
+            tree.hosts,
+            tree.answerers.as_deref().unwrap_or("none")
+        );
+    }
     let first = tree
         .resolvers
         .first()

@@ -127,3 +127,98 @@ pub fn read_reply(frame: &[u8], ours: Ipv4Addr, verify: bool) -> Result<Incoming
         message,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 1);
+    const SERVER: Ipv4Addr = Ipv4Addr::new(198, 19, 53, 64);
+
+    fn link() -> Link {
+        Link {
+            src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+            gateway_mac: MacAddr([2, 0, 0, 0, 0, 2]),
+            src_ip: US,
+        }
+    }
+
+    fn query_frame() -> Vec<u8> {
+        let name = NameBuf::from_text("www.d1.example").unwrap();
+        let q = Outgoing {
+            server: SERVER,
+            port: 61_234,
+            id: 0xbeef,
+            name: &name,
+            qtype: Type::AAAA,
+            recursion_desired: true,
+            udp_payload: Some(1232),
+        };
+        let mut buf = vec![0u8; 2048];
+        let len = write_query(&link(), &q, 7, &mut buf);
+        buf.truncate(len);
+        buf
+    }
+
+    #[test]
+    fn a_query_frame_has_right_headers_checksums_and_question() {
+        let frame = query_frame();
+        let ip = ipv4::Packet::new_checked(&frame[14..]).unwrap();
+        assert!(ip.verify_checksum());
+        assert_eq!((ip.src_addr(), ip.dst_addr()), (US, SERVER));
+        let datagram = udp::Packet::new_checked(ip.payload()).unwrap();
+        assert!(datagram.verify_checksum_v4(US, SERVER));
+        assert_eq!((datagram.src_port(), datagram.dst_port()), (61_234, 53));
+        let m = sonde_dns::Message::parse(datagram.payload()).unwrap();
+        assert_eq!(m.header().id(), 0xbeef);
+        let name = NameBuf::from_text("www.d1.example").unwrap();
+        assert!(m.asks(name.wire(), Type::AAAA, sonde_dns::CLASS_IN));
+        assert_eq!(m.edns().map(|e| e.udp_payload_size), Some(1232));
+    }
+
+    /// The query frame turned into its answer's: addresses and ports swapped, checksums made.
+    fn answer_to(frame: &[u8]) -> Vec<u8> {
+        let mut f = frame.to_vec();
+        let len = f.len();
+        let ips = IpPair::V4 {
+            src: SERVER,
+            dst: US,
+        };
+        {
+            let mut d = udp::Packet::new_unchecked(&mut f[34..len]);
+            d.set_dst_port(61_234);
+            d.set_src_port(53);
+            d.fill_checksum(&ips);
+        }
+        let mut ip = ipv4::Packet::new_unchecked(&mut f[14..]);
+        ip.set_src_addr(SERVER);
+        ip.set_dst_addr(US);
+        ip.fill_checksum();
+        f
+    }
+
+    #[test]
+    fn a_reply_is_read_down_to_its_message_and_a_flipped_bit_is_caught() {
+        let answer = answer_to(&query_frame());
+        let reply = read_reply(&answer, US, true).ok().unwrap();
+        assert_eq!((reply.server, reply.port), (SERVER, 61_234));
+        assert_eq!(reply.message, &answer[HEADERS..]);
+        let mut flipped = answer.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        assert_eq!(
+            read_reply(&flipped, US, true).err(),
+            Some(NotReply::Checksum)
+        );
+        assert!(
+            read_reply(&flipped, US, false).is_ok(),
+            "unverified when offloaded"
+        );
+        assert_eq!(
+            read_reply(&answer, SERVER, true).err(),
+            Some(NotReply::Other)
+        );
+        for cut in 0..answer.len() {
+            let _ = read_reply(&answer[..cut], US, true);
+        }
+    }
+}

@@ -141,7 +141,7 @@ impl Iterator for Asks {
             };
             let qtype = self.types[type_at];
             if type_at + 1 < self.types.len() {
-                self.pending = Some((name.clone(), type_at + 1));
+                self.pending = Some((name, type_at + 1));
             }
             if let Some(a) = self.number(name, qtype) {
                 return Some(a);
@@ -165,8 +165,12 @@ impl Asks {
     }
 }
 
-/// `name` or `name,type` (the type by name: A, MX, TYPE65…).
+/// `name` or `name,type` (the type by name: A, MX, TYPE65…), or a JSON object with `name` and
+/// `type` (a row of `sonde dns`, or of `lab truth --dns`).
 fn parse_line(text: &str) -> Result<(NameBuf, Option<Type>), String> {
+    if text.starts_with('{') {
+        return parse_json_line(text);
+    }
     let (name, qtype) = match text.split_once(',') {
         Some((n, t)) => {
             let t = t.trim();
@@ -176,6 +180,19 @@ fn parse_line(text: &str) -> Result<(NameBuf, Option<Type>), String> {
             (n.trim(), Some(qtype))
         }
         None => (text, None),
+    };
+    let mut buf = NameBuf::from_text(name).map_err(|e| format!("`{name}`: {e}"))?;
+    buf.make_ascii_lowercase();
+    Ok((buf, qtype))
+}
+
+fn parse_json_line(text: &str) -> Result<(NameBuf, Option<Type>), String> {
+    let row: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let name = row["name"].as_str().ok_or("a JSON line without a `name`")?;
+    let qtype = match row["type"].as_str() {
+        Some(t) => Some(t.parse::<Type>().map_err(|e| e.to_string())?),
+        None => None,
     };
     let mut buf = NameBuf::from_text(name).map_err(|e| format!("`{name}`: {e}"))?;
     buf.make_ascii_lowercase();
@@ -204,7 +221,7 @@ mod tests {
     #[test]
     fn each_name_gets_each_type_unless_its_line_names_one() {
         let asks = Asks::new(
-            lines("# names\nWWW.Example.com\n\nmail.example.com,mx\n"),
+            lines("# names\nWWW.Example.com\n\nmail.example.com,mx\n{\"name\":\"a.test.\",\"type\":\"TXT\"}\n"),
             vec![Type::A, Type::AAAA],
             (0, 1),
         );
@@ -213,7 +230,8 @@ mod tests {
             [
                 "0 www.example.com A",
                 "1 www.example.com AAAA",
-                "2 mail.example.com MX"
+                "2 mail.example.com MX",
+                "3 a.test TXT"
             ]
         );
     }

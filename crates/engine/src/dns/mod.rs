@@ -612,13 +612,13 @@ impl<'p> Run<'p> {
             None => lookup.sent_at.elapsed().as_micros() as u64,
         };
         if header.is_truncated() && tcp.is_none() {
-            return self.to_tcp(slot);
+            return self.ask_over_tcp(slot);
         }
         self.on_answer(slot, &m, rtt_us, tcp.is_some(), out)
     }
 
     /// Asks the truncated query again over TCP.
-    fn to_tcp(&mut self, slot: u32) -> anyhow::Result<()> {
+    fn ask_over_tcp(&mut self, slot: u32) -> anyhow::Result<()> {
         let gen = self.gens[slot as usize].wrapping_add(1);
         self.gens[slot as usize] = gen;
         let Some(lookup) = self.slots[slot as usize].as_mut() else {

@@ -102,7 +102,7 @@ impl Walk {
     pub fn new(name: &NameBuf, cache: &Delegations, trace: bool) -> Walk {
         let (zone, servers) = cache.closest(name);
         Walk {
-            qname: name.clone(),
+            qname: *name,
             zone,
             servers,
             turn: 0,
@@ -234,7 +234,7 @@ impl Walk {
     ) -> Option<Next> {
         // Only what the server is authoritative for counts (bailiwick): records of names
         // outside the zone it was asked as a server of are asked of their own zone's servers.
-        let zone = self.zone.clone();
+        let zone = self.zone;
         let zone_name = zone.as_name();
         let section: Vec<Answer> = Answer::section(m)
             .into_iter()
@@ -242,7 +242,7 @@ impl Walk {
             .filter(|(_, r)| r.owner.is_under(&zone_name))
             .map(|(a, _)| a)
             .collect();
-        let mut current = self.qname.clone();
+        let mut current = self.qname;
         let mut moved = false;
         loop {
             let owner = Fqdn(&current.as_name()).to_string();

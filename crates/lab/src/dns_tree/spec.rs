@@ -51,6 +51,9 @@ pub const ROOT_NS: &str = "ns.";
 /// Strings in `big.A`'s TXT record, and characters in each.
 pub const BIG_STRINGS: usize = 8;
 pub const BIG_STRING_LEN: usize = 250;
+/// Records in a second-level zone besides its hosts: SOA, NS, MX and TXT at the apex; ns, www
+/// (A and AAAA), mail, alias, chain, far and big.
+pub const FIXED_RECORDS: u64 = 12;
 /// Longest CNAME chain a resolution follows (the tree's longest has two steps).
 const MAX_CHAIN: usize = 8;
 
