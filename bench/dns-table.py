@@ -2,7 +2,7 @@
 """bench/dns's table: from its results lines (PART TOOL wall_s user_s sys_s maxrss_kb lookups N
 correct C … of T (P %) …), per part and tool the medians of lookups/s (N over the wall time), CPU µs
 per lookup (user+system over N), correct % and the largest peak RSS; then, per part, sonde's
-figures against each peer's: its rate over theirs and its CPU per lookup over theirs.
+(and sonde-r's, sonde paced) figures against each peer's: its rate over theirs and its CPU per lookup over theirs.
 
 usage: dns-table.py RESULTS"""
 import re
@@ -41,8 +41,8 @@ for (part, tool), m in sorted(med.items()):
 # parts print their ratios alone.
 goals = {("xdp", "massdns"): ("2x", "1/2"), ("xdp", "zdns"): ("20x", "1/50"), ("iterative", "zdns"): ("5x", None)}
 parts = sorted({p for p, _ in med})
-for part in parts:
-    s = med.get((part, "sonde"))
+for part, sonde in ((p, t) for p in parts for t in ("sonde", "sonde-r")):
+    s = med.get((part, sonde))
     if not s:
         continue
     for peer in ("massdns", "zdns"):
@@ -50,7 +50,7 @@ for part in parts:
         if not p:
             continue
         rate_goal, cpu_goal = goals.get((part, peer), (None, None))
-        print(f"{part}: sonde/{peer}: lookups/s {s['rate'] / p['rate']:.2f}x"
+        print(f"{part}: {sonde}/{peer}: lookups/s {s['rate'] / p['rate']:.2f}x"
               + (f" (goal >= {rate_goal})" if rate_goal else "")
               + f", CPU per lookup {s['cpu_us'] / p['cpu_us']:.3f} of theirs"
               + (f" (goal <= {cpu_goal})" if cpu_goal else "")
