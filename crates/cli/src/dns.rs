@@ -479,21 +479,7 @@ fn open_mode(args: &DnsArgs, format: OutputFormat) -> anyhow::Result<OpenMode> {
         sonde_meter::output_file::check(path, IfExists::force(args.force))
             .with_context(|| "--summary-json".to_string())?;
     }
-    let Some(path) = args
-        .output
-        .as_deref()
-        .filter(|p| !sonde_meter::output_file::is_stdout(p))
-    else {
-        return Ok(OpenMode::Create);
-    };
-    let regular = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file());
-    match (regular, args.force, args.append) {
-        (true, _, true) if parquet => bail!("cannot append to {}: parquet files cannot grow; write the rest to another file", path.display()),
-        (true, false, false) => bail!("output file {} exists: give another -o, or --append to add to it, or --force to overwrite it", path.display()),
-        (_, _, true) if !parquet => Ok(OpenMode::Append),
-        (_, true, _) => Ok(OpenMode::Create),
-        _ => Ok(OpenMode::CreateNew),
-    }
+    runargs::rows_open_mode(args.output.as_deref(), args.force, args.append, parquet)
 }
 
 fn announce(args: &DnsArgs, plan: &DnsPlan, servers: &[Ipv4Addr], block_notes: &[String]) {

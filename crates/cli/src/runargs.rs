@@ -442,7 +442,6 @@ pub fn output_mode(
     run: &RunPlan,
     parquet: bool,
 ) -> anyhow::Result<sonde_scan::output::OpenMode> {
-    use sonde_scan::output::OpenMode;
     let if_exists = IfExists::force(args.force);
     let sides = [
         ("--summary-json", &args.summary_json),
@@ -454,15 +453,23 @@ pub fn output_mode(
         }
     }
     checkpoint::check_writable(&run.checkpoint, args.force, args.resume.as_deref())?;
-    let Some(path) = args
-        .output
-        .as_deref()
-        .filter(|p| !output_file::is_stdout(p))
-    else {
+    rows_open_mode(args.output.as_deref(), args.force, args.append, parquet)
+}
+
+/// How a rows file at `output` may be opened (the part of [`output_mode`] every tool with
+/// rows shares): an existing file only with `force` or `append`, parquet never appended to.
+pub fn rows_open_mode(
+    output: Option<&std::path::Path>,
+    force: bool,
+    append: bool,
+    parquet: bool,
+) -> anyhow::Result<sonde_scan::output::OpenMode> {
+    use sonde_scan::output::OpenMode;
+    let Some(path) = output.filter(|p| !output_file::is_stdout(p)) else {
         return Ok(OpenMode::Create);
     };
     let regular = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file());
-    match (regular, args.force, args.append) {
+    match (regular, force, append) {
         (true, _, true) if parquet => Err(anyhow!(
             "cannot append to {}: parquet files cannot grow; write the rest to another file",
             path.display()
