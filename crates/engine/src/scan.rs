@@ -8,7 +8,7 @@
 //! [`Receiver::handle`].
 
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
@@ -60,9 +60,10 @@ pub struct Counts {
     pub sender_sys_ns: Counter,
     pub receiver_user_ns: Counter,
     pub receiver_sys_ns: Counter,
-    /// When sending began, µs since the Unix epoch (0 before): the origin of the receiver's
-    /// counts of answers by send time.
-    pub send_start_epoch_us: Counter,
+    /// When sending began, µs of the run's clock (unset before): the origin of the senders'
+    /// and the receiver's counts by send time. Both are taken on that one clock (a probe
+    /// carries its sender's reading), so an answer is counted in its probe's bucket exactly.
+    pub send_origin_us: OnceLock<u64>,
     /// The probes sent by time since then, each sender's added as it ends (see `outran`).
     pub sent_by_time: Mutex<ByTime>,
 }
@@ -165,7 +166,9 @@ pub fn run(
     .publishing(plan.run.metrics.clone());
     let mut failure = Failure::default();
     let send_start = Instant::now();
-    counts.send_start_epoch_us.set(epoch_us());
+    let _ = counts
+        .send_origin_us
+        .set(send_start.duration_since(clock).as_micros() as u64);
     let send_result = send(
         &plan,
         (clock, send_start),
@@ -455,12 +458,6 @@ pub(crate) fn with_outran(line: Option<String>, outran: Option<String>) -> Optio
             l.trim_start_matches("lost: ")
         )),
     }
-}
-
-fn epoch_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
 }
 
 fn per(ns: u64, n: u64) -> f64 {
@@ -814,7 +811,7 @@ impl Receiver {
         // before the wait for it, nor before another receiver's batch was taken, either of
         // which would date replies before their probes. A frame the kernel stamped on arrival
         // is timed by its stamp instead (see `arrival`).
-        let mut stamp: Option<(usize, u32, u64)> = None;
+        let mut stamp: Option<(usize, u64, u64)> = None;
         let mut error = None;
         let clock = self.clock;
         let Receiver {
@@ -835,7 +832,7 @@ impl Receiver {
             resets,
             reset_synacks: rst.is_some(),
             answers,
-            send_origin_us: counts.send_start_epoch_us.get(),
+            send_origin_us: counts.send_origin_us.get().copied(),
             counts,
         };
         let wait = Duration::from_millis(50);
@@ -888,25 +885,22 @@ impl Receiver {
 
 /// The batch of receiver `queue`: the senders' clock (µs) and the wall clock (ns since the
 /// Unix epoch), read now.
-fn read_clocks(queue: usize, clock: Instant) -> (usize, u32, u64) {
+fn read_clocks(queue: usize, clock: Instant) -> (usize, u64, u64) {
     let epoch_ns = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    (queue, clock.elapsed().as_micros() as u32, epoch_ns)
+    (queue, clock.elapsed().as_micros() as u64, epoch_ns)
 }
 
-/// When a frame arrived, on the senders' clock (µs, as probes carry it) and in µs since the
+/// When a frame arrived, on the run's clock (µs since it began; probes carry its low 32 bits) and in µs since the
 /// Unix epoch, from the batch's readings of both clocks (`now_us`, `now_epoch_ns`) and the
 /// kernel's arrival stamp, if any (ns since the epoch). A packet ring hands frames over a block
 /// at a time, up to a few milliseconds after they arrived: without its stamp every RTT would
 /// carry that wait. A stamp from the future or more than a second old (the wall clock was set
 /// meanwhile) is not trusted: then the batch's reading counts.
-fn arrival(now_us: u32, now_epoch_ns: u64, kernel_ns: Option<u64>) -> (u32, u64) {
+fn arrival(now_us: u64, now_epoch_ns: u64, kernel_ns: Option<u64>) -> (u64, u64) {
     match crate::arrival::stamp_age_us(now_epoch_ns, kernel_ns) {
-        Some(age_us) => (
-            now_us.wrapping_sub(age_us as u32),
-            now_epoch_ns / 1000 - age_us,
-        ),
+        Some(age_us) => (now_us.saturating_sub(age_us), now_epoch_ns / 1000 - age_us),
         None => (now_us, now_epoch_ns / 1000),
     }
 }
@@ -920,15 +914,16 @@ struct Handler<'a> {
     resets: &'a mut Vec<(IpAddr, u16, u16, u32)>,
     reset_synacks: bool,
     answers: &'a mut ByTime,
-    /// When sending began (µs since the epoch; 0: not yet).
-    send_origin_us: u64,
+    /// When sending began, µs of the run's clock (None: not yet).
+    send_origin_us: Option<u64>,
 }
 
 impl Handler<'_> {
     /// One received frame: validate and classify, check it answers a target of this scan,
     /// count, deduplicate, reset a SYN-ACK, write.
-    fn handle(&mut self, frame: &[u8], now_us: u32, epoch_us: u64) -> anyhow::Result<()> {
-        let verdict = self.plan.probe.classify(frame, now_us);
+    fn handle(&mut self, frame: &[u8], now_us: u64, epoch_us: u64) -> anyhow::Result<()> {
+        // Probes carry the clock's low 32 bits.
+        let verdict = self.plan.probe.classify(frame, now_us as u32);
         stages::mark(Stage::Validate);
         let mut reply = match verdict {
             Verdict::NotOurs => return Ok(()),
@@ -958,10 +953,11 @@ impl Handler<'_> {
         } else if reply.success {
             self.counts.hits.add(1);
         }
-        if let (false, Some(rtt), true) = (reply.repeat, reply.rtt_us, self.send_origin_us > 0) {
-            let sent_at = epoch_us.saturating_sub(rtt);
-            self.answers
-                .answer(sent_at.saturating_sub(self.send_origin_us), rtt);
+        if let (false, Some(rtt), Some(origin)) = (reply.repeat, reply.rtt_us, self.send_origin_us)
+        {
+            if let Some(sent_us) = outran::sent_since(origin, now_us, rtt) {
+                self.answers.answer(sent_us, rtt);
+            }
         }
         if self.reset_synacks && reply.classification == "synack" && !reply.repeat {
             if let Some(ack) = tcp_ack_number(frame) {
@@ -1244,11 +1240,9 @@ mod tests {
             arrival(10_000, now_epoch_ns, stamped),
             (6_500, now_epoch_ns / 1000 - 3_500)
         );
-        // The senders' clock wraps at 2^32 µs; so does the arithmetic.
-        assert_eq!(
-            arrival(1_000, now_epoch_ns, stamped).0,
-            1_000u32.wrapping_sub(3_500)
-        );
+        // A frame that came before the run's clock began answers none of its probes: it is
+        // dated at the clock's start, not 2^64 µs on.
+        assert_eq!(arrival(1_000, now_epoch_ns, stamped).0, 0);
         // No stamp, a stamp from the future, or one too old to trust: the batch's reading.
         let batch = (10_000, now_epoch_ns / 1000);
         assert_eq!(arrival(10_000, now_epoch_ns, None), batch);

@@ -96,6 +96,15 @@ impl ByTime {
     }
 }
 
+/// When an answer's probe left, µs after sending began at `origin_us`, from the answer's
+/// arrival `now_us` and round trip, all on the run's one clock: the probe carried its sender's
+/// reading, so this is the very time its sender counted it by (a second clock, read beside it,
+/// would shift every answer by the gap between the two readings). None for an echo dated
+/// before sending began: not a send time of ours.
+pub fn sent_since(origin_us: u64, now_us: u64, rtt_us: u64) -> Option<u64> {
+    now_us.checked_sub(origin_us)?.checked_sub(rtt_us)
+}
+
 /// What the counters say about the path.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct Outran {
@@ -116,10 +125,11 @@ pub struct Outran {
 /// Answers needed among the first tenth before a share is trusted.
 const MIN_EARLY_ANSWERS: u64 = 10;
 /// How much lower the late share must be, and by how many standard errors: random loss and
-/// the draw of which targets are live make the two shares differ by chance, never by a third
-/// at three standard errors (one run in a thousand).
+/// the draw of which targets are live make the two shares differ by chance. At three standard
+/// errors a clean scan of a /24 on two ports, a quarter of its probes answered, said it outran
+/// its path about once in 550 runs (simulated; one CI run did); at four, once in 15,000.
 const LATE_BELOW: f64 = 0.67;
-const STANDARD_ERRORS: f64 = 3.0;
+const STANDARD_ERRORS: f64 = 4.0;
 /// The shortest time a rate is taken over: a burst sent or answered at once has none.
 const MIN_SPAN_US: f64 = 1_000.0;
 
@@ -284,6 +294,19 @@ mod tests {
         sent.merge(&early);
         assert_eq!(sent.counts.iter().sum::<u64>(), 20_005);
         assert_eq!(sent.shift, answers.shift);
+    }
+
+    #[test]
+    fn an_answer_is_dated_by_its_probes_stamp() {
+        // Sending began at 1,000 µs; a probe stamped 1,250 answered at 1,400.
+        assert_eq!(sent_since(1_000, 1_400, 150), Some(250));
+        assert_eq!(sent_since(1_000, 1_400, 400), Some(0));
+        // An echo from before sending began (a target echoing junk) is not counted.
+        assert_eq!(sent_since(1_000, 1_400, 401), None);
+        assert_eq!(sent_since(1_000, 900, 0), None);
+        // Past the 71 minutes a probe's 32-bit stamp spans, the send time keeps counting.
+        let late = u64::from(u32::MAX) + 5_000;
+        assert_eq!(sent_since(1_000, late, 2_000), Some(late - 3_000));
     }
 
     #[test]
