@@ -113,6 +113,8 @@ pub struct DnsArgs {
     /// Append the status line, once a second, to this CSV file.
     #[arg(long)]
     pub status_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
     /// Where an interrupted run writes its checkpoint (default: next to -o, as
     /// FILE.checkpoint.json; else sonde-dns.checkpoint.json).
     #[arg(long)]
@@ -253,6 +255,16 @@ pub fn run(args: DnsArgs) -> anyhow::Result<()> {
         (Mode::Resolvers(r), Some(cap)) => args.rate.min(cap * r.len() as f64),
         _ => args.rate,
     };
+    let metrics = args.metrics.start(
+        crate::metrics::RunLabels {
+            command: "dns",
+            module: mode_name(&args),
+            backend: args.backend.name(),
+            shard: shard.0,
+            target_rate: rate,
+        },
+        args.quiet,
+    )?;
     let plan = DnsPlan {
         mode,
         rate,
@@ -274,6 +286,7 @@ pub fn run(args: DnsArgs) -> anyhow::Result<()> {
         quiet: args.quiet,
         status_file: args.status_file.clone(),
         overwrite: args.force,
+        metrics: metrics.publisher(),
     };
     let checkpoint = args
         .checkpoint
@@ -338,11 +351,7 @@ pub fn run(args: DnsArgs) -> anyhow::Result<()> {
     };
     let cpu_s = cpu.user.as_secs_f64() + cpu.system.as_secs_f64();
     let summary = Summary {
-        mode: if args.iterative {
-            "iterative"
-        } else {
-            "resolvers"
-        },
+        mode: mode_name(&args),
         servers: servers.len(),
         bad_lines: asks.bad_count,
         wall_s: wall,
@@ -357,9 +366,17 @@ pub fn run(args: DnsArgs) -> anyhow::Result<()> {
         stats: outcome.stats,
     };
     report(&args, &summary, &asks)?;
+    metrics.end(&summary)?;
     match summary.interrupted {
         true => Err(crate::Interrupted.into()),
         false => Ok(()),
+    }
+}
+
+fn mode_name(args: &DnsArgs) -> &'static str {
+    match args.iterative {
+        true => "iterative",
+        false => "resolvers",
     }
 }
 

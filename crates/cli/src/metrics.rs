@@ -1,6 +1,6 @@
-//! `--metrics ADDR:PORT` and `--metrics-linger S`, as scan, grab, capture, intercept and blast
-//! take them. The exporter itself (bound where the command runs, fed by the status line, given
-//! the summary, kept up for the linger) is `sonde_engine::metrics`.
+//! `--metrics ADDR:PORT` and `--metrics-linger S`, as scan, grab, dns, capture, intercept and
+//! blast take them. The exporter itself (bound where the command runs, fed by the status line,
+//! given the summary, kept up for the linger) is `sonde_engine::metrics`.
 
 use std::net::SocketAddr;
 

@@ -1,6 +1,6 @@
 //! `--metrics` watched by a real Prometheus (Debian's `prometheus`, from scripts/setup): it
 //! runs in the lab's scanner namespace, where `sonde … --lab L` serves its page, and scrapes a
-//! scan, a grab and a blast. promtool checks a scraped page, and the last values Prometheus
+//! scan, a grab, a blast and a dns run. promtool checks a scraped page, and the last values Prometheus
 //! kept equal the summaries, field for field. Nothing binds or scrapes in the root namespace.
 //! Needs root; the lab has a unique name and is removed by its guard, Prometheus killed by its
 //! own, also on failure.
@@ -340,7 +340,7 @@ fn watched_run(lab: &Lab, command: &str, args: &[&str]) -> serde_json::Value {
 }
 
 #[test]
-fn prometheus_scrapes_a_scan_a_grab_and_a_blast_and_keeps_their_summaries() {
+fn prometheus_scrapes_a_scan_a_grab_a_blast_and_a_dns_run_and_keeps_their_summaries() {
     if !can_run_labs() {
         return;
     }
@@ -350,12 +350,21 @@ fn prometheus_scrapes_a_scan_a_grab_and_a_blast_and_keeps_their_summaries() {
             "{tool} is missing: run scripts/setup"
         );
     }
+    // The tree's XDP answerer alone (no NSD, no unbound) answers the dns run.
     let lab = Lab::up(&[
         "--population",
         "198.18.0.0/24",
         "--responsive",
         "0.5",
         "--http",
+        "--dns-tree",
+        "2",
+        "--dns-hosts",
+        "1",
+        "--dns-answerer",
+        "xdp",
+        "--dns-servers",
+        "none",
     ]);
     let prom = Prometheus::start(&lab);
 
@@ -400,11 +409,38 @@ fn prometheus_scrapes_a_scan_a_grab_and_a_blast_and_keeps_their_summaries() {
     // blast keeps a status of its own (not the engine's status line): 300 frames at 100/s.
     let blast = watched_run(&lab, "blast", &["--count", "300", "--rate", "100"]);
     assert_eq!(blast["packets"], 300);
+    // 200 lookups at 100 queries/s through the answerer: 2 s of sending.
+    let names = lab.file("names.txt");
+    let lines = [
+        "www.d0.test,A",
+        "mail.d1.example,A",
+        "none.d0.test,A",
+        "www.d1.example,AAAA",
+    ];
+    std::fs::write(&names, lines.repeat(50).join("\n") + "\n").unwrap();
+    let dns_out = lab.file("dns.ndjson");
+    let dns = watched_run(
+        &lab,
+        "dns",
+        &[
+            "--resolver",
+            "198.19.54.1",
+            "-I",
+            &names,
+            "-r",
+            "100",
+            "-o",
+            &dns_out,
+        ],
+    );
+    assert_eq!(dns["rows"], 200, "{dns}");
+    assert_eq!(dns["by_status"]["NXDOMAIN"], 50, "{dns}");
 
     let runs = [
         ("scan", &scan, "sent"),
         ("grab", &grab, "syn_sent"),
         ("blast", &blast, "packets"),
+        ("dns", &dns, "queries_sent"),
     ];
     for (command, summary, sent) in runs {
         prometheus_kept_summary(&prom, summary, command);
@@ -433,6 +469,10 @@ fn prometheus_scrapes_a_scan_a_grab_and_a_blast_and_keeps_their_summaries() {
     let success = prom
         .value("last_over_time(sonde_connections_total{command=\"grab\",status=\"success\"}[10m])");
     assert_eq!(success, grab["success"].as_f64().unwrap());
+    let nxdomain = prom.value(
+        "last_over_time(sonde_dns_rows_by_status_total{command=\"dns\",status=\"NXDOMAIN\"}[10m])",
+    );
+    assert_eq!(nxdomain, 50.0);
     drop(prom);
 }
 

@@ -73,6 +73,8 @@ pub struct DnsPlan {
     pub quiet: bool,
     pub status_file: Option<std::path::PathBuf>,
     pub overwrite: bool,
+    /// Where the status line also publishes (`--metrics`).
+    pub metrics: Option<sonde_meter::metrics::Publisher>,
 }
 
 /// What was counted.
