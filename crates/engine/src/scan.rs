@@ -892,9 +892,9 @@ fn read_clocks(queue: usize, clock: Instant) -> (usize, u64, u64) {
     (queue, clock.elapsed().as_micros() as u64, epoch_ns)
 }
 
-/// When a frame arrived, on the run's clock (µs since it began; probes carry its low 32 bits) and in µs since the
-/// Unix epoch, from the batch's readings of both clocks (`now_us`, `now_epoch_ns`) and the
-/// kernel's arrival stamp, if any (ns since the epoch). A packet ring hands frames over a block
+/// When a frame arrived, on the run's clock (µs since it began; probes carry its low 32 bits)
+/// and in µs since the Unix epoch, from the batch's readings of both clocks (`now_us`,
+/// `now_epoch_ns`) and the kernel's arrival stamp, if any (ns since the epoch). A packet ring hands frames over a block
 /// at a time, up to a few milliseconds after they arrived: without its stamp every RTT would
 /// carry that wait. A stamp from the future or more than a second old (the wall clock was set
 /// meanwhile) is not trusted: then the batch's reading counts.

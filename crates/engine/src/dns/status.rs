@@ -105,7 +105,7 @@ impl StatusSource for DnsStatus {
         let i = &s.invalid;
         page.counters(
             "sonde_dns_invalid_total",
-            "Answers not taken, by why: no lookup in flight, another server, another question, unreadable, checksum",
+            "Answers not taken, by why (as the summary's invalid counts them)",
             "reason",
             &[
                 ("not_ours", i.not_ours),
